@@ -1,0 +1,388 @@
+// Package contracts is the registry of pinned engine releases: for each engine family and range of
+// releases, how its KV events travel (transport, wire schema), how its block keys are computed (hash
+// bindings, seed and truncation rules), where the block size comes from, which request fields enter
+// the keys, its prefill/decode dialect, the HTTP probes certification uses, and the vector folder that
+// defends the hashing facts. Contracts are embedded YAML files (data/), validated when first used.
+// Adding an engine release is adding one file here and its vectors; nothing else should change.
+//
+// This package imports nothing of the project: every other layer may depend on it.
+package contracts
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+)
+
+//go:embed data/*.yaml
+var dataFS embed.FS
+
+// Closed vocabularies. A contract file using any other value fails validation.
+var (
+	Families    = []string{"vllm", "sglang", "trtllm", "llamacpp"}
+	Transports  = []string{"zmq-multipart-v1", "http-drain-v1", "none"}
+	WireSchemas = []string{"vllm-kv-tagged-array-v1", "vllm-kv-tagged-map-v2", "sglang-kv-tagged-array-rank-v1", "trtllm-kv-json-v1", "none"}
+	Bindings    = []string{"engine", "router"}
+	Algorithms  = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "sglang_sha256", "kvexact-xxh3-v1"}
+	SeedRules   = []string{"pythonhashseed", "none"}
+	Truncations = []string{"last8-be-unsigned", "first8-be-signed", "none"}
+	PDDialects  = []string{"vllm-nixl-v1", "sglang-bootstrap-v1", "trtllm-ctx-first-v1", "none"}
+)
+
+// Contract pins one engine family over a range of releases. Field comments say what each one
+// promises; the YAML keys are the camelCase names shown.
+type Contract struct {
+	// ID names the contract (e.g. "vllm-kv-map-v2"); certificates record it.
+	ID string `yaml:"id"`
+	// Family is the engine family: vllm, sglang, trtllm or llamacpp.
+	Family string `yaml:"family"`
+	// Versions is the span of releases whose wire and hashing this contract describes.
+	Versions Range `yaml:"versions"`
+	// Pin is the one release inside Versions that was checked against source and vectors.
+	Pin Pin `yaml:"pin"`
+	// Transport is how events leave the engine: zmq-multipart-v1, http-drain-v1 or none.
+	Transport string `yaml:"transport"`
+	// WireSchema is the payload layout the family decoder expects.
+	WireSchema string `yaml:"wireSchema"`
+	// Events holds the event-source facts (default endpoint, replay, rank port offset).
+	Events Events `yaml:"events"`
+	// Hash says how block keys are computed and which bindings a rule may use.
+	Hash Hash `yaml:"hash"`
+	// BlockSize says where the engine's block size comes from and its default.
+	BlockSize BlockSize `yaml:"blockSize"`
+	// ExtraKeys describes which request fields enter the keys (free text per field, for operators).
+	ExtraKeys map[string]string `yaml:"extraKeys"`
+	// PD is the prefill/decode disaggregation dialect.
+	PD string `yaml:"pd"`
+	// Probes maps probe names (version, models, tokenize, health, metrics, info, …) to HTTP paths.
+	Probes map[string]string `yaml:"probes"`
+	// Vectors is the folder under vectors/ whose engine-produced vectors defend this contract
+	// ("" only where the engine has no hashing to defend).
+	Vectors string `yaml:"vectors"`
+
+	file string
+}
+
+// Pin identifies the checked release.
+type Pin struct {
+	Release        string `yaml:"release"`
+	Commit         string `yaml:"commit"`
+	CommitVerified bool   `yaml:"commitVerified"`
+	Image          string `yaml:"image"`
+	ImageVerified  bool   `yaml:"imageVerified"`
+	Note           string `yaml:"note"`
+}
+
+// Events holds the event-source facts of a family.
+type Events struct {
+	// DefaultEndpoint is the engine's default publish address (ZeroMQ families).
+	DefaultEndpoint string `yaml:"defaultEndpoint"`
+	// DrainPath is the HTTP drain path (TensorRT-LLM).
+	DrainPath string `yaml:"drainPath"`
+	// Replay is "optional" when the engine can serve replay on a ROUTER socket, else "none".
+	Replay string `yaml:"replay"`
+	// RankPortOffset: data-parallel rank r publishes (and replays) on base port + r.
+	RankPortOffset bool `yaml:"rankPortOffset"`
+	// Int64Keys says how 64-bit keys are carried: "unsigned" or "signed" (bit pattern kept).
+	Int64Keys string `yaml:"int64Keys"`
+}
+
+// Hash says how keys are computed.
+type Hash struct {
+	// Bindings offered: engine (the engine's own ids, recomputed by the hash core) and/or router
+	// (kvexact-xxh3-v1 over event tokens).
+	Bindings []string `yaml:"bindings"`
+	// DefaultBinding is what "auto" resolves to when certification proves nothing better: engine,
+	// router or none.
+	DefaultBinding string `yaml:"defaultBinding"`
+	// Algorithms the engine can be configured with (the engine binding must name one).
+	Algorithms []string `yaml:"algorithms"`
+	// DefaultAlgorithm is the engine's own default.
+	DefaultAlgorithm string `yaml:"defaultAlgorithm"`
+	// Seed: pythonhashseed (vLLM: the exact PYTHONHASHSEED string; absent = random roots) or none.
+	Seed string `yaml:"seed"`
+	// Truncation: how a digest becomes the 64-bit id on the wire.
+	Truncation string `yaml:"truncation"`
+	// NoneReason explains why no binding exists (llama.cpp).
+	NoneReason string `yaml:"noneReason"`
+}
+
+// BlockSize says where the block size comes from.
+type BlockSize struct {
+	Source  string `yaml:"source"`
+	Default int    `yaml:"default"`
+	Note    string `yaml:"note"`
+}
+
+// File is the embedded file the contract came from.
+func (c *Contract) File() string { return c.file }
+
+// SupportsBinding reports whether a rule may use binding b ("engine" or "router") with this contract.
+func (c *Contract) SupportsBinding(b string) bool { return slices.Contains(c.Hash.Bindings, b) }
+
+// SupportsAlgorithm reports whether the engine can be configured with algorithm a.
+func (c *Contract) SupportsAlgorithm(a string) bool { return slices.Contains(c.Hash.Algorithms, a) }
+
+// HasEvents reports whether the family publishes KV events at all.
+func (c *Contract) HasEvents() bool { return c.Transport != "none" }
+
+func (c *Contract) String() string {
+	return fmt.Sprintf("%s %s (%s)", c.Family, c.Versions.String(), c.ID)
+}
+
+var (
+	loadOnce sync.Once
+	loaded   []*Contract
+	loadErr  error
+)
+
+// All returns every embedded contract, ordered by family then release. It panics only if the
+// embedded data is invalid, which the package tests rule out.
+func All() []*Contract {
+	cs, err := registry()
+	if err != nil {
+		panic(err)
+	}
+	return cs
+}
+
+func registry() ([]*Contract, error) {
+	loadOnce.Do(func() { loaded, loadErr = loadFS() })
+	return loaded, loadErr
+}
+
+func loadFS() ([]*Contract, error) {
+	entries, err := dataFS.ReadDir("data")
+	if err != nil {
+		return nil, err
+	}
+	var cs []*Contract
+	for _, e := range entries {
+		name := path.Join("data", e.Name())
+		b, err := dataFS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		c, err := Parse(name, b)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	if err := checkSet(cs); err != nil {
+		return nil, err
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].Family != cs[j].Family {
+			return cs[i].Family < cs[j].Family
+		}
+		return cs[i].Versions.min.Compare(cs[j].Versions.min) < 0
+	})
+	return cs, nil
+}
+
+// Parse reads and validates one contract file. Unknown keys are errors (a typo must not silently
+// drop a promise); every message names the file and the field.
+func Parse(name string, data []byte) (*Contract, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Contract
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("contract %s: empty file", name)
+		}
+		return nil, fmt.Errorf("contract %s: %w", name, err)
+	}
+	c.file = name
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("contract %s: %w", name, err)
+	}
+	return &c, nil
+}
+
+func oneOf(field, v string, allowed []string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return fmt.Errorf("%s: %q is not one of %s", field, v, strings.Join(allowed, ", "))
+}
+
+func (c *Contract) validate() error {
+	if c.ID == "" {
+		return errors.New("id: required")
+	}
+	if err := oneOf("family", c.Family, Families); err != nil {
+		return err
+	}
+	if err := c.Versions.compile(); err != nil {
+		return err
+	}
+	pin, err := ParseVersion(c.Pin.Release)
+	if err != nil {
+		return fmt.Errorf("pin.release: %w", err)
+	}
+	if !c.Versions.Contains(pin) {
+		return fmt.Errorf("pin.release: %s is outside versions %s", c.Pin.Release, c.Versions.String())
+	}
+	if c.Pin.Commit == "" {
+		return errors.New("pin.commit: required (say commitVerified: false when it is not verified)")
+	}
+	for _, check := range []struct {
+		field, v string
+		allowed  []string
+	}{
+		{"transport", c.Transport, Transports},
+		{"wireSchema", c.WireSchema, WireSchemas},
+		{"hash.seed", c.Hash.Seed, SeedRules},
+		{"hash.truncation", c.Hash.Truncation, Truncations},
+		{"pd", c.PD, PDDialects},
+		{"hash.defaultBinding", c.Hash.DefaultBinding, append(slices.Clone(Bindings), "none")},
+	} {
+		if err := oneOf(check.field, check.v, check.allowed); err != nil {
+			return err
+		}
+	}
+	for i, b := range c.Hash.Bindings {
+		if err := oneOf(fmt.Sprintf("hash.bindings[%d]", i), b, Bindings); err != nil {
+			return err
+		}
+	}
+	for i, a := range c.Hash.Algorithms {
+		if err := oneOf(fmt.Sprintf("hash.algorithms[%d]", i), a, Algorithms); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.Transport == "none":
+		if len(c.Hash.Bindings) != 0 || c.WireSchema != "none" {
+			return errors.New("transport none: a family without events can offer no wire schema and no binding")
+		}
+		if c.Hash.NoneReason == "" {
+			return errors.New("hash.noneReason: required when no binding is offered (operators see it)")
+		}
+	default:
+		if len(c.Hash.Bindings) == 0 {
+			return errors.New("hash.bindings: a family with events must offer at least one binding")
+		}
+		if !c.SupportsBinding(c.Hash.DefaultBinding) {
+			return fmt.Errorf("hash.defaultBinding: %q is not among hash.bindings %v", c.Hash.DefaultBinding, c.Hash.Bindings)
+		}
+		if !c.SupportsAlgorithm(c.Hash.DefaultAlgorithm) {
+			return fmt.Errorf("hash.defaultAlgorithm: %q is not among hash.algorithms %v", c.Hash.DefaultAlgorithm, c.Hash.Algorithms)
+		}
+		if c.BlockSize.Default < 1 || c.BlockSize.Default > 4096 {
+			return fmt.Errorf("blockSize.default: %d is outside 1..4096", c.BlockSize.Default)
+		}
+		if c.Vectors == "" {
+			return errors.New("vectors: a family with events must name the vector folder that defends it")
+		}
+		if c.Transport == "zmq-multipart-v1" && c.Events.DefaultEndpoint == "" {
+			return errors.New("events.defaultEndpoint: required for zmq-multipart-v1")
+		}
+		if c.Transport == "http-drain-v1" && c.Events.DrainPath == "" {
+			return errors.New("events.drainPath: required for http-drain-v1")
+		}
+		if err := oneOf("events.int64Keys", c.Events.Int64Keys, []string{"unsigned", "signed"}); err != nil {
+			return err
+		}
+	}
+	if c.SupportsBinding("engine") && c.Hash.Truncation == "none" {
+		return errors.New("hash.truncation: the engine binding needs the digest-to-id rule")
+	}
+	if c.Events.Replay != "" {
+		if err := oneOf("events.replay", c.Events.Replay, []string{"optional", "none"}); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{"version", "models", "health"} {
+		if !strings.HasPrefix(c.Probes[p], "/") {
+			return fmt.Errorf("probes.%s: required, an absolute HTTP path", p)
+		}
+	}
+	return nil
+}
+
+// checkSet rejects duplicate ids and overlapping ranges within one family.
+func checkSet(cs []*Contract) error {
+	ids := map[string]string{}
+	for i, c := range cs {
+		if prev, dup := ids[c.ID]; dup {
+			return fmt.Errorf("contract %s: id %q already used by %s", c.file, c.ID, prev)
+		}
+		ids[c.ID] = c.file
+		for _, d := range cs[:i] {
+			if d.Family == c.Family && (c.Versions.Contains(d.Versions.min) || d.Versions.Contains(c.Versions.min)) {
+				return fmt.Errorf("contract %s: versions %s overlap %s (%s)", c.file, c.Versions.String(), d.Versions.String(), d.file)
+			}
+		}
+	}
+	return nil
+}
+
+// UnknownError says that no contract covers a family or version, and lists what is known.
+type UnknownError struct {
+	Family, Version string
+	Known           []string
+}
+
+func (e *UnknownError) Error() string {
+	if e.Version == "" {
+		return fmt.Sprintf("contracts: unknown engine family %q; known families: %s", e.Family, strings.Join(e.Known, ", "))
+	}
+	return fmt.Sprintf("contracts: no pinned contract for %s %s; known releases: %s", e.Family, e.Version, strings.Join(e.Known, "; "))
+}
+
+// Lookup finds the contract covering an engine family and release ("v0.25.1", "0.25.1",
+// "1.2", "b10573-d775b89"). An unknown family or release is an *UnknownError listing what is known.
+func Lookup(family, version string) (*Contract, error) {
+	cs, err := registry()
+	if err != nil {
+		return nil, err
+	}
+	var known []string
+	for _, c := range cs {
+		if c.Family == family {
+			known = append(known, c.String())
+		}
+	}
+	if known == nil {
+		return nil, &UnknownError{Family: family, Known: Families}
+	}
+	v, err := ParseVersion(version)
+	if err != nil {
+		return nil, fmt.Errorf("contracts: %s: %w", family, err)
+	}
+	for _, c := range cs {
+		if c.Family == family && c.Versions.Contains(v) {
+			return c, nil
+		}
+	}
+	return nil, &UnknownError{Family: family, Version: version, Known: known}
+}
+
+// ByID returns the contract with the given id.
+func ByID(id string) (*Contract, error) {
+	cs, err := registry()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if c.ID == id {
+			return c, nil
+		}
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return nil, fmt.Errorf("contracts: no contract with id %q; known: %s", id, strings.Join(ids, ", "))
+}

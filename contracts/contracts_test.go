@@ -1,0 +1,154 @@
+package contracts
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestEmbeddedContractsValidate(t *testing.T) {
+	cs, err := registry()
+	if err != nil {
+		t.Fatalf("embedded contracts: %v", err)
+	}
+	families := map[string]bool{}
+	for _, c := range cs {
+		families[c.Family] = true
+		if c.Vectors != "" {
+			// The vector folder must exist in the repository's vectors/.
+			if _, err := os.Stat(filepath.Join("..", "vectors", c.Vectors)); err != nil {
+				t.Errorf("%s: vectors folder %q: %v", c.ID, c.Vectors, err)
+			}
+		}
+	}
+	for _, f := range Families {
+		if !families[f] {
+			t.Errorf("no contract for family %s", f)
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	for _, tc := range []struct {
+		family, version, id string
+	}{
+		{"vllm", "v0.25.1", "vllm-kv-map-v2"},
+		{"vllm", "0.25.1", "vllm-kv-map-v2"},
+		{"vllm", "0.24.0", "vllm-kv-map-v2"},
+		{"vllm", "0.25.3rc1", "vllm-kv-map-v2"},
+		{"vllm", "0.25.1+cu128", "vllm-kv-map-v2"},
+		{"vllm", "v0.23.2", "vllm-kv-array-v1"},
+		{"vllm", "0.19.0", "vllm-kv-array-v1"},
+		{"sglang", "0.5.18", "sglang-kv-rank-v1"},
+		{"trtllm", "1.2", "trtllm-kv-http-v1"},
+		{"trtllm", "1.2.1", "trtllm-kv-http-v1"},
+		{"llamacpp", "b10573", "llamacpp-nokv-v1"},
+		{"llamacpp", "b10573-d775b89", "llamacpp-nokv-v1"},
+	} {
+		c, err := Lookup(tc.family, tc.version)
+		if err != nil {
+			t.Errorf("Lookup(%s, %s): %v", tc.family, tc.version, err)
+			continue
+		}
+		if c.ID != tc.id {
+			t.Errorf("Lookup(%s, %s) = %s, want %s", tc.family, tc.version, c.ID, tc.id)
+		}
+	}
+}
+
+func TestLookupUnknownListsKnown(t *testing.T) {
+	for _, tc := range []struct{ family, version, want string }{
+		{"vllm", "0.18.0", "vllm v0.19.0 – v0.23.x"},
+		{"vllm", "0.26.0", "vllm v0.24.0 – v0.25.x"},
+		{"sglang", "0.5.17", "sglang v0.5.18"},
+		{"trtllm", "1.3.0rc24", "trtllm 1.2 – 1.2.x"},
+		{"trtllm", "1.2.0rc3", "trtllm 1.2"},
+		{"ollama", "0.1", "vllm, sglang, trtllm, llamacpp"},
+	} {
+		_, err := Lookup(tc.family, tc.version)
+		var ue *UnknownError
+		if !errors.As(err, &ue) {
+			t.Errorf("Lookup(%s, %s): want *UnknownError, got %v", tc.family, tc.version, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Lookup(%s, %s) error %q does not list %q", tc.family, tc.version, err, tc.want)
+		}
+	}
+	if _, err := Lookup("vllm", "latest"); err == nil || !strings.Contains(err.Error(), `"latest"`) {
+		t.Errorf("bad version: %v", err)
+	}
+}
+
+func TestContractFacts(t *testing.T) {
+	v, _ := Lookup("vllm", "0.25.1")
+	if v.Hash.DefaultAlgorithm != "sha256" || !v.SupportsAlgorithm("xxhash_cbor") || v.BlockSize.Default != 16 || v.Hash.Seed != "pythonhashseed" {
+		t.Errorf("vllm contract facts wrong: %+v", v.Hash)
+	}
+	s, _ := Lookup("sglang", "0.5.18")
+	if s.Hash.Truncation != "first8-be-signed" || s.BlockSize.Default != 1 || s.Events.Int64Keys != "signed" {
+		t.Errorf("sglang contract facts wrong: %+v", s)
+	}
+	tr, _ := Lookup("trtllm", "1.2")
+	if tr.SupportsBinding("engine") || tr.Hash.DefaultBinding != "router" || tr.BlockSize.Default != 32 || tr.Pin.CommitVerified {
+		t.Errorf("trtllm contract facts wrong: %+v", tr)
+	}
+	l, _ := Lookup("llamacpp", "b10573")
+	if l.HasEvents() || len(l.Hash.Bindings) != 0 || !strings.Contains(l.Hash.NoneReason, "no KV-cache events") {
+		t.Errorf("llamacpp contract facts wrong: %+v", l)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	good, err := dataFS.ReadFile("data/vllm-kv-map-v2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ edit func(string) string; want string }{
+		{func(s string) string { return strings.Replace(s, "family: vllm", "family: vllmx", 1) }, `family: "vllmx" is not one of`},
+		{func(s string) string { return strings.Replace(s, "defaultAlgorithm: sha256", "defaultAlgorithm: md5", 1) }, `hash.defaultAlgorithm: "md5"`},
+		{func(s string) string { return strings.Replace(s, "algorithms: [sha256,", "algorithms: [sha1,", 1) }, `hash.algorithms[0]: "sha1"`},
+		{func(s string) string { return strings.Replace(s, "default: 16", "default: 0", 1) }, "blockSize.default: 0"},
+		{func(s string) string { return strings.Replace(s, "release: v0.25.1", "release: v0.26.0", 1) }, "pin.release: v0.26.0 is outside"},
+		{func(s string) string { return strings.Replace(s, "transport:", "transprot:", 1) }, "transprot"},
+		{func(s string) string { return strings.Replace(s, "min: v0.24.0", "min: v0.x", 1) }, "versions.min"},
+		{func(s string) string { return strings.Replace(s, "  version: /version\n", "", 1) }, "probes.version"},
+		{func(s string) string { return "" }, "empty file"},
+	} {
+		edited := tc.edit(string(good))
+		if edited == string(good) {
+			t.Fatalf("edit for %q changed nothing", tc.want)
+		}
+		_, err := Parse("x.yaml", []byte(edited))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want error containing %q, got %v", tc.want, err)
+		}
+	}
+}
+
+func TestOverlappingRangesRejected(t *testing.T) {
+	a, _ := ByID("vllm-kv-map-v2")
+	b := *a
+	b.ID, b.file = "dup", "dup.yaml"
+	if err := checkSet([]*Contract{a, &b}); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Errorf("overlap not rejected: %v", err)
+	}
+}
+
+func TestVersionOrder(t *testing.T) {
+	order := []string{"1.2.0rc1", "1.2", "1.2.0.post1", "1.2.1", "1.3.0rc24", "1.3.0"}
+	for i := 1; i < len(order); i++ {
+		a, _ := ParseVersion(order[i-1])
+		b, _ := ParseVersion(order[i])
+		if a.Compare(b) >= 0 {
+			t.Errorf("%s should sort before %s", order[i-1], order[i])
+		}
+	}
+	for _, bad := range []string{"", "v", "1.x", "1.2foo"} {
+		if _, err := ParseVersion(bad); err == nil {
+			t.Errorf("ParseVersion(%q) accepted", bad)
+		}
+	}
+}
