@@ -1,0 +1,719 @@
+// Package rules owns the gateway's configuration: the YAML file and the live rule set the admin API
+// edits. A rule says which models a listener serves, which endpoints serve them, and how requests are
+// routed (selector, KV-exact mode, key binding, load law, breaker, session, admission). Every field is
+// validated with a message that names the field and the allowed values; a rejected change mutates
+// nothing.
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kvexact/kvexact/contracts"
+)
+
+// Config is the whole gateway.yaml.
+type Config struct {
+	// Listen is the default client listener, e.g. "127.0.0.1:8080". Rules may name their own.
+	Listen string `yaml:"listen" json:"listen"`
+	// Admin configures the admin and metrics listener.
+	Admin Admin `yaml:"admin" json:"admin"`
+	// Tokenizers says where model tokenizer folders are staged.
+	Tokenizers Tokenizers `yaml:"tokenizers" json:"tokenizers"`
+	// MaxBodyBytes caps request bodies (413 above it). Default 16 MiB.
+	MaxBodyBytes int64 `yaml:"maxBodyBytes" json:"maxBodyBytes"`
+	// DebugHeader adds the routing decision to responses (X-Kvexact-Decision) when true.
+	DebugHeader bool `yaml:"debugHeader" json:"debugHeader"`
+	// Rules are the routing rules, matched by listener then model.
+	Rules []Rule `yaml:"rules" json:"rules"`
+}
+
+// Admin configures the admin listener (/admin/*, /metrics).
+type Admin struct {
+	// Listen defaults to 127.0.0.1:9090: the admin API is not exposed unless asked.
+	Listen string `yaml:"listen" json:"listen"`
+	// Token is the bearer token every admin request must carry; TokenFile, when set, is read instead.
+	// Without a token the admin API answers 401 to every request.
+	Token     string `yaml:"token" json:"-"`
+	TokenFile string `yaml:"tokenFile" json:"tokenFile,omitempty"`
+}
+
+// Tokenizers says where tokenizer folders live.
+type Tokenizers struct {
+	// Root holds one folder per model slug (model name with "/" → "__").
+	Root string `yaml:"root" json:"root"`
+	// Folders maps a model name to a folder, overriding the slug rule.
+	Folders map[string]string `yaml:"folders" json:"folders,omitempty"`
+}
+
+// Rule is one routing rule.
+type Rule struct {
+	// Name identifies the rule in the admin API, metrics and certificates.
+	Name string `yaml:"name" json:"name"`
+	// Listener is the address this rule serves on; "" means Config.Listen.
+	Listener string `yaml:"listener" json:"listener,omitempty"`
+	// Models are the model names served; empty serves any model (a wildcard pool).
+	Models []string `yaml:"models" json:"models,omitempty"`
+	// Engine names the engine family and release of every endpoint (one contract per rule).
+	Engine EngineRef `yaml:"engine" json:"engine"`
+	// Selector is the fallback (and mode-3 default) policy: rr, wrr, least-load or chwbl.
+	Selector string `yaml:"selector" json:"selector"`
+	// KVExactMode: 0 off, 1 KV-exact inside the P/D ladder, 3 single pool.
+	KVExactMode int `yaml:"kvExactMode" json:"kvExactMode"`
+	// BlockSize is the engine's block size in tokens; 0 takes the contract's default.
+	BlockSize int `yaml:"blockSize" json:"blockSize,omitempty"`
+	// HashAlgorithm is the engine's configured algorithm; "" takes the contract's default.
+	HashAlgorithm string `yaml:"hashAlgorithm" json:"hashAlgorithm,omitempty"`
+	// Binding is auto (default), engine or router (DESIGN.md, Key bindings).
+	Binding string `yaml:"binding" json:"binding,omitempty"`
+	// Seed is vLLM's PYTHONHASHSEED string; "" is a valid seed, absent means unknown.
+	Seed *string `yaml:"seed" json:"seed,omitempty"`
+	// MinMatchTokens is the shallow guard (default 16, 0 disables, at most 4096).
+	MinMatchTokens *int `yaml:"minMatchTokens" json:"minMatchTokens,omitempty"`
+	// Scoring chooses what drives KV-exact selection: overlap (the reference) or prefix (contiguous).
+	Scoring string `yaml:"scoring" json:"scoring,omitempty"`
+	// LoadLaw bounds KV-exact selection by load.
+	LoadLaw LoadLaw `yaml:"loadLaw" json:"loadLaw"`
+	// Breaker configures the per-endpoint circuit breaker.
+	Breaker Breaker `yaml:"breaker" json:"breaker"`
+	// Session configures mode-1 session stickiness.
+	Session Session `yaml:"session" json:"session"`
+	// Trie configures the mode-1 prefix trie tier.
+	Trie Trie `yaml:"trie" json:"trie"`
+	// Admission configures the mode-1 admission gate (off by default).
+	Admission Admission `yaml:"admission" json:"admission"`
+	// CHWBL configures the chwbl selector.
+	CHWBL CHWBL `yaml:"chwbl" json:"chwbl"`
+	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
+	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
+	// Endpoints serve the rule's models.
+	Endpoints []Endpoint `yaml:"endpoints" json:"endpoints"`
+}
+
+// EngineRef names a contract.
+type EngineRef struct {
+	Family  string `yaml:"family" json:"family"`
+	Release string `yaml:"release" json:"release"`
+}
+
+// LoadLaw is the bounded-load law of KV-exact selection.
+type LoadLaw struct {
+	// Kind: hard (default), soft, adaptive or off.
+	Kind string `yaml:"kind" json:"kind"`
+	// Epsilon: hard law headroom over the mean, default 0.75 (cap = (1+ε)·mean share).
+	Epsilon *float64 `yaml:"epsilon" json:"epsilon,omitempty"`
+	// Lambda: soft law load penalty, default 32.
+	Lambda int `yaml:"lambda" json:"lambda,omitempty"`
+	// SpillRelief lets an over-cap winner spill to the least-loaded endpoint of the whole pool;
+	// default on in mode 3, off in mode 1.
+	SpillRelief *bool `yaml:"spillRelief" json:"spillRelief,omitempty"`
+	// ColdStartSeedN diverts every Nth hit to a cold endpoint (default 16, 0 disables).
+	ColdStartSeedN *int `yaml:"coldStartSeedN" json:"coldStartSeedN,omitempty"`
+	// ColdStartMinBlocks: an endpoint with fewer resident blocks is cold (default 16).
+	ColdStartMinBlocks int `yaml:"coldStartMinBlocks" json:"coldStartMinBlocks,omitempty"`
+}
+
+// Breaker configures the per-endpoint circuit breaker.
+type Breaker struct {
+	// Enabled defaults to true (P/D rules always have one).
+	Enabled *bool `yaml:"enabled" json:"enabled,omitempty"`
+	// FailureThreshold: consecutive failures that open it (default 5, 3 for P/D).
+	FailureThreshold int `yaml:"failureThreshold" json:"failureThreshold,omitempty"`
+	// OpenFor: how long it stays open before half-open trials (default 30s).
+	OpenFor Duration `yaml:"openFor" json:"openFor,omitempty"`
+	// HalfOpenRequests: trial requests admitted while half-open (default 3).
+	HalfOpenRequests int `yaml:"halfOpenRequests" json:"halfOpenRequests,omitempty"`
+	// OriginErrorThreshold: consecutive origin 5xx that open it (default 3, 0 disables).
+	OriginErrorThreshold *int `yaml:"originErrorThreshold" json:"originErrorThreshold,omitempty"`
+}
+
+// Session configures mode-1 stickiness (X-Conversation-Id, then the body's user).
+type Session struct {
+	TTL Duration `yaml:"ttl" json:"ttl,omitempty"` // default 300s
+}
+
+// Trie configures the mode-1 prefix trie.
+type Trie struct {
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// ThresholdPct is the minimum match rate in percent (default 20).
+	ThresholdPct int `yaml:"thresholdPct" json:"thresholdPct,omitempty"`
+	// BalanceAbs bypasses the trie when max(active) − min(active) exceeds it (default 3).
+	BalanceAbs int `yaml:"balanceAbs" json:"balanceAbs,omitempty"`
+}
+
+// Admission configures the mode-1 admission gate.
+type Admission struct {
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// MaxInflightPerEndpoint caps in-flight requests per prefill endpoint.
+	MaxInflightPerEndpoint int `yaml:"maxInflightPerEndpoint" json:"maxInflightPerEndpoint,omitempty"`
+	// Mode: park (hold, then 504 after MaxPark) or shed (429).
+	Mode string `yaml:"mode" json:"mode,omitempty"`
+	// QueueDepth per endpoint for park (default 64, at most 64).
+	QueueDepth int `yaml:"queueDepth" json:"queueDepth,omitempty"`
+	// MaxPark is the park deadline (default 30s).
+	MaxPark Duration `yaml:"maxPark" json:"maxPark,omitempty"`
+}
+
+// CHWBL configures consistent hashing with bounded loads.
+type CHWBL struct {
+	// Replication: virtual nodes per endpoint (default 256).
+	Replication int `yaml:"replication" json:"replication,omitempty"`
+	// LoadFactor: an endpoint may carry at most LoadFactor × mean load (default 1.25).
+	LoadFactor float64 `yaml:"loadFactor" json:"loadFactor,omitempty"`
+	// PrefixChars: how many leading characters of the rendered prompt form the key (default 256).
+	PrefixChars int `yaml:"prefixChars" json:"prefixChars,omitempty"`
+}
+
+// Endpoint is one engine server.
+type Endpoint struct {
+	// Name identifies the endpoint in receipts, metrics and certificates (default: Address).
+	Name string `yaml:"name" json:"name"`
+	// Address is the engine's base URL, e.g. http://127.0.0.1:8000.
+	Address string `yaml:"address" json:"address"`
+	// Role: normal (default), prefill or decode.
+	Role string `yaml:"role" json:"role,omitempty"`
+	// Weight for wrr and capacity shares (default 1).
+	Weight int `yaml:"weight" json:"weight,omitempty"`
+	// Events says where the endpoint publishes KV events.
+	Events Events `yaml:"events" json:"events"`
+	// BootstrapPort is the SGLang prefill bootstrap port (P/D).
+	BootstrapPort int `yaml:"bootstrapPort" json:"bootstrapPort,omitempty"`
+	// CapacityBlocks is the endpoint's KV capacity in blocks for the load law (default 1).
+	CapacityBlocks int `yaml:"capacityBlocks" json:"capacityBlocks,omitempty"`
+	// AdminDown takes the endpoint out of every tier.
+	AdminDown bool `yaml:"adminDown" json:"adminDown,omitempty"`
+}
+
+// Events lists an endpoint's event sources, one entry per data-parallel rank in rank order.
+type Events struct {
+	ZMQ    []string `yaml:"zmq" json:"zmq,omitempty"`
+	Replay []string `yaml:"replay" json:"replay,omitempty"`
+	Topic  string   `yaml:"topic" json:"topic,omitempty"`
+	// Drain is the TensorRT-LLM server base URL polled at /kv_cache_events (default: Address).
+	Drain string `yaml:"drain" json:"drain,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" in YAML and JSON.
+type Duration time.Duration
+
+// UnmarshalYAML reads Go duration syntax.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (e.g. 30s, 5m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes Go duration syntax.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads Go duration syntax.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (e.g. 30s, 5m)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Vocabularies.
+var (
+	Selectors = []string{"rr", "wrr", "least-load", "chwbl"}
+	Roles     = []string{"normal", "prefill", "decode"}
+	Bindings  = []string{"auto", "engine", "router"}
+	Scorings  = []string{"overlap", "prefix"}
+	LoadLaws  = []string{"hard", "soft", "adaptive", "off"}
+	Modes     = []int{0, 1, 3}
+)
+
+// Load reads and validates a gateway.yaml. Unknown keys are errors.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b)
+}
+
+// Parse decodes and validates a gateway.yaml document, filling defaults.
+func Parse(b []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	if err := c.Normalize(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Normalize fills defaults and validates the whole configuration.
+func (c *Config) Normalize() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = "127.0.0.1:9090"
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxBodyBytes < 0 {
+		return fieldErr("maxBodyBytes", "%d must be positive", c.MaxBodyBytes)
+	}
+	if c.Admin.TokenFile != "" {
+		b, err := os.ReadFile(c.Admin.TokenFile)
+		if err != nil {
+			return fieldErr("admin.tokenFile", "%v", err)
+		}
+		c.Admin.Token = strings.TrimSpace(string(b))
+	}
+	names := map[string]bool{}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if err := r.Normalize(); err != nil {
+			return prefix(fmt.Sprintf("rules[%d]", i), err)
+		}
+		if names[r.Name] {
+			return fieldErr(fmt.Sprintf("rules[%d].name", i), "%q is used by another rule", r.Name)
+		}
+		names[r.Name] = true
+	}
+	return CheckOverlap(c.Listen, c.Rules)
+}
+
+// CheckOverlap rejects two rules that would both serve the same model on the same listener.
+func CheckOverlap(defaultListen string, rs []Rule) error {
+	type key struct{ listen, model string }
+	seen := map[key]string{}
+	for i, r := range rs {
+		l := r.Listener
+		if l == "" {
+			l = defaultListen
+		}
+		models := r.Models
+		if len(models) == 0 {
+			models = []string{""}
+		}
+		for _, m := range models {
+			k := key{l, m}
+			if other, dup := seen[k]; dup {
+				what := fmt.Sprintf("model %q", m)
+				if m == "" {
+					what = "the wildcard pool"
+				}
+				return fieldErr(fmt.Sprintf("rules[%d].models", i), "%s on %s is already served by rule %q", what, l, other)
+			}
+			seen[k] = r.Name
+		}
+	}
+	return nil
+}
+
+// FieldError is a validation failure naming the field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func prefix(p string, err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: p + "." + fe.Field, Msg: fe.Msg}
+	}
+	return fmt.Errorf("%s: %w", p, err)
+}
+
+func oneOf(field, v string, allowed []string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	return fieldErr(field, "%q is not one of %s", v, strings.Join(allowed, ", "))
+}
+
+// Contract returns the contract the rule's engine names (Normalize has checked it exists).
+func (r *Rule) Contract() *contracts.Contract {
+	c, _ := contracts.Lookup(r.Engine.Family, r.Engine.Release)
+	return c
+}
+
+// Normalize fills the rule's defaults and validates it; on error the rule may be half-filled, so
+// callers validate a copy (see Store).
+func (r *Rule) Normalize() error {
+	if r.Name == "" {
+		return fieldErr("name", "required")
+	}
+	if r.Engine.Family == "" {
+		return fieldErr("engine.family", "required, one of %s", strings.Join(contracts.Families, ", "))
+	}
+	if r.Engine.Release == "" {
+		return fieldErr("engine.release", "required (the engine's release tag, e.g. v0.25.1)")
+	}
+	ct, err := contracts.Lookup(r.Engine.Family, r.Engine.Release)
+	if err != nil {
+		return fieldErr("engine", "%v", err)
+	}
+	if r.Selector == "" {
+		r.Selector = "rr"
+	}
+	if err := oneOf("selector", r.Selector, Selectors); err != nil {
+		return err
+	}
+	if !slices.Contains(Modes, r.KVExactMode) {
+		hint := ""
+		if r.KVExactMode == 2 {
+			hint = " (2 is reserved)"
+		}
+		return fieldErr("kvExactMode", "%d is not one of 0 (off), 1 (P/D ladder), 3 (single pool)%s", r.KVExactMode, hint)
+	}
+	for i, m := range r.Models {
+		if m == "" {
+			return fieldErr(fmt.Sprintf("models[%d]", i), "empty model name (omit models for a wildcard pool)")
+		}
+	}
+	if len(r.Endpoints) == 0 {
+		return fieldErr("endpoints", "at least one endpoint is required")
+	}
+	roles := map[string]int{}
+	epNames := map[string]bool{}
+	for i := range r.Endpoints {
+		ep := &r.Endpoints[i]
+		f := fmt.Sprintf("endpoints[%d]", i)
+		if err := ep.normalize(ct); err != nil {
+			return prefix(f, err)
+		}
+		if epNames[ep.Name] {
+			return fieldErr(f+".name", "%q is used by another endpoint of this rule", ep.Name)
+		}
+		epNames[ep.Name] = true
+		roles[ep.Role]++
+	}
+	if len(r.Endpoints) > 256 {
+		return fieldErr("endpoints", "%d endpoints; at most 256 per rule", len(r.Endpoints))
+	}
+	pd := roles["prefill"] > 0 || roles["decode"] > 0
+	switch r.KVExactMode {
+	case 1:
+		if roles["prefill"] == 0 || roles["decode"] == 0 {
+			return fieldErr("kvExactMode", "1 (P/D ladder) needs at least one prefill and one decode endpoint (use 3 for a single pool)")
+		}
+	case 3:
+		if pd {
+			return fieldErr("kvExactMode", "3 (single pool) needs role-less endpoints; this rule has prefill/decode roles (use 1 for P/D)")
+		}
+	case 0:
+		if pd && (roles["prefill"] == 0 || roles["decode"] == 0) {
+			return fieldErr("endpoints", "a P/D rule needs at least one prefill and one decode endpoint")
+		}
+	}
+	if pd && ct.PD == "none" {
+		return fieldErr("endpoints", "%s has no prefill/decode dialect; roles prefill/decode are not available", ct.Family)
+	}
+	if !ct.HasEvents() {
+		// llama.cpp: every KV control is refused, with the contract's reason.
+		switch {
+		case r.KVExactMode != 0:
+			return fieldErr("kvExactMode", "%d refused for %s: %s", r.KVExactMode, ct.Family, ct.Hash.NoneReason)
+		case r.BlockSize != 0:
+			return fieldErr("blockSize", "refused for %s: %s", ct.Family, ct.Hash.NoneReason)
+		case r.HashAlgorithm != "":
+			return fieldErr("hashAlgorithm", "refused for %s: %s", ct.Family, ct.Hash.NoneReason)
+		case r.Binding != "" && r.Binding != "auto":
+			return fieldErr("binding", "refused for %s: %s", ct.Family, ct.Hash.NoneReason)
+		case r.Seed != nil:
+			return fieldErr("seed", "refused for %s: %s", ct.Family, ct.Hash.NoneReason)
+		case pd:
+			return fieldErr("endpoints", "prefill/decode roles refused for %s", ct.Family)
+		}
+		r.Binding = "none"
+	} else {
+		if r.BlockSize == 0 {
+			r.BlockSize = ct.BlockSize.Default
+		}
+		if r.BlockSize < 1 || r.BlockSize > 4096 {
+			return fieldErr("blockSize", "%d is outside 1..4096", r.BlockSize)
+		}
+		if r.HashAlgorithm == "" {
+			r.HashAlgorithm = ct.Hash.DefaultAlgorithm
+		}
+		if !ct.SupportsAlgorithm(r.HashAlgorithm) {
+			return fieldErr("hashAlgorithm", "%q does not fit %s %s; it offers %s", r.HashAlgorithm, ct.Family, ct.Pin.Release, strings.Join(ct.Hash.Algorithms, ", "))
+		}
+		if r.Binding == "" {
+			r.Binding = "auto"
+		}
+		if err := oneOf("binding", r.Binding, Bindings); err != nil {
+			return err
+		}
+		if r.Binding != "auto" && !ct.SupportsBinding(r.Binding) {
+			return fieldErr("binding", "%q is not offered by %s %s (offers %s)", r.Binding, ct.Family, ct.Pin.Release, strings.Join(ct.Hash.Bindings, ", "))
+		}
+		switch ct.Hash.Seed {
+		case "pythonhashseed":
+			if r.Binding == "engine" && r.Seed == nil {
+				return fieldErr("seed", "required for the engine binding: without PYTHONHASHSEED, vLLM roots its block hashes in random bytes per process, so no gateway can compute them (set seed to the engine's PYTHONHASHSEED; \"\" is a valid seed)")
+			}
+		case "none":
+			if r.Seed != nil {
+				return fieldErr("seed", "%s takes no seed; remove the field", ct.Family)
+			}
+		}
+	}
+	if r.MinMatchTokens == nil {
+		v := 16
+		r.MinMatchTokens = &v
+	}
+	if *r.MinMatchTokens < 0 || *r.MinMatchTokens > 4096 {
+		return fieldErr("minMatchTokens", "%d is outside 0..4096", *r.MinMatchTokens)
+	}
+	if r.Scoring == "" {
+		r.Scoring = "overlap"
+	}
+	if err := oneOf("scoring", r.Scoring, Scorings); err != nil {
+		return err
+	}
+	if err := r.LoadLaw.normalize(r.KVExactMode); err != nil {
+		return prefix("loadLaw", err)
+	}
+	if err := r.Breaker.normalize(pd); err != nil {
+		return prefix("breaker", err)
+	}
+	if r.Session.TTL == 0 {
+		r.Session.TTL = Duration(300 * time.Second)
+	}
+	if r.Session.TTL < 0 {
+		return fieldErr("session.ttl", "must be positive")
+	}
+	if r.Trie.Enabled && !pd {
+		return fieldErr("trie.enabled", "the prefix trie is a P/D-ladder tier; this rule has no prefill/decode endpoints")
+	}
+	if r.Trie.ThresholdPct == 0 {
+		r.Trie.ThresholdPct = 20
+	}
+	if r.Trie.ThresholdPct < 0 || r.Trie.ThresholdPct > 100 {
+		return fieldErr("trie.thresholdPct", "%d is outside 0..100", r.Trie.ThresholdPct)
+	}
+	if r.Trie.BalanceAbs == 0 {
+		r.Trie.BalanceAbs = 3
+	}
+	if r.Trie.BalanceAbs < 0 {
+		return fieldErr("trie.balanceAbs", "%d must be ≥ 0", r.Trie.BalanceAbs)
+	}
+	if err := r.Admission.normalize(pd); err != nil {
+		return prefix("admission", err)
+	}
+	if r.CHWBL.Replication == 0 {
+		r.CHWBL.Replication = 256
+	}
+	if r.CHWBL.Replication < 1 || r.CHWBL.Replication > 1024 {
+		return fieldErr("chwbl.replication", "%d is outside 1..1024", r.CHWBL.Replication)
+	}
+	if r.CHWBL.LoadFactor == 0 {
+		r.CHWBL.LoadFactor = 1.25
+	}
+	if r.CHWBL.LoadFactor < 1 || r.CHWBL.LoadFactor > 3 {
+		return fieldErr("chwbl.loadFactor", "%g is outside 1..3", r.CHWBL.LoadFactor)
+	}
+	if r.CHWBL.PrefixChars == 0 {
+		r.CHWBL.PrefixChars = 256
+	}
+	if r.CHWBL.PrefixChars < 1 {
+		return fieldErr("chwbl.prefixChars", "%d must be positive", r.CHWBL.PrefixChars)
+	}
+	if r.InventoryCapacity == 0 {
+		r.InventoryCapacity = 1_000_000
+	}
+	if r.InventoryCapacity < 1000 || r.InventoryCapacity > 100_000_000 {
+		return fieldErr("inventoryCapacity", "%d is outside 1000..100000000", r.InventoryCapacity)
+	}
+	return nil
+}
+
+func (ep *Endpoint) normalize(ct *contracts.Contract) error {
+	if ep.Address == "" {
+		return fieldErr("address", "required (the engine's base URL, e.g. http://127.0.0.1:8000)")
+	}
+	if !strings.HasPrefix(ep.Address, "http://") && !strings.HasPrefix(ep.Address, "https://") {
+		return fieldErr("address", "%q must start with http:// or https://", ep.Address)
+	}
+	ep.Address = strings.TrimRight(ep.Address, "/")
+	if ep.Name == "" {
+		ep.Name = ep.Address
+	}
+	if ep.Role == "" {
+		ep.Role = "normal"
+	}
+	if err := oneOf("role", ep.Role, Roles); err != nil {
+		return err
+	}
+	if ep.Weight == 0 {
+		ep.Weight = 1
+	}
+	if ep.Weight < 0 || ep.Weight > 1000 {
+		return fieldErr("weight", "%d is outside 1..1000", ep.Weight)
+	}
+	if ep.CapacityBlocks < 0 {
+		return fieldErr("capacityBlocks", "%d must be ≥ 0", ep.CapacityBlocks)
+	}
+	ev := &ep.Events
+	switch ct.Transport {
+	case "none":
+		if len(ev.ZMQ) > 0 || len(ev.Replay) > 0 || ev.Drain != "" {
+			return fieldErr("events", "%s publishes no KV events: %s", ct.Family, ct.Hash.NoneReason)
+		}
+	case "zmq-multipart-v1":
+		if ev.Drain != "" {
+			return fieldErr("events.drain", "%s publishes over ZeroMQ, not an HTTP drain", ct.Family)
+		}
+		if len(ev.ZMQ) > 8 {
+			return fieldErr("events.zmq", "%d ranks; at most 8", len(ev.ZMQ))
+		}
+		for i, a := range ev.ZMQ {
+			if !strings.HasPrefix(a, "tcp://") && !strings.HasPrefix(a, "ipc://") {
+				return fieldErr(fmt.Sprintf("events.zmq[%d]", i), "%q must be a tcp:// or ipc:// address", a)
+			}
+		}
+		if len(ev.Replay) > 0 {
+			if ct.Events.Replay != "optional" {
+				return fieldErr("events.replay", "%s serves no replay", ct.Family)
+			}
+			if len(ev.Replay) != len(ev.ZMQ) {
+				return fieldErr("events.replay", "%d addresses for %d ranks: give one replay address per rank, in rank order", len(ev.Replay), len(ev.ZMQ))
+			}
+		}
+	case "http-drain-v1":
+		if len(ev.ZMQ) > 0 || len(ev.Replay) > 0 {
+			return fieldErr("events.zmq", "%s drains events over HTTP (events.drain), not ZeroMQ", ct.Family)
+		}
+		if ev.Drain == "" {
+			ev.Drain = ep.Address
+		}
+	}
+	return nil
+}
+
+func (l *LoadLaw) normalize(mode int) error {
+	if l.Kind == "" {
+		l.Kind = "hard"
+	}
+	if err := oneOf("kind", l.Kind, LoadLaws); err != nil {
+		return err
+	}
+	if l.Epsilon == nil {
+		e := 0.75
+		l.Epsilon = &e
+	}
+	if *l.Epsilon < 0 || *l.Epsilon > 9 {
+		return fieldErr("epsilon", "%g is outside 0..9", *l.Epsilon)
+	}
+	if l.Lambda == 0 {
+		l.Lambda = 32
+	}
+	if l.Lambda < 1 || l.Lambda > 100000 {
+		return fieldErr("lambda", "%d is outside 1..100000", l.Lambda)
+	}
+	if l.SpillRelief == nil {
+		on := mode == 3
+		l.SpillRelief = &on
+	}
+	if l.ColdStartSeedN == nil {
+		n := 16
+		l.ColdStartSeedN = &n
+	}
+	if *l.ColdStartSeedN < 0 {
+		return fieldErr("coldStartSeedN", "%d must be ≥ 0 (0 disables)", *l.ColdStartSeedN)
+	}
+	if l.ColdStartMinBlocks == 0 {
+		l.ColdStartMinBlocks = 16
+	}
+	if l.ColdStartMinBlocks < 0 {
+		return fieldErr("coldStartMinBlocks", "%d must be ≥ 0", l.ColdStartMinBlocks)
+	}
+	return nil
+}
+
+func (b *Breaker) normalize(pd bool) error {
+	if b.Enabled == nil {
+		on := true
+		b.Enabled = &on
+	}
+	if pd && !*b.Enabled {
+		return fieldErr("enabled", "P/D rules always run a breaker")
+	}
+	if b.FailureThreshold == 0 {
+		b.FailureThreshold = 5
+		if pd {
+			b.FailureThreshold = 3
+		}
+	}
+	if b.FailureThreshold < 1 || b.FailureThreshold > 1000 {
+		return fieldErr("failureThreshold", "%d is outside 1..1000", b.FailureThreshold)
+	}
+	if b.OpenFor == 0 {
+		b.OpenFor = Duration(30 * time.Second)
+	}
+	if b.OpenFor < 0 {
+		return fieldErr("openFor", "must be positive")
+	}
+	if b.HalfOpenRequests == 0 {
+		b.HalfOpenRequests = 3
+	}
+	if b.HalfOpenRequests < 1 {
+		return fieldErr("halfOpenRequests", "%d must be ≥ 1", b.HalfOpenRequests)
+	}
+	if b.OriginErrorThreshold == nil {
+		n := 3
+		b.OriginErrorThreshold = &n
+	}
+	if *b.OriginErrorThreshold < 0 {
+		return fieldErr("originErrorThreshold", "%d must be ≥ 0 (0 disables)", *b.OriginErrorThreshold)
+	}
+	return nil
+}
+
+func (a *Admission) normalize(pd bool) error {
+	if !a.Enabled {
+		return nil
+	}
+	if !pd {
+		return fieldErr("enabled", "the admission gate is a P/D-ladder tier; this rule has no prefill/decode endpoints")
+	}
+	if a.MaxInflightPerEndpoint < 1 {
+		return fieldErr("maxInflightPerEndpoint", "%d must be ≥ 1 when admission is enabled", a.MaxInflightPerEndpoint)
+	}
+	if a.Mode == "" {
+		a.Mode = "park"
+	}
+	if err := oneOf("mode", a.Mode, []string{"park", "shed"}); err != nil {
+		return err
+	}
+	if a.QueueDepth == 0 {
+		a.QueueDepth = 64
+	}
+	if a.QueueDepth < 1 || a.QueueDepth > 64 {
+		return fieldErr("queueDepth", "%d is outside 1..64", a.QueueDepth)
+	}
+	if a.MaxPark == 0 {
+		a.MaxPark = Duration(30 * time.Second)
+	}
+	return nil
+}

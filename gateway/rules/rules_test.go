@@ -1,0 +1,187 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const base = `
+listen: 127.0.0.1:18080
+admin: {token: secret}
+rules:
+  - name: pool
+    models: [llama3]
+    engine: {family: vllm, release: v0.25.1}
+    kvExactMode: 3
+    seed: "0"
+    endpoints:
+      - {name: a, address: "http://127.0.0.1:8001", events: {zmq: ["tcp://127.0.0.1:5557"], replay: ["tcp://127.0.0.1:6557"]}}
+      - {name: b, address: "http://127.0.0.1:8002/"}
+`
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	if r.BlockSize != 16 || r.HashAlgorithm != "sha256" || r.Binding != "auto" || r.Selector != "rr" || r.Scoring != "overlap" {
+		t.Errorf("contract defaults not applied: %+v", r)
+	}
+	if *r.MinMatchTokens != 16 || r.LoadLaw.Kind != "hard" || *r.LoadLaw.Epsilon != 0.75 || !*r.LoadLaw.SpillRelief {
+		t.Errorf("routing defaults wrong: %+v", r.LoadLaw)
+	}
+	if r.Breaker.FailureThreshold != 5 || time.Duration(r.Breaker.OpenFor) != 30*time.Second || *r.Breaker.OriginErrorThreshold != 3 {
+		t.Errorf("breaker defaults wrong: %+v", r.Breaker)
+	}
+	if time.Duration(r.Session.TTL) != 300*time.Second || r.Endpoints[1].Address != "http://127.0.0.1:8002" || r.Endpoints[1].Role != "normal" {
+		t.Errorf("endpoint/session defaults wrong: %+v", r)
+	}
+	if c.Admin.Listen != "127.0.0.1:9090" || c.MaxBodyBytes != 16<<20 {
+		t.Errorf("config defaults wrong: %+v", c)
+	}
+}
+
+func TestSGLangAndTRTDefaults(t *testing.T) {
+	c, err := Parse([]byte(`
+rules:
+  - name: sg
+    models: [m1]
+    engine: {family: sglang, release: v0.5.18}
+    kvExactMode: 3
+    endpoints: [{address: "http://127.0.0.1:1"}]
+  - name: trt
+    models: [m2]
+    engine: {family: trtllm, release: "1.2"}
+    kvExactMode: 3
+    endpoints: [{address: "http://127.0.0.1:2"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rules[0].BlockSize != 1 || c.Rules[0].HashAlgorithm != "sglang_sha256" {
+		t.Errorf("sglang defaults: %+v", c.Rules[0])
+	}
+	if c.Rules[1].BlockSize != 32 || c.Rules[1].Endpoints[0].Events.Drain != "http://127.0.0.1:2" {
+		t.Errorf("trtllm defaults: %+v", c.Rules[1])
+	}
+}
+
+func TestRejections(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, want string
+	}{
+		{"kvExactMode: 3", "kvExactMode: 2", "rules[0].kvExactMode: 2 is not one of 0 (off), 1 (P/D ladder), 3 (single pool) (2 is reserved)"},
+		{"kvExactMode: 3", "kvExactMode: 1", "rules[0].kvExactMode: 1 (P/D ladder) needs at least one prefill and one decode"},
+		{`name: b, address`, `name: b, role: prefill, address`, "rules[0].kvExactMode: 3 (single pool) needs role-less endpoints"},
+		{`name: b, address`, `name: b, role: prefil, address`, `rules[0].endpoints[1].role: "prefil" is not one of normal, prefill, decode`},
+		{"release: v0.25.1", "release: v0.9.2", "rules[0].engine: contracts: no pinned contract for vllm v0.9.2; known releases:"},
+		{"family: vllm", "family: vlm", `rules[0].engine: contracts: unknown engine family "vlm"`},
+		{"seed: \"0\"", "seed: \"0\"\n    hashAlgorithm: sglang_sha256", `rules[0].hashAlgorithm: "sglang_sha256" does not fit vllm v0.25.1; it offers sha256, sha256_cbor, xxhash, xxhash_cbor`},
+		{"seed: \"0\"", "binding: engine", "rules[0].seed: required for the engine binding"},
+		{"seed: \"0\"", "blockSize: 5000", "rules[0].blockSize: 5000 is outside 1..4096"},
+		{"seed: \"0\"", "selector: random", `rules[0].selector: "random" is not one of rr, wrr, least-load, chwbl`},
+		{"seed: \"0\"", "loadLaw: {kind: medium}", `rules[0].loadLaw.kind: "medium" is not one of hard, soft, adaptive, off`},
+		{"seed: \"0\"", "minMatchTokens: 5000", "rules[0].minMatchTokens: 5000 is outside 0..4096"},
+		{"seed: \"0\"", "sed: \"0\"", "field sed not found"},
+		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557", "tcp://127.0.0.1:6558"]`, "rules[0].endpoints[0].events.replay: 2 addresses for 1 ranks"},
+		{`"http://127.0.0.1:8002/"`, `"127.0.0.1:8002"`, `rules[0].endpoints[1].address: "127.0.0.1:8002" must start with http://`},
+		{`name: b, address`, `name: a, address`, `rules[0].endpoints[1].name: "a" is used by another endpoint`},
+		{"seed: \"0\"", "breaker: {openFor: soon}", `"soon" is not a duration`},
+	} {
+		src := strings.Replace(base, tc.from, tc.to, 1)
+		if src == base {
+			t.Fatalf("edit %q changed nothing", tc.from)
+		}
+		_, err := Parse([]byte(src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("edit %q→%q: want error containing %q, got %v", tc.from, tc.to, tc.want, err)
+		}
+	}
+}
+
+func TestLlamaCppRefusesKV(t *testing.T) {
+	tmpl := `
+rules:
+  - name: l
+    engine: {family: llamacpp, release: b10573}
+    selector: chwbl
+    %s
+    endpoints: [{address: "http://127.0.0.1:1"}]
+`
+	if _, err := Parse([]byte(strings.Replace(tmpl, "%s", "", 1))); err != nil {
+		t.Fatalf("plain llama.cpp rule rejected: %v", err)
+	}
+	for field, line := range map[string]string{
+		"kvExactMode":   "kvExactMode: 3",
+		"blockSize":     "blockSize: 16",
+		"hashAlgorithm": "hashAlgorithm: sha256",
+		"binding":       "binding: router",
+		"seed":          `seed: "0"`,
+	} {
+		_, err := Parse([]byte(strings.Replace(tmpl, "%s", line, 1)))
+		if err == nil || !strings.Contains(err.Error(), "rules[0]."+field) || !strings.Contains(err.Error(), "no KV-cache events") {
+			t.Errorf("%s: want refusal naming the field and the reason, got %v", field, err)
+		}
+	}
+}
+
+func TestPDRule(t *testing.T) {
+	c, err := Parse([]byte(`
+rules:
+  - name: pd
+    engine: {family: vllm, release: v0.25.1}
+    kvExactMode: 1
+    trie: {enabled: true}
+    endpoints:
+      - {name: p, role: prefill, address: "http://127.0.0.1:1"}
+      - {name: d, role: decode, address: "http://127.0.0.1:2"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	if r.Breaker.FailureThreshold != 3 || *r.LoadLaw.SpillRelief || r.Trie.ThresholdPct != 20 || r.Trie.BalanceAbs != 3 {
+		t.Errorf("P/D defaults wrong: %+v %+v %+v", r.Breaker, r.LoadLaw, r.Trie)
+	}
+}
+
+func TestStoreRejectsWithoutMutation(t *testing.T) {
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(c)
+	var changes []Change
+	s.Watch(func(ch Change) { changes = append(changes, ch) })
+	bad := c.Rules[0].Clone()
+	bad.Selector = "nope"
+	if _, err := s.Put(bad); err == nil || !strings.Contains(err.Error(), "selector") {
+		t.Fatalf("bad rule accepted: %v", err)
+	}
+	got, _ := s.Get("pool")
+	if got.Selector != "rr" || len(changes) != 0 || s.Generation() != 0 {
+		t.Fatalf("store mutated by a rejected change: %+v, %d changes", got, len(changes))
+	}
+	// Overlap with an existing rule on the same listener and model is rejected.
+	dup := c.Rules[0].Clone()
+	dup.Name = "pool2"
+	if _, err := s.Put(dup); err == nil || !strings.Contains(err.Error(), `model "llama3" on 127.0.0.1:18080 is already served by rule "pool"`) {
+		t.Fatalf("overlap accepted: %v", err)
+	}
+	ok := c.Rules[0].Clone()
+	ok.Selector = "least-load"
+	if _, err := s.Put(ok); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get("pool"); got.Selector != "least-load" || len(changes) != 1 || changes[0].Old.Selector != "rr" {
+		t.Fatalf("accepted change not applied/announced: %+v %+v", got, changes)
+	}
+	if err := s.Delete("pool"); err != nil || len(s.List()) != 0 || len(changes) != 2 || changes[1].New != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := s.Delete("pool"); err == nil {
+		t.Fatal("deleting a missing rule succeeded")
+	}
+}
