@@ -1,0 +1,60 @@
+// Package route owns the routing decision: which endpoint (and, for prefill/decode rules, which
+// pair) serves a request, and why. A rule's router runs tiers in a fixed order — the single-pool
+// ladder (KV-exact, then the rule's selector) or the P/D ladder (admission, session, prefix trie,
+// KV-exact, min-load, decode pick, rescue) — over the endpoints health has not excluded. Every
+// decision carries its evidence: per-endpoint overlap and prefix depth, the tier that decided, and
+// the reason KV-exact missed when it did.
+package route
+
+import (
+	"sync/atomic"
+
+	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/inventory"
+)
+
+// Role of an endpoint in a rule.
+type Role string
+
+const (
+	RoleNormal  Role = "normal"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Endpoint is one engine server as the router sees it. Load is the gateway's own count of requests
+// in flight to it (active) plus those parked for it (queued): the signal every load-aware tier uses.
+type Endpoint struct {
+	ID       inventory.EndpointID // position in the rule's inventory
+	Index    int                  // position in the rule's endpoint list (ties resolve to the lowest)
+	Name     string
+	Address  string
+	Role     Role
+	Weight   int
+	Capacity int // KV capacity share for the load law (≥ 1)
+	Health   *health.Endpoint
+
+	active atomic.Int64
+	queued atomic.Int64
+	served atomic.Uint64
+}
+
+// Load is active + queued.
+func (e *Endpoint) Load() int { return int(e.active.Load() + e.queued.Load()) }
+
+// Active is the number of requests in flight.
+func (e *Endpoint) Active() int { return int(e.active.Load()) }
+
+// Served counts requests routed to the endpoint.
+func (e *Endpoint) Served() uint64 { return e.served.Load() }
+
+// excluded reports the health exclusion reason, or a retry exclusion.
+func (e *Endpoint) excluded(retry inventory.Mask) health.Reason {
+	if retry.Has(e.ID) {
+		return "connect_failed"
+	}
+	if e.Health == nil {
+		return health.NotExcluded
+	}
+	return e.Health.Excluded()
+}

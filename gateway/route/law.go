@@ -1,0 +1,155 @@
+package route
+
+// Bounded-load laws (routing-semantics §6): given each candidate's cache score and load, pick the
+// KV-exact winner so that cache affinity never piles every request onto one hot endpoint. All maths
+// is integer, so the same inputs always give the same winner.
+
+// Scored is one candidate as a law sees it.
+type Scored struct {
+	// Index is the candidate's position in the rule's endpoint order (ties resolve to the lowest).
+	Index int
+	// Score is the cache score that drives selection (overlap or prefix depth, in blocks).
+	Score int
+	// Load is the gateway's own in-flight count for the endpoint (active + queued).
+	Load int
+	// Capacity is the endpoint's KV capacity share (blocks × weight), at least 1.
+	Capacity int
+}
+
+// LawKind names a bounded-load law.
+type LawKind string
+
+const (
+	LawOff      LawKind = "off"      // pure argmax score
+	LawHard     LawKind = "hard"     // argmax among under-cap candidates
+	LawSoft     LawKind = "soft"     // lowest uncached·1000 + λ·load cost
+	LawAdaptive LawKind = "adaptive" // hard with ε growing with total load
+)
+
+// Law is a configured bounded-load law.
+type Law struct {
+	Kind LawKind
+	// FactorPct is (1+ε)·100 for the hard law (175 for the default ε = 0.75).
+	FactorPct int
+	// Lambda is the soft law's load penalty.
+	Lambda int
+	// SpillRelief lets an over-cap winner spill to an under-cap endpoint with zero score.
+	SpillRelief bool
+}
+
+// Verdict is a law's choice.
+type Verdict struct {
+	// Pos is the position of the winner in the slice passed to Pick, -1 when nothing qualifies.
+	Pos int
+	// Spill is true when the winner is not the global argmax (load moved the request).
+	Spill bool
+	// Caps are the per-candidate load caps the hard laws used (nil for off/soft), for evidence.
+	Caps []int
+}
+
+// Pick applies the law. queryBlocks is the prompt's block count (the soft law's "uncached" is
+// queryBlocks − score). cands must be in endpoint order.
+func (l Law) Pick(cands []Scored, queryBlocks int) Verdict {
+	if len(cands) == 0 {
+		return Verdict{Pos: -1}
+	}
+	best := argmax(cands, func(int) bool { return true })
+	switch l.Kind {
+	case LawOff, "":
+		return Verdict{Pos: best}
+	case LawSoft:
+		return l.soft(cands, queryBlocks, best)
+	case LawAdaptive:
+		total := 0
+		for _, c := range cands {
+			total += c.Load
+		}
+		pct := clamp(175+125*(total-16)/10, 175, 300)
+		return l.hard(cands, best, pct)
+	default:
+		return l.hard(cands, best, l.FactorPct)
+	}
+}
+
+// argmax returns the position with the highest score among those ok accepts; ties go to the
+// least loaded, then to the lowest position. -1 when none is accepted.
+func argmax(cands []Scored, ok func(pos int) bool) int {
+	pos := -1
+	for i, c := range cands {
+		if !ok(i) {
+			continue
+		}
+		if pos < 0 || c.Score > cands[pos].Score || (c.Score == cands[pos].Score && c.Load < cands[pos].Load) {
+			pos = i
+		}
+	}
+	return pos
+}
+
+// leastLoaded returns the least-loaded accepted position (lowest position on ties), -1 if none.
+func leastLoaded(cands []Scored, ok func(pos int) bool) int {
+	pos := -1
+	for i, c := range cands {
+		if ok(i) && (pos < 0 || c.Load < cands[pos].Load) {
+			pos = i
+		}
+	}
+	return pos
+}
+
+// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least 1. The winner is the
+// best score among candidates under their cap; if no under-cap candidate has a positive score, the
+// least-loaded under-cap candidate takes it when spill relief is on (else the least-loaded with a
+// positive score keeps the affinity); if every candidate is over its cap, the least-loaded one with
+// a positive score.
+func (l Law) hard(cands []Scored, best, pct int) Verdict {
+	if pct < 100 {
+		pct = 175
+	}
+	totalLoad, totalCap := 0, 0
+	for _, c := range cands {
+		totalLoad += c.Load
+		totalCap += max(c.Capacity, 1)
+	}
+	caps := make([]int, len(cands))
+	under := func(i int) bool { return cands[i].Load < caps[i] }
+	for i, c := range cands {
+		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
+		den := int64(100) * int64(totalCap)
+		caps[i] = int(max((num+den-1)/den, 1))
+	}
+	pos := argmax(cands, under)
+	switch {
+	case pos >= 0 && cands[pos].Score > 0:
+	case pos >= 0 && l.SpillRelief:
+		pos = leastLoaded(cands, under)
+	default:
+		pos = leastLoaded(cands, func(i int) bool { return cands[i].Score > 0 })
+	}
+	if pos < 0 {
+		pos = best
+	}
+	return Verdict{Pos: pos, Spill: pos != best, Caps: caps}
+}
+
+// soft: cost_i = (queryBlocks − score_i)·1000 + λ·load_i·meanCap/capacity_i; lowest cost wins, ties
+// to the lower position. With no load the soft law equals argmax.
+func (l Law) soft(cands []Scored, queryBlocks, best int) Verdict {
+	lambda := int64(max(l.Lambda, 1))
+	totalCap := int64(0)
+	for _, c := range cands {
+		totalCap += int64(max(c.Capacity, 1))
+	}
+	n := int64(len(cands))
+	pos, bestCost := -1, int64(0)
+	for i, c := range cands {
+		uncached := int64(max(queryBlocks-c.Score, 0))
+		cost := uncached*1000 + lambda*int64(c.Load)*totalCap/(n*int64(max(c.Capacity, 1)))
+		if pos < 0 || cost < bestCost {
+			pos, bestCost = i, cost
+		}
+	}
+	return Verdict{Pos: pos, Spill: cands[pos].Score < cands[best].Score}
+}
+
+func clamp(v, lo, hi int) int { return min(max(v, lo), hi) }
