@@ -39,7 +39,9 @@ func (m *Metrics) decided(rule string, d *Decision) {
 	}
 }
 
-func (m *Metrics) missed(rule string, reason Miss) { m.misses.WithLabelValues(rule, string(reason)).Inc() }
+func (m *Metrics) missed(rule string, reason Miss) {
+	m.misses.WithLabelValues(rule, string(reason)).Inc()
+}
 
 func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() }
 
