@@ -1,0 +1,213 @@
+// Package certificate is the format `ctk certify` writes and the gateway enforces: a profile digest
+// (engine release, model, tokenizer and template digests, block size, binding, algorithm, seed
+// fingerprint) bound to the endpoints that proved it, with an issue time, an expiry and an optional
+// ed25519 signature. The gateway enables KV-exact for a rule only on endpoints a valid certificate
+// covers for the rule's own staged profile; anything else is a named reason, never a silent pass.
+package certificate
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// FormatVersion is the certificate schema version.
+const FormatVersion = "kvexact-certificate-v1"
+
+// Profile is what must match between gateway and engine for exact routing to work. Every field
+// enters the digest; two profiles with equal digests route identically.
+type Profile struct {
+	// Engine family and the contract id the engine's /version mapped to.
+	Family   string `json:"family"`
+	Contract string `json:"contract"`
+	// Model is the served model name.
+	Model string `json:"model"`
+	// TokenizerSHA256 and ConfigSHA256 are the staged tokenizer.json and tokenizer_config.json.
+	TokenizerSHA256 string `json:"tokenizer_sha256"`
+	ConfigSHA256    string `json:"config_sha256"`
+	// TemplateSHA256 is the chat template text's digest ("" when the model has none).
+	TemplateSHA256 string `json:"template_sha256"`
+	// BlockSize in tokens.
+	BlockSize int `json:"block_size"`
+	// Binding requested by the rule: auto, engine or router.
+	Binding string `json:"binding"`
+	// Algorithm is the engine's hash algorithm (router keys add their version below).
+	Algorithm string `json:"algorithm"`
+	// SeedFingerprint is SeedFingerprint(seed) ("" for engines without a seed, "unset" when absent).
+	SeedFingerprint string `json:"seed_fingerprint"`
+	// RouterKeys names the router-key version the gateway computes.
+	RouterKeys string `json:"router_keys"`
+}
+
+// SeedFingerprint hides the seed value while still telling seeds apart: a seed is configuration an
+// operator may not want written into files that travel.
+func SeedFingerprint(seed *string) string {
+	if seed == nil {
+		return "unset"
+	}
+	sum := sha256.Sum256([]byte("kvexact-seed-v1\x00" + *seed))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Digest is the profile's identity: sha256 over its canonical JSON (fixed field order).
+func (p Profile) Digest() string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // plain strings and ints cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Coverage says what an endpoint proved.
+type Coverage string
+
+const (
+	// CoverEngine: engine-binding keys equal the engine's published keys.
+	CoverEngine Coverage = "engine"
+	// CoverRouter: the engine's event tokens equal the gateway's, so router keys work.
+	CoverRouter Coverage = "router"
+	// CoverAffinity: content affinity only (llama.cpp); no KV-exact.
+	CoverAffinity Coverage = "affinity"
+)
+
+// Endpoint is one endpoint's result.
+type Endpoint struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Release string `json:"release"`
+	// Certified lists the bindings proven (empty when the endpoint failed).
+	Certified []Coverage `json:"certified"`
+	// Failures name the specs that failed, for humans.
+	Failures []string `json:"failures,omitempty"`
+}
+
+// Certificate binds a profile to endpoints.
+type Certificate struct {
+	Format        string     `json:"format"`
+	Profile       Profile    `json:"profile"`
+	ProfileDigest string     `json:"profile_digest"`
+	Endpoints     []Endpoint `json:"endpoints"`
+	IssuedAt      time.Time  `json:"issued_at"`
+	ExpiresAt     time.Time  `json:"expires_at"`
+	Issuer        string     `json:"issuer,omitempty"`
+	// Signature is base64 ed25519 over Payload() when the certificate is signed.
+	Signature string `json:"signature,omitempty"`
+}
+
+// Payload is the signed bytes: the certificate's JSON with an empty signature.
+func (c *Certificate) Payload() []byte {
+	cp := *c
+	cp.Signature = ""
+	b, err := json.Marshal(cp)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Sign signs the certificate with an ed25519 private key.
+func (c *Certificate) Sign(key ed25519.PrivateKey) {
+	c.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(key, c.Payload()))
+}
+
+// Write stores the certificate as indented JSON.
+func (c *Certificate) Write(path string) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Load reads a certificate. With a public key, the signature must verify; without one, an unsigned
+// certificate is accepted (signing is optional) but a signed one is still checked for integrity
+// against nothing and reported by Signed().
+func Load(path string, pub ed25519.PublicKey) (*Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, pub)
+}
+
+// Parse decodes and checks a certificate.
+func Parse(b []byte, pub ed25519.PublicKey) (*Certificate, error) {
+	var c Certificate
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("certificate: %w", err)
+	}
+	if c.Format != FormatVersion {
+		return nil, fmt.Errorf("certificate: format %q, want %q", c.Format, FormatVersion)
+	}
+	if got := c.Profile.Digest(); got != c.ProfileDigest {
+		return nil, fmt.Errorf("certificate: profile_digest %s does not match its profile (%s): the file was edited", c.ProfileDigest, got)
+	}
+	if pub != nil {
+		if c.Signature == "" {
+			return nil, errors.New("certificate: unsigned, but a verification key is configured")
+		}
+		sig, err := base64.StdEncoding.DecodeString(c.Signature)
+		if err != nil || !ed25519.Verify(pub, c.Payload(), sig) {
+			return nil, errors.New("certificate: signature does not verify with the configured key")
+		}
+	}
+	return &c, nil
+}
+
+// Valid reports whether the certificate is in force at now, with the reason when not.
+func (c *Certificate) Valid(now time.Time) (bool, string) {
+	if now.Before(c.IssuedAt.Add(-5 * time.Minute)) {
+		return false, fmt.Sprintf("certificate issued in the future (%s)", c.IssuedAt.Format(time.RFC3339))
+	}
+	if !now.Before(c.ExpiresAt) {
+		return false, fmt.Sprintf("certificate expired at %s", c.ExpiresAt.Format(time.RFC3339))
+	}
+	return true, ""
+}
+
+// Covers reports which bindings the certificate proves for an endpoint under a profile digest, or
+// why it proves none.
+func (c *Certificate) Covers(profileDigest, endpoint string, now time.Time) ([]Coverage, string) {
+	if ok, why := c.Valid(now); !ok {
+		return nil, why
+	}
+	if profileDigest != c.ProfileDigest {
+		return nil, fmt.Sprintf("certificate profile %s differs from the rule's staged profile %s (%s)", short(c.ProfileDigest), short(profileDigest), c.diffHint())
+	}
+	for _, e := range c.Endpoints {
+		if e.Name == endpoint {
+			if len(e.Certified) == 0 {
+				return nil, fmt.Sprintf("endpoint %s failed certification: %s", endpoint, strings.Join(e.Failures, "; "))
+			}
+			return e.Certified, ""
+		}
+	}
+	names := make([]string, len(c.Endpoints))
+	for i, e := range c.Endpoints {
+		names[i] = e.Name
+	}
+	sort.Strings(names)
+	return nil, fmt.Sprintf("endpoint %s is not in the certificate (it covers %s)", endpoint, strings.Join(names, ", "))
+}
+
+func (c *Certificate) diffHint() string {
+	return "re-run ctk certify for this rule's model, tokenizer, block size, binding and seed"
+}
+
+func short(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
