@@ -211,3 +211,21 @@ func short(d string) string {
 	}
 	return d
 }
+
+// NewProfile assembles a profile from the staged configuration. templateText is the model's chat
+// template ("" when it has none); seed is the rule's seed (nil when unset).
+func NewProfile(family, contract, model, tokenizerSHA256, configSHA256, templateText string, blockSize int, binding, algorithm string, seed *string) Profile {
+	p := Profile{Family: family, Contract: contract, Model: model, TokenizerSHA256: tokenizerSHA256, ConfigSHA256: configSHA256,
+		BlockSize: blockSize, Binding: binding, Algorithm: algorithm, RouterKeys: RouterKeysVersion}
+	if templateText != "" {
+		sum := sha256.Sum256([]byte(templateText))
+		p.TemplateSHA256 = hex.EncodeToString(sum[:])
+	}
+	if family == "vllm" {
+		p.SeedFingerprint = SeedFingerprint(seed)
+	}
+	return p
+}
+
+// RouterKeysVersion is the router-key scheme the gateway computes (DESIGN.md, Decisions).
+const RouterKeysVersion = "kvexact-xxh3-v1"

@@ -103,3 +103,29 @@ func TestTamperAndSignature(t *testing.T) {
 		t.Fatalf("unsigned accepted with a key configured: %v", err)
 	}
 }
+
+func TestKeyFiles(t *testing.T) {
+	dir := t.TempDir()
+	priv, pub := filepath.Join(dir, "k"), filepath.Join(dir, "k.pub")
+	if err := GenerateKeyFiles(priv, pub); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := LoadPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := LoadPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sample()
+	c.Sign(sk)
+	path := filepath.Join(dir, "c.json")
+	c.Write(path)
+	if _, err := Load(path, pk); err != nil {
+		t.Fatalf("round trip through key files: %v", err)
+	}
+	if _, err := LoadPublicKey(priv); err == nil {
+		t.Fatal("private key file accepted as public key")
+	}
+}

@@ -31,6 +31,13 @@ type Request struct {
 	ConversationID string
 	// User is the body's user field.
 	User string
+	// AddSpecialTokens is the body's add_special_tokens (nil: the endpoint's default — true for
+	// completions, false for chat).
+	AddSpecialTokens *bool
+	// CacheSalt is the body's cache_salt ("" when absent); vLLM and SGLang hash it into block keys.
+	CacheSalt string
+	// LoRAName is set when the requested model is a LoRA adapter the rule serves (vLLM hashes it).
+	LoRAName string
 }
 
 // sessionKey is X-Conversation-Id, else user.
@@ -105,6 +112,7 @@ type Decision struct {
 
 	release  sync.Once
 	onFinish func()
+	dry      bool
 }
 
 // Release gives back the decision's load units (idempotent).
@@ -200,9 +208,18 @@ func (rt *Router) Endpoints() []*Endpoint { return rt.eps }
 // this request; they are excluded from every tier, so the second-best wins on a retry.
 func (rt *Router) Route(ctx context.Context, req *Request, retry inventory.Mask) (*Decision, error) {
 	if rt.pd {
-		return rt.routePD(ctx, req, retry)
+		return rt.routePD(ctx, req, retry, false)
 	}
-	return rt.routePool(ctx, req, retry)
+	return rt.routePool(ctx, req, retry, false)
+}
+
+// Explain decides like Route but changes nothing: no load taken, no session or trie entry, no
+// admission wait, no metric. It answers /admin/explain.
+func (rt *Router) Explain(ctx context.Context, req *Request) (*Decision, error) {
+	if rt.pd {
+		return rt.routePD(ctx, req, inventory.Mask{}, true)
+	}
+	return rt.routePool(ctx, req, inventory.Mask{}, true)
 }
 
 // candidates returns the non-excluded endpoints with the given roles.
@@ -227,9 +244,9 @@ func hasRole(r Role, roles []Role) bool {
 }
 
 // routePool is mode 3 (and mode 0 on a role-less rule): KV-exact, then the rule's selector.
-func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.Mask) (*Decision, error) {
+func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.Mask, dry bool) (*Decision, error) {
 	cands := rt.candidates(retry, RoleNormal)
-	d := &Decision{}
+	d := &Decision{dry: dry}
 	if rt.rule.KVExactMode == 3 {
 		if w := rt.kvExact(ctx, req, d, retry, RoleNormal); w != nil {
 			d.Target, d.Tier = w, TierKVExact
@@ -250,10 +267,12 @@ func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.M
 
 // routePD is mode 1 (and mode 0 on a P/D rule): admission, session, trie, KV-exact, min-load,
 // decode pick, any-healthy rescue.
-func (rt *Router) routePD(ctx context.Context, req *Request, retry inventory.Mask) (*Decision, error) {
+func (rt *Router) routePD(ctx context.Context, req *Request, retry inventory.Mask, dry bool) (*Decision, error) {
 	prefills := func() []*Endpoint { return rt.candidates(retry, RolePrefill) }
-	if err := rt.admission.wait(ctx, prefills); err != nil {
-		return nil, err
+	if !dry {
+		if err := rt.admission.wait(ctx, prefills); err != nil {
+			return nil, err
+		}
 	}
 	ps := prefills()
 	if rt.admission != nil {
@@ -265,7 +284,7 @@ func (rt *Router) routePD(ctx context.Context, req *Request, retry inventory.Mas
 		}
 		ps = open
 	}
-	d := &Decision{}
+	d := &Decision{dry: dry}
 	pin, pinned := rt.sessions.get(req.sessionKey())
 	if pinned {
 		if p := byIndex(ps, pin.prefill); p != nil {
@@ -315,8 +334,10 @@ func (rt *Router) routePD(ctx context.Context, req *Request, retry inventory.Mas
 	if d.Decode == nil {
 		return nil, ErrNoEndpoint
 	}
-	rt.sessions.put(req.sessionKey(), d.Target.Index, d.Decode.Index)
-	if rt.trie != nil && req.AffinityText != "" {
+	if !dry {
+		rt.sessions.put(req.sessionKey(), d.Target.Index, d.Decode.Index)
+	}
+	if rt.trie != nil && req.AffinityText != "" && !dry {
 		rt.trie.insert(req.AffinityText, d.Target.Index)
 	}
 	rt.take(d)
@@ -360,6 +381,13 @@ func contains(eps []*Endpoint, e *Endpoint) bool { return byIndex(eps, e.Index) 
 
 // take records the load units of a decision and arms its release.
 func (rt *Router) take(d *Decision) {
+	d.TargetN = d.Target.Name
+	if d.Decode != nil {
+		d.DecodeN = d.Decode.Name
+	}
+	if d.dry {
+		return
+	}
 	held := []*Endpoint{d.Target}
 	if d.Decode != nil {
 		held = append(held, d.Decode)
@@ -367,10 +395,6 @@ func (rt *Router) take(d *Decision) {
 	for _, e := range held {
 		e.active.Add(1)
 		e.served.Add(1)
-	}
-	d.TargetN = d.Target.Name
-	if d.Decode != nil {
-		d.DecodeN = d.Decode.Name
 	}
 	if rt.cfg.Metrics != nil {
 		rt.cfg.Metrics.decided(rt.rule.Name, d)
@@ -386,7 +410,7 @@ func (rt *Router) take(d *Decision) {
 
 func (rt *Router) miss(d *Decision, m Miss, reason string) {
 	d.Miss, d.Reason = m, reason
-	if rt.cfg.Metrics != nil {
+	if rt.cfg.Metrics != nil && !d.dry {
 		rt.cfg.Metrics.missed(rt.rule.Name, m)
 	}
 }
@@ -458,7 +482,9 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 			candEps = append(candEps, e)
 		}
 	}
-	rt.watch(bestAll, anyResident)
+	if !d.dry {
+		rt.watch(bestAll, anyResident)
+	}
 	best := 0
 	for _, c := range cands {
 		best = max(best, c.Score)
@@ -493,7 +519,7 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 	}
 	// Cold-start seeding: every Nth hit goes to the lowest-index cold endpoint, so a new endpoint
 	// starts learning prefixes instead of staying empty forever.
-	if n := *rt.rule.LoadLaw.ColdStartSeedN; n > 0 {
+	if n := *rt.rule.LoadLaw.ColdStartSeedN; n > 0 && !d.dry {
 		if rt.hits.Add(1)%uint64(n) == 0 {
 			for _, e := range candEps {
 				if e != w && rt.cfg.Index.Resident(e.ID) < rt.rule.LoadLaw.ColdStartMinBlocks {

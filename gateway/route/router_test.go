@@ -369,3 +369,20 @@ func TestReselectDecode(t *testing.T) {
 		t.Fatal("load unit leaked")
 	}
 }
+
+func TestExplainChangesNothing(t *testing.T) {
+	keys := keysN(4)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, nil)
+	f.inv.Store(f.eps[1].ID, keys)
+	d, err := f.rt.Explain(context.Background(), prompt)
+	if err != nil || d.TargetN != "b" || d.Tier != TierKVExact {
+		t.Fatalf("explain: %+v %v", d, err)
+	}
+	if f.eps[1].Active() != 0 || f.eps[1].Served() != 0 {
+		t.Fatal("explain took load")
+	}
+	d.Release()
+	if f.eps[1].Active() != 0 {
+		t.Fatal("explain release changed load")
+	}
+}

@@ -1,0 +1,549 @@
+// Package gateway assembles the running gateway from its configuration: one runtime per rule (its
+// endpoints with health, its inventory fed by the endpoints' event streams, its keyer and router,
+// and the certificate verdict that decides whether KV-exact may run), the client listeners, the
+// admin listener and the health prober. Rules change live through the admin API; a change rebuilds
+// that rule's runtime and tears the old one down (sockets and goroutines included).
+package gateway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/ingest"
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	Config *rules.Config
+	// Certificates are the loaded certificates (ctk certify); a rule runs KV-exact only on endpoints
+	// one of them covers for the rule's staged profile.
+	Certificates []*certificate.Certificate
+	// CertificatePaths are re-read by Reload (and listed in the status).
+	CertificatePaths []string
+	// CertificateKey verifies signed certificates when set.
+	CertificateKey ed25519.PublicKey
+	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
+	Tokenizers *tokenize.Pool
+	Registry   *prometheus.Registry
+	Log        *slog.Logger
+	Now        func() time.Time
+	// ProbeInterval for active health probes (default 5s; negative disables).
+	ProbeInterval time.Duration
+	// HTTPTransport reaches the engines (default: a tuned clone of http.DefaultTransport).
+	HTTPTransport http.RoundTripper
+}
+
+// Gateway is the running gateway.
+type Gateway struct {
+	opts    Options
+	cfg     *rules.Config
+	store   *rules.Store
+	pool    *tokenize.Pool
+	reg     *prometheus.Registry
+	log     *slog.Logger
+	now     func() time.Time
+	ingestM *ingest.Metrics
+	routeM  *route.Metrics
+	statusM *statusMetrics
+
+	mu       sync.RWMutex
+	runtimes map[string]*ruleRuntime // by rule name
+	certs    []*certificate.Certificate
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// ruleRuntime is everything one rule runs.
+type ruleRuntime struct {
+	rule     *rules.Rule
+	contract *contracts.Contract
+	router   *route.Router
+	index    *inventory.Index
+	eps      []*route.Endpoint
+	keyer    *route.PromptKeyer
+	exact    ExactStatus
+	models   map[string]bool
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+	errs     sync.Map // endpoint → last ingest error
+}
+
+// ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
+type ExactStatus struct {
+	Mode          int               `json:"mode"`
+	Enabled       bool              `json:"enabled"`
+	Binding       string            `json:"binding,omitempty"`
+	ProfileDigest string            `json:"profile_digest,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
+	Endpoints     map[string]string `json:"endpoints,omitempty"` // endpoint → "certified (engine)" or why not
+}
+
+// New builds a gateway from validated options (it starts nothing; see Start).
+func New(opts Options) (*Gateway, error) {
+	if opts.Config == nil {
+		return nil, errors.New("gateway: no configuration")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Tokenizers == nil {
+		var po []tokenize.PoolOption
+		for m, dir := range opts.Config.Tokenizers.Folders {
+			po = append(po, tokenize.WithFolder(m, dir))
+		}
+		opts.Tokenizers = tokenize.NewPool(opts.Config.Tokenizers.Root, po...)
+	}
+	im, err := ingest.NewMetrics(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
+		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
+		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates,
+	}
+	return g, nil
+}
+
+// Store is the live rule set (the admin API edits it).
+func (g *Gateway) Store() *rules.Store { return g.store }
+
+// Registry holds every metric of the gateway.
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// Start builds every rule's runtime (subscribers dial with retry, so engines may come up later) and
+// starts the health prober. Listeners are the caller's (see Serve).
+func (g *Gateway) Start(ctx context.Context) error {
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	for _, r := range g.store.List() {
+		if err := g.apply(r); err != nil {
+			return fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+	}
+	g.store.Watch(func(ch rules.Change) {
+		if ch.New != nil {
+			if err := g.apply(ch.New.Clone()); err != nil {
+				g.log.Error("gateway: rule change could not be applied", "rule", ch.New.Name, "err", err)
+			}
+			return
+		}
+		g.remove(ch.Old.Name)
+	})
+	if g.opts.ProbeInterval >= 0 {
+		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			p.Run(g.ctx, g.healthTargets)
+		}()
+	}
+	return nil
+}
+
+func (g *Gateway) transport() http.RoundTripper {
+	if g.opts.HTTPTransport != nil {
+		return g.opts.HTTPTransport
+	}
+	return http.DefaultTransport
+}
+
+func (g *Gateway) healthTargets() []*health.Endpoint {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []*health.Endpoint
+	for _, rt := range g.runtimes {
+		for _, e := range rt.eps {
+			out = append(out, e.Health)
+		}
+	}
+	return out
+}
+
+// Close stops every rule runtime and the prober, waiting for their goroutines.
+func (g *Gateway) Close() {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.mu.Lock()
+	rts := g.runtimes
+	g.runtimes = map[string]*ruleRuntime{}
+	g.mu.Unlock()
+	for _, rt := range rts {
+		rt.stop()
+	}
+	g.wg.Wait()
+}
+
+// apply builds a rule's runtime and swaps it in; the old one (if any) is stopped after the swap so
+// that requests always find a router.
+func (g *Gateway) apply(r *rules.Rule) error {
+	rt, err := g.build(r)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	old := g.runtimes[r.Name]
+	g.runtimes[r.Name] = rt
+	g.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	g.statusM.set(rt)
+	return nil
+}
+
+func (g *Gateway) remove(name string) {
+	g.mu.Lock()
+	old := g.runtimes[name]
+	delete(g.runtimes, name)
+	g.mu.Unlock()
+	if old != nil {
+		old.stop()
+		g.routeM.Forget(name)
+		for _, e := range old.eps {
+			g.ingestM.Forget(name, e.Name)
+		}
+		g.statusM.forget(name)
+	}
+}
+
+func (rt *ruleRuntime) stop() {
+	if rt.cancel != nil {
+		rt.cancel()
+	}
+	rt.done.Wait()
+}
+
+// build makes a rule's runtime: endpoints, inventory, certificate verdict, keyer, router, sources.
+func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
+	ct := r.Contract()
+	if ct == nil {
+		return nil, fmt.Errorf("no contract for %s %s", r.Engine.Family, r.Engine.Release)
+	}
+	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), models: map[string]bool{}}
+	for _, m := range r.Models {
+		rt.models[m] = true
+	}
+	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
+	for i, e := range r.Endpoints {
+		id, err := rt.index.AddEndpoint(e.Name)
+		if err != nil {
+			return nil, err
+		}
+		h := health.NewEndpoint(e.Name, e.Address, bcfg)
+		h.SetAdminDown(e.AdminDown)
+		rt.eps = append(rt.eps, &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h})
+	}
+	certified, binding := g.certify(rt)
+	if rt.exact.Enabled {
+		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm"}
+		if binding == "engine" {
+			algo := hashcore.Algorithm(r.HashAlgorithm)
+			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
+			if err != nil {
+				rt.exact.Enabled, rt.exact.Reason = false, "hash binding: "+err.Error()
+			}
+			k.Hasher = h
+		} else {
+			k.RouterBlockSize = r.BlockSize
+		}
+		rt.keyer = k
+	}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	if rt.exact.Enabled {
+		cfg.Keyer = rt.keyer
+	} else {
+		cfg.CertReason = rt.exact.Reason
+		if cfg.CertReason == "" {
+			cfg.CertReason = "KV-exact is not enabled for this rule"
+		}
+	}
+	router, err := route.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rt.router = router
+	return rt, g.startSources(rt, binding)
+}
+
+// seedFor returns the seed hashcore wants: vLLM's PYTHONHASHSEED, none for the others.
+func seedFor(ct *contracts.Contract, r *rules.Rule) *string {
+	if ct.Hash.Seed == "pythonhashseed" {
+		return r.Seed
+	}
+	return nil
+}
+
+// certify decides, from the certificates, which endpoints may run KV-exact and with which binding.
+func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
+	r, ct := rt.rule, rt.contract
+	st := ExactStatus{Mode: r.KVExactMode, Endpoints: map[string]string{}}
+	defer func() { rt.exact = st }()
+	// The ingest binding when nothing is proven: what the engine publishes where it can be used.
+	fallback := ct.Hash.DefaultBinding
+	if r.Binding == "engine" || r.Binding == "router" {
+		fallback = r.Binding
+	}
+	switch {
+	case r.KVExactMode == 0:
+		st.Reason = "kvExactMode is 0"
+		return inventory.Mask{}, fallback
+	case !ct.HasEvents():
+		st.Reason = ct.Hash.NoneReason
+		return inventory.Mask{}, "none"
+	case len(r.Models) != 1:
+		st.Reason = "KV-exact binds one certified profile per rule: list exactly one model in models"
+		return inventory.Mask{}, fallback
+	}
+	tok, err := g.pool.Get(r.Models[0])
+	if err != nil {
+		st.Reason = "tokenizer: " + err.Error()
+		return inventory.Mask{}, fallback
+	}
+	jsonSHA, cfgSHA := tok.Files()
+	prof := certificate.NewProfile(ct.Family, ct.ID, r.Models[0], jsonSHA, cfgSHA, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
+	st.ProfileDigest = prof.Digest()
+	g.mu.RLock()
+	certs := g.certs
+	g.mu.RUnlock()
+	if len(certs) == 0 {
+		st.Reason = "no certificate loaded (run ctk certify and start the gateway with --certificate)"
+		return inventory.Mask{}, fallback
+	}
+	now := g.now()
+	cov := map[string][]certificate.Coverage{}
+	for _, e := range rt.eps {
+		var why string
+		for _, c := range certs {
+			var got []certificate.Coverage
+			if got, why = c.Covers(st.ProfileDigest, e.Name, now); got != nil {
+				cov[e.Name] = got
+				break
+			}
+		}
+		if cov[e.Name] == nil {
+			st.Endpoints[e.Name] = why
+		}
+	}
+	binding := resolveBinding(r.Binding, ct, cov)
+	var mask inventory.Mask
+	for _, e := range rt.eps {
+		if c := cov[e.Name]; c != nil {
+			if hasCoverage(c, binding) {
+				mask.Set(e.ID)
+				st.Endpoints[e.Name] = "certified (" + binding + ")"
+			} else {
+				st.Endpoints[e.Name] = fmt.Sprintf("certified for %v, not for the %s binding this rule uses", c, binding)
+			}
+		}
+	}
+	if mask.Len() == 0 {
+		names := make([]string, 0, len(st.Endpoints))
+		for n := range st.Endpoints {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var why []string
+		for _, n := range names {
+			why = append(why, n+": "+st.Endpoints[n])
+		}
+		st.Reason = "no endpoint is certified for this rule's profile: " + strings.Join(why, "; ")
+		return mask, fallback
+	}
+	st.Enabled, st.Binding = true, binding
+	return mask, binding
+}
+
+// resolveBinding turns auto into the strongest binding the certificate proves for the most
+// endpoints: engine where hash parity is proven, else router where the events carry tokens.
+func resolveBinding(want string, ct *contracts.Contract, cov map[string][]certificate.Coverage) string {
+	if want == "engine" || want == "router" {
+		return want
+	}
+	count := map[string]int{}
+	for _, c := range cov {
+		for _, x := range c {
+			count[string(x)]++
+		}
+	}
+	if ct.SupportsBinding("engine") && count["engine"] > 0 && count["engine"] >= count["router"] {
+		return "engine"
+	}
+	if ct.SupportsBinding("router") && count["router"] > 0 {
+		return "router"
+	}
+	return ct.Hash.DefaultBinding
+}
+
+func hasCoverage(c []certificate.Coverage, binding string) bool {
+	for _, x := range c {
+		if string(x) == binding {
+			return true
+		}
+	}
+	return false
+}
+
+// startSources starts one event source per endpoint that publishes events. In mode 1 only prefill
+// endpoints are scored, so only they are subscribed.
+func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
+	r := rt.rule
+	if !rt.contract.HasEvents() || binding == "none" {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	rt.cancel = cancel
+	for i, e := range r.Endpoints {
+		ep := rt.eps[i]
+		if r.KVExactMode == 1 && ep.Role != route.RolePrefill {
+			continue
+		}
+		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
+			continue
+		}
+		src, err := ingest.New(ingest.Config{
+			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
+			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
+			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log,
+		})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("endpoints[%d].events: %w", i, err)
+		}
+		apply := ingest.Into(rt.index, ep.ID, g.ingestM, r.Name, e.Name, g.log)
+		rt.done.Add(1)
+		go func() {
+			defer rt.done.Done()
+			if err := src.Run(ctx, apply); err != nil {
+				rt.errs.Store(e.Name, err.Error())
+				g.log.Error("gateway: event source stopped", "rule", r.Name, "endpoint", e.Name, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// UnknownModelError: no rule on the listener serves the model (404).
+type UnknownModelError struct {
+	Listener, Model string
+	Served          []string
+}
+
+func (e *UnknownModelError) Error() string {
+	if len(e.Served) == 0 {
+		return fmt.Sprintf("the model %q does not exist on this gateway", e.Model)
+	}
+	return fmt.Sprintf("the model %q does not exist; this listener serves %s", e.Model, strings.Join(e.Served, ", "))
+}
+
+// Resolve finds the router serving model on listener: an exact model match first, then a wildcard
+// rule (no models listed).
+func (g *Gateway) Resolve(listener, model string) (*route.Router, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var wildcard *route.Router
+	var served []string
+	for _, rt := range g.runtimes {
+		if g.listenerOf(rt.rule) != listener {
+			continue
+		}
+		if rt.models[model] {
+			return rt.router, nil
+		}
+		if len(rt.models) == 0 {
+			wildcard = rt.router
+		}
+		served = append(served, rt.rule.Models...)
+	}
+	if wildcard != nil {
+		return wildcard, nil
+	}
+	sort.Strings(served)
+	return nil, &UnknownModelError{Listener: listener, Model: model, Served: served}
+}
+
+// Models lists the models a listener serves (for /v1/models).
+func (g *Gateway) Models(listener string) []string {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []string
+	for _, rt := range g.runtimes {
+		if g.listenerOf(rt.rule) == listener {
+			out = append(out, rt.rule.Models...)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (g *Gateway) listenerOf(r *rules.Rule) string {
+	if r.Listener != "" {
+		return r.Listener
+	}
+	return g.cfg.Listen
+}
+
+// Listeners returns every listener address the rules use.
+func (g *Gateway) Listeners() []string {
+	set := map[string]bool{g.cfg.Listen: true}
+	for _, r := range g.store.List() {
+		set[g.listenerOf(r)] = true
+	}
+	out := make([]string, 0, len(set))
+	for l := range set {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SetCertificates replaces the loaded certificates and re-evaluates every rule.
+func (g *Gateway) SetCertificates(cs []*certificate.Certificate) error {
+	g.mu.Lock()
+	g.certs = cs
+	g.mu.Unlock()
+	for _, r := range g.store.List() {
+		if err := g.apply(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runtime returns a rule's runtime.
+func (g *Gateway) runtime(name string) (*ruleRuntime, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	rt, ok := g.runtimes[name]
+	return rt, ok
+}
+
+// listen opens a TCP listener (split out so tests can use port 0).
+func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }

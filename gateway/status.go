@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// Status is the gateway's state as /admin/status shows it.
+type Status struct {
+	Rules        []RuleStatus `json:"rules"`
+	Certificates []string     `json:"certificates,omitempty"`
+}
+
+// RuleStatus is one rule's state.
+type RuleStatus struct {
+	Name      string           `json:"name"`
+	Listener  string           `json:"listener"`
+	Models    []string         `json:"models,omitempty"`
+	Engine    string           `json:"engine"`
+	Contract  string           `json:"contract"`
+	Selector  string           `json:"selector"`
+	BlockSize int              `json:"block_size,omitempty"`
+	Algorithm string           `json:"algorithm,omitempty"`
+	Exact     ExactStatus      `json:"exact"`
+	Endpoints []EndpointStatus `json:"endpoints"`
+}
+
+// EndpointStatus is one endpoint's state.
+type EndpointStatus struct {
+	Name      string `json:"name"`
+	Address   string `json:"address"`
+	Role      string `json:"role"`
+	Excluded  string `json:"excluded,omitempty"`
+	Breaker   string `json:"breaker"`
+	Active    int    `json:"active"`
+	Served    uint64 `json:"served"`
+	Resident  int    `json:"resident_blocks"`
+	Certified string `json:"certified,omitempty"`
+	EventErr  string `json:"event_error,omitempty"`
+}
+
+// Status reports every rule.
+func (g *Gateway) Status() Status {
+	g.mu.RLock()
+	rts := make([]*ruleRuntime, 0, len(g.runtimes))
+	for _, rt := range g.runtimes {
+		rts = append(rts, rt)
+	}
+	g.mu.RUnlock()
+	sort.Slice(rts, func(i, j int) bool { return rts[i].rule.Name < rts[j].rule.Name })
+	st := Status{Certificates: g.opts.CertificatePaths}
+	for _, rt := range rts {
+		rs := RuleStatus{Name: rt.rule.Name, Listener: g.listenerOf(rt.rule), Models: rt.rule.Models,
+			Engine: rt.rule.Engine.Family + " " + rt.rule.Engine.Release, Contract: rt.contract.ID, Selector: rt.rule.Selector,
+			BlockSize: rt.rule.BlockSize, Algorithm: rt.rule.HashAlgorithm, Exact: rt.exact}
+		for _, e := range rt.eps {
+			es := EndpointStatus{Name: e.Name, Address: e.Address, Role: string(e.Role), Excluded: string(e.Health.Excluded()),
+				Breaker: e.Health.Breaker.State().String(), Active: e.Active(), Served: e.Served(), Resident: rt.index.Resident(e.ID),
+				Certified: rt.exact.Endpoints[e.Name]}
+			if v, ok := rt.errs.Load(e.Name); ok {
+				es.EventErr = v.(string)
+			}
+			rs.Endpoints = append(rs.Endpoints, es)
+		}
+		st.Rules = append(st.Rules, rs)
+	}
+	return st
+}
+
+// Inventory returns an endpoint's resident keys with their counts.
+func (g *Gateway) Inventory(rule, endpoint string) ([]inventory.KeyCount, bool) {
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return nil, false
+	}
+	for _, e := range rt.eps {
+		if e.Name == endpoint {
+			return rt.index.Snapshot(e.ID), true
+		}
+	}
+	return nil, false
+}
+
+// Router returns a rule's router.
+func (g *Gateway) Router(rule string) (*route.Router, bool) {
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return nil, false
+	}
+	return rt.router, true
+}
+
+// SetEndpointState sets an endpoint's operator state: "down", "up" or "drain".
+func (g *Gateway) SetEndpointState(rule, endpoint, state string) bool {
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return false
+	}
+	for _, e := range rt.eps {
+		if e.Name != endpoint {
+			continue
+		}
+		switch state {
+		case "down":
+			e.Health.SetAdminDown(true)
+		case "up":
+			e.Health.SetAdminDown(false)
+			e.Health.SetDraining(false)
+		case "drain":
+			e.Health.SetDraining(true)
+		default:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+
+// statusMetrics exports whether KV-exact runs per rule, with the reason as a label when it does not.
+type statusMetrics struct {
+	exact *prometheus.GaugeVec
+}
+
+func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
+	m := &statusMetrics{exact: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kvexact_rule_exact_enabled",
+		Help: "1 when KV-exact runs for the rule (a valid certificate covers its profile), else 0 with the reason.",
+	}, []string{"rule", "binding", "reason"})}
+	reg.MustRegister(m.exact)
+	return m
+}
+
+func (m *statusMetrics) set(rt *ruleRuntime) {
+	m.forget(rt.rule.Name)
+	v := 0.0
+	if rt.exact.Enabled {
+		v = 1
+	}
+	reason := rt.exact.Reason
+	if len(reason) > 200 {
+		reason = reason[:200]
+	}
+	m.exact.WithLabelValues(rt.rule.Name, rt.exact.Binding, reason).Set(v)
+}
+
+func (m *statusMetrics) forget(rule string) {
+	m.exact.DeletePartialMatch(prometheus.Labels{"rule": rule})
+}
