@@ -1,0 +1,370 @@
+// Package sglang is SGLang's KV-event wire: msgspec array_like batches [ts, events, attn_dp_rank]
+// whose events are tagged arrays with signed 64-bit page hashes (pin v0.5.18).
+package sglang
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/internal/mpack"
+)
+
+// DecodeBatch decodes one ZMQ payload. Hashes of either int family are reinterpreted bit for bit as
+// uint64; absent trailing optional fields (pre-v0.5.17 omit_defaults) are accepted, as is the v0.5.18
+// metadata map carrying cache_salt. A batch is accepted whole or rejected whole with an
+// *engines.DecodeError naming the byte offset and field.
+func DecodeBatch(payload []byte) (engines.Batch, error) {
+	var b engines.Batch
+	err := DecodeBatchInto(&b, payload)
+	return b, err
+}
+
+// DecodeBatchInto is DecodeBatch reusing dst's slices; what it leaves in dst aliases those buffers
+// until the next call.
+func DecodeBatchInto(dst *engines.Batch, payload []byte) error {
+	d := decoder{r: mpack.NewReader(payload)}
+	err := d.batch(dst)
+	if err != nil {
+		dst.Events = dst.Events[:0]
+	}
+	return err
+}
+
+type decoder struct {
+	r mpack.Reader
+}
+
+func (d *decoder) fail(err error, field string) error {
+	var de *engines.DecodeError
+	if errors.As(err, &de) {
+		return err
+	}
+	reason, off := engines.ReasonSchemaMismatch, d.r.Offset()
+	var me *mpack.Error
+	if errors.As(err, &me) {
+		off = me.Offset
+		if me.Malformed {
+			reason = engines.ReasonDecodeError
+		}
+		err = me.Err
+	}
+	return &engines.DecodeError{Reason: reason, Offset: off, Field: field, Err: err}
+}
+
+func reject(reason engines.RejectReason, off int, field string, err error) error {
+	return &engines.DecodeError{Reason: reason, Offset: off, Field: field, Err: err}
+}
+
+func ev(i int, name string) string { return fmt.Sprintf("events[%d].%s", i, name) }
+
+func (d *decoder) batch(dst *engines.Batch) error {
+	n, err := d.r.ArrayLen()
+	if err != nil {
+		return d.fail(err, "batch")
+	}
+	if n < 2 {
+		return reject(engines.ReasonSchemaMismatch, 0, "batch", fmt.Errorf("array of %d, want [ts, events, attn_dp_rank]", n))
+	}
+	if dst.Timestamp, err = d.r.Float(); err != nil {
+		return d.fail(err, "ts")
+	}
+	ne, err := d.r.ArrayLen()
+	if err != nil {
+		return d.fail(err, "events")
+	}
+	if cap(dst.Events) >= ne {
+		dst.Events = dst.Events[:ne]
+	} else {
+		dst.Events = append(dst.Events[:cap(dst.Events)], make([]engines.Event, ne-cap(dst.Events))...)
+	}
+	for i := range dst.Events {
+		e := &dst.Events[i]
+		*e = engines.Event{BlockHashes: e.BlockHashes[:0], TokenIDs: e.TokenIDs[:0], BlockTokens: e.BlockTokens[:0]}
+		if err := d.event(i, e); err != nil {
+			return err
+		}
+	}
+	dst.DPRank, dst.HasDPRank = 0, false
+	if n >= 3 {
+		if !d.r.IsNil() {
+			if dst.DPRank, err = d.r.Int32(); err != nil {
+				return d.fail(err, "attn_dp_rank")
+			}
+			dst.HasDPRank = true
+		}
+		for i := 3; i < n; i++ {
+			if err := d.r.Skip(); err != nil {
+				return d.fail(err, fmt.Sprintf("batch[%d]", i))
+			}
+		}
+	}
+	if d.r.Len() != 0 {
+		return reject(engines.ReasonDecodeError, d.r.Offset(), "batch", fmt.Errorf("%d trailing bytes", d.r.Len()))
+	}
+	return nil
+}
+
+func (d *decoder) event(i int, e *engines.Event) error {
+	start := d.r.Offset()
+	if t, err := d.r.Peek(); err != nil {
+		return d.fail(err, fmt.Sprintf("events[%d]", i))
+	} else if t != mpack.TypeArray {
+		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i),
+			fmt.Errorf("event is a %s; SGLang events are tagged arrays", t))
+	}
+	n, err := d.r.ArrayLen()
+	if err != nil {
+		return d.fail(err, fmt.Sprintf("events[%d]", i))
+	}
+	if n == 0 {
+		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i), errors.New("empty event array"))
+	}
+	tagOff := d.r.Offset()
+	tag, err := d.r.Str()
+	if err != nil {
+		return d.fail(err, ev(i, "type"))
+	}
+	min := 1
+	switch string(tag) {
+	case "BlockStored":
+		e.Kind, min = engines.BlockStored, 5
+	case "BlockRemoved":
+		e.Kind, min = engines.BlockRemoved, 2
+	case "AllBlocksCleared":
+		e.Kind = engines.AllBlocksCleared
+	default:
+		return reject(engines.ReasonUnknownEvent, tagOff, ev(i, "type"), fmt.Errorf("unknown event type %q", tag))
+	}
+	if n < min {
+		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i), fmt.Errorf("%s array of %d, want at least %d", e.Kind, n, min))
+	}
+	j := 1
+	switch e.Kind {
+	case engines.BlockStored:
+		if err := d.hashes(i, e); err != nil {
+			return err
+		}
+		if !d.r.IsNil() {
+			v, err := d.hash()
+			if err != nil {
+				return d.fail(err, ev(i, "parent_block_hash"))
+			}
+			e.Parent, e.HasParent = v, true
+		}
+		if err := d.tokens(i, e); err != nil {
+			return err
+		}
+		off := d.r.Offset()
+		if e.BlockSize, err = d.r.Int32(); err != nil {
+			return d.fail(err, ev(i, "block_size"))
+		}
+		if e.BlockSize < 0 {
+			return reject(engines.ReasonSchemaMismatch, off, ev(i, "block_size"), fmt.Errorf("negative block size %d", e.BlockSize))
+		}
+		j = 5
+		if j < n {
+			if !d.r.IsNil() {
+				if e.LoRAID, err = d.r.Int64(); err != nil {
+					return d.fail(err, ev(i, "lora_id"))
+				}
+				e.HasLoRAID = true
+			}
+			j++
+		}
+		if j < n {
+			if e.Medium, err = d.optStr(i, "medium"); err != nil {
+				return err
+			}
+			j++
+		}
+		if j < n {
+			if err := d.metadata(i, e); err != nil {
+				return err
+			}
+			j++
+		}
+		splitBlocks(e)
+	case engines.BlockRemoved:
+		if err := d.hashes(i, e); err != nil {
+			return err
+		}
+		j = 2
+		if j < n {
+			if e.Medium, err = d.optStr(i, "medium"); err != nil {
+				return err
+			}
+			j++
+		}
+	}
+	for ; j < n; j++ { // fields of a later release
+		if err := d.r.Skip(); err != nil {
+			return d.fail(err, fmt.Sprintf("events[%d][%d]", i, j))
+		}
+	}
+	return nil
+}
+
+func (d *decoder) hash() (uint64, error) {
+	bits, _, err := d.r.Int()
+	return bits, err
+}
+
+func (d *decoder) hashes(i int, e *engines.Event) error {
+	n, err := d.r.ArrayLen()
+	if err != nil {
+		return d.fail(err, ev(i, "block_hashes"))
+	}
+	for j := 0; j < n; j++ {
+		v, err := d.hash()
+		if err != nil {
+			return d.fail(err, fmt.Sprintf("events[%d].block_hashes[%d]", i, j))
+		}
+		e.BlockHashes = append(e.BlockHashes, v)
+	}
+	return nil
+}
+
+func (d *decoder) token(i, j, k int) (uint32, error) {
+	off := d.r.Offset()
+	v, neg, err := d.r.Int()
+	if err != nil {
+		if k < 0 {
+			return 0, d.fail(err, fmt.Sprintf("events[%d].token_ids[%d]", i, j))
+		}
+		return 0, d.fail(err, fmt.Sprintf("events[%d].token_ids[%d][%d]", i, j, k))
+	}
+	if neg || v > math.MaxUint32 {
+		field := fmt.Sprintf("events[%d].token_ids[%d]", i, j)
+		if k >= 0 {
+			field += fmt.Sprintf("[%d]", k)
+		}
+		if neg {
+			return 0, reject(engines.ReasonTokenRange, off, field, fmt.Errorf("token id %d outside 0..2^32-1", int64(v)))
+		}
+		return 0, reject(engines.ReasonTokenRange, off, field, fmt.Errorf("token id %d outside 0..2^32-1", v))
+	}
+	return uint32(v), nil
+}
+
+// tokens reads plain token ids, or EAGLE bigram pairs [[t0,t1],[t1,t2],…] (kept as t0,t1,t2,…).
+func (d *decoder) tokens(i int, e *engines.Event) error {
+	n, err := d.r.ArrayLen()
+	if err != nil {
+		return d.fail(err, ev(i, "token_ids"))
+	}
+	toks := e.TokenIDs[:0]
+	if t, _ := d.r.Peek(); n > 0 && t == mpack.TypeArray {
+		e.Bigram = true
+		for j := 0; j < n; j++ {
+			off := d.r.Offset()
+			m, err := d.r.ArrayLen()
+			if err != nil {
+				return d.fail(err, fmt.Sprintf("events[%d].token_ids[%d]", i, j))
+			}
+			if m != 2 {
+				return reject(engines.ReasonSchemaMismatch, off, fmt.Sprintf("events[%d].token_ids[%d]", i, j), fmt.Errorf("bigram of %d elements, want 2", m))
+			}
+			a, err := d.token(i, j, 0)
+			if err != nil {
+				return err
+			}
+			b, err := d.token(i, j, 1)
+			if err != nil {
+				return err
+			}
+			if j == 0 {
+				toks = append(toks, a)
+			} else if a != toks[len(toks)-1] {
+				return reject(engines.ReasonTokenRange, off, fmt.Sprintf("events[%d].token_ids[%d][0]", i, j),
+					fmt.Errorf("bigram chain broken: %d after pair ending in %d", a, toks[len(toks)-1]))
+			}
+			toks = append(toks, b)
+		}
+		e.TokenIDs = toks
+		return nil
+	}
+	toks, done := d.r.Uint32s(toks, n)
+	for j := done; j < n; j++ {
+		v, err := d.token(i, j, -1)
+		if err != nil {
+			return err
+		}
+		toks = append(toks, v)
+	}
+	e.TokenIDs = toks
+	return nil
+}
+
+func intern(b []byte) string {
+	switch string(b) {
+	case "GPU":
+		return "GPU"
+	case "CPU_PINNED":
+		return "CPU_PINNED"
+	case "DISK":
+		return "DISK"
+	case "EXTERNAL":
+		return "EXTERNAL"
+	}
+	return string(b)
+}
+
+func (d *decoder) optStr(i int, name string) (string, error) {
+	if d.r.IsNil() {
+		return "", nil
+	}
+	s, err := d.r.Str()
+	if err != nil {
+		return "", d.fail(err, ev(i, name))
+	}
+	return intern(s), nil
+}
+
+// metadata reads BlockStoredWithMetadata's trailing map (cache_salt); unknown keys are skipped.
+func (d *decoder) metadata(i int, e *engines.Event) error {
+	if d.r.IsNil() {
+		return nil
+	}
+	n, err := d.r.MapLen()
+	if err != nil {
+		return d.fail(err, ev(i, "metadata"))
+	}
+	for j := 0; j < n; j++ {
+		k, err := d.r.Str()
+		if err != nil {
+			return d.fail(err, fmt.Sprintf("events[%d].metadata key %d", i, j))
+		}
+		if string(k) == "cache_salt" {
+			if e.CacheSalt, err = d.optStr(i, "metadata.cache_salt"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.r.Skip(); err != nil {
+			return d.fail(err, ev(i, "metadata."+string(k)))
+		}
+	}
+	return nil
+}
+
+// splitBlocks fills BlockTokens when the geometry is exact; see engines.Event.
+func splitBlocks(e *engines.Event) {
+	nb, bs := len(e.BlockHashes), e.BlockSize
+	units := len(e.TokenIDs)
+	if e.Bigram {
+		units--
+	}
+	if nb == 0 || bs <= 0 || units != nb*bs {
+		return
+	}
+	extra := 0
+	if e.Bigram {
+		extra = 1
+	}
+	for j := 0; j < nb; j++ {
+		end := (j+1)*bs + extra
+		e.BlockTokens = append(e.BlockTokens, e.TokenIDs[j*bs:end:end])
+	}
+}
