@@ -547,3 +547,17 @@ func (g *Gateway) runtime(name string) (*ruleRuntime, bool) {
 
 // listen opens a TCP listener (split out so tests can use port 0).
 func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// Routers lists the routers of every rule on a listener (for /v1/models).
+func (g *Gateway) Routers(listener string) []*route.Router {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []*route.Router
+	for _, rt := range g.runtimes {
+		if g.listenerOf(rt.rule) == listener {
+			out = append(out, rt.router)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Rule().Name < out[j].Rule().Name })
+	return out
+}

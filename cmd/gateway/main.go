@@ -1,0 +1,146 @@
+// Command gateway is kvexact's certified KV-cache-aware gateway:
+//
+//	gateway --config gateway.yaml --certificate cert.json
+//
+// Exact routing is enabled per rule only where a certificate covers the rule's staged profile;
+// everywhere else the rule's selector routes and /admin/status says why.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	config := fs.String("config", "gateway.yaml", "gateway configuration file")
+	var certs listFlag
+	fs.Var(&certs, "certificate", "certificate written by ctk certify (repeatable)")
+	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
+	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := rules.Load(*config)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
+		return 2
+	}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
+	if *probe == 0 {
+		opts.ProbeInterval = -1
+	}
+	if *certKey != "" {
+		if opts.CertificateKey, err = certificate.LoadPublicKey(*certKey); err != nil {
+			fmt.Fprintf(os.Stderr, "gateway: --certificate-key: %v\n", err)
+			return 2
+		}
+	}
+	for _, p := range certs {
+		c, err := certificate.Load(p, opts.CertificateKey)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gateway: --certificate %s: %v\n", p, err)
+			return 2
+		}
+		if ok, why := c.Valid(time.Now()); !ok {
+			log.Warn("certificate not in force; KV-exact stays off where it alone would cover", "file", p, "reason", why)
+		}
+		opts.Certificates = append(opts.Certificates, c)
+	}
+	g, err := gateway.New(opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := g.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 1
+	}
+	defer g.Close()
+
+	p := proxy.New(proxy.Config{
+		Resolve: func(listener, model string) (*route.Router, error) {
+			r, err := g.Resolve(listener, model)
+			var unknown *gateway.UnknownModelError
+			if errors.As(err, &unknown) {
+				return nil, &proxy.ModelNotFound{Listener: listener, Model: model}
+			}
+			return r, err
+		},
+		Routers:      g.Routers,
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		DebugHeader:  cfg.DebugHeader,
+		Log:          log,
+		Metrics:      proxy.NewMetrics(g.Registry()),
+	})
+	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 1
+	}
+	for l, bound := range srv.Client {
+		log.Info("gateway listening", "listener", l, "addr", bound)
+	}
+	log.Info("admin listening", "addr", srv.Admin)
+	for _, rs := range g.Status().Rules {
+		if rs.Exact.Mode != 0 && !rs.Exact.Enabled {
+			log.Warn("KV-exact is off for this rule", "rule", rs.Name, "reason", rs.Exact.Reason)
+		} else if rs.Exact.Enabled {
+			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)
+		}
+	}
+	// One line a harness can wait for.
+	fmt.Printf("gateway ready admin=%s listeners=%s\n", srv.Admin, strings.Join(boundList(srv), ","))
+	select {
+	case <-ctx.Done():
+	case err := <-srv.Err():
+		log.Error("server failed", "err", err)
+	}
+	log.Info("shutting down: finishing in-flight requests", "grace", *grace)
+	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown grace ran out", "err", err)
+	}
+	return 0
+}
+
+func boundList(s *gateway.Servers) []string {
+	var out []string
+	for _, b := range s.Client {
+		out = append(out, b)
+	}
+	return out
+}
