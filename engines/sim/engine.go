@@ -38,6 +38,9 @@ type Engine struct {
 	engineID string        // vLLM remote_engine_id
 
 	httpMu   sync.Mutex
+	connMu   sync.Mutex
+	idle     map[net.Conn]bool
+	refusing bool
 	httpAddr string
 	ln       net.Listener
 	srv      *http.Server
@@ -172,7 +175,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("sim: http %s: %w", e.cfg.HTTPAddr, err)
 	}
 	e.httpAddr = ln.Addr().String()
-	e.srv = &http.Server{Handler: e.mux, ReadHeaderTimeout: 10 * time.Second}
+	e.srv = &http.Server{Handler: e.mux, ReadHeaderTimeout: 10 * time.Second, ConnState: e.trackConn}
 	e.serve(ln)
 	if e.cfg.AdminAddr != "" {
 		al, err := (&net.ListenConfig{}).Listen(ctx, "tcp", e.cfg.AdminAddr)
@@ -202,8 +205,29 @@ func (e *Engine) serve(ln net.Listener) {
 	go func() { defer e.wg.Done(); _ = e.srv.Serve(ln) }()
 }
 
-// setRefuse closes the API listener (clients get connection refused) or reopens it on the same
-// address. Connections already accepted are left alone.
+// trackConn remembers idle keep-alive connections, so that refusing can drop them too.
+func (e *Engine) trackConn(c net.Conn, st http.ConnState) {
+	e.connMu.Lock()
+	defer e.connMu.Unlock()
+	if e.idle == nil {
+		e.idle = map[net.Conn]bool{}
+	}
+	switch st {
+	case http.StateIdle:
+		if e.refusing {
+			// A response finished after refusing began: a dead server keeps no connection.
+			c.Close()
+			return
+		}
+		e.idle[c] = true
+	case http.StateActive, http.StateHijacked, http.StateClosed:
+		delete(e.idle, c)
+	}
+}
+
+// setRefuse closes the API listener (clients get connection refused) and drops idle keep-alive
+// connections, as a dead server process would; requests in flight finish. refuse=false reopens the
+// listener on the same address.
 func (e *Engine) setRefuse(refuse bool) {
 	if e.closed.Load() {
 		return
@@ -215,8 +239,18 @@ func (e *Engine) setRefuse(refuse bool) {
 			e.ln.Close()
 			e.ln = nil
 		}
+		e.connMu.Lock()
+		e.refusing = true
+		for c := range e.idle {
+			c.Close()
+		}
+		e.idle = nil
+		e.connMu.Unlock()
 		return
 	}
+	e.connMu.Lock()
+	e.refusing = false
+	e.connMu.Unlock()
 	if e.ln != nil {
 		return
 	}

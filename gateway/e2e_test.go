@@ -1,0 +1,495 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// pool is a set of simulators and a gateway in front of them, all in-process on 127.0.0.1.
+type pool struct {
+	t       *testing.T
+	sims    []*sim.Engine
+	g       *gateway.Gateway
+	srv     *gateway.Servers
+	base    string // client listener URL
+	admin   string
+	token   string
+	reg     *prometheus.Registry
+	model   string
+	cleanup []func()
+	// transport is the proxy's upstream transport (so tests can drop its idle connections).
+	transport *http.Transport
+}
+
+type poolSpec struct {
+	family, release string
+	n               int
+	seed            *string
+	mode            int
+	roles           []string // per endpoint; default normal
+	certify         bool
+	blockSize       int
+	replay          bool
+	simMod          func(i int, c *sim.Config)
+}
+
+func strp(s string) *string { return &s }
+
+func tokenizerPool(t *testing.T) *tokenize.Pool {
+	p := tokenize.NewPool("")
+	if _, err := p.Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	return p
+}
+
+func startPool(t *testing.T, spec poolSpec) *pool {
+	t.Helper()
+	toks := tokenizerPool(t)
+	tok, _ := toks.Get("llama3")
+	ct, err := contracts.Lookup(spec.family, spec.release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pool{t: t, model: "llama3", token: "test-token", transport: proxy.DefaultTransport()}
+	t.Cleanup(func() {
+		for i := len(p.cleanup) - 1; i >= 0; i-- {
+			p.cleanup[i]()
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cleanup = append(p.cleanup, cancel)
+	rule := rules.Rule{Name: "pool", Models: []string{"llama3"}, Engine: rules.EngineRef{Family: spec.family, Release: spec.release}, KVExactMode: spec.mode, BlockSize: spec.blockSize}
+	if ct.Hash.Seed == "pythonhashseed" {
+		rule.Seed = spec.seed
+	}
+	for i := 0; i < spec.n; i++ {
+		role := "normal"
+		if i < len(spec.roles) {
+			role = spec.roles[i]
+		}
+		cfg := sim.Config{Family: spec.family, Release: spec.release, Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
+			Endpoint: fmt.Sprintf("e%d", i), Seed: spec.seed, BlockSize: spec.blockSize, Role: sim.Role(role),
+			PrefillPerToken: 20 * time.Microsecond, DecodePerToken: 200 * time.Microsecond, DrainWait: 50 * time.Millisecond}
+		if ct.Transport == "zmq-multipart-v1" {
+			cfg.PublishAddr = "tcp://*:0"
+			if spec.replay {
+				cfg.ReplayAddr = "tcp://*:0"
+			}
+		}
+		if spec.simMod != nil {
+			spec.simMod(i, &cfg)
+		}
+		e, err := sim.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p.cleanup = append(p.cleanup, func() { e.Close() })
+		p.sims = append(p.sims, e)
+		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), Role: role}
+		switch ct.Transport {
+		case "zmq-multipart-v1":
+			ep.Events.ZMQ = e.PublishAddrs()
+			ep.Events.Replay = e.ReplayAddrs()
+		case "http-drain-v1":
+			ep.Events.Drain = e.URL()
+		}
+		rule.Endpoints = append(rule.Endpoints, ep)
+	}
+	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	var certs []*certificate.Certificate
+	if spec.certify {
+		r := cfg.Rules[0]
+		js, cs := tok.Files()
+		prof := certificate.NewProfile(ct.Family, ct.ID, "llama3", js, cs, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
+		cov := []certificate.Coverage{certificate.CoverRouter}
+		if ct.SupportsBinding("engine") {
+			cov = append(cov, certificate.CoverEngine)
+		}
+		c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
+		for _, e := range r.Endpoints {
+			c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: cov})
+		}
+		certs = append(certs, c)
+	}
+	p.reg = prometheus.NewRegistry()
+	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.reg, ProbeInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.cleanup = append(p.cleanup, g.Close)
+	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
+		r, err := g.Resolve(l, m)
+		if err != nil {
+			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
+		}
+		return r, nil
+	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
+	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cleanup = append(p.cleanup, func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		srv.Shutdown(sctx)
+	})
+	p.g, p.srv = g, srv
+	p.base = "http://" + srv.Client["127.0.0.1:0"]
+	p.admin = "http://" + srv.Admin
+	if ct.HasEvents() {
+		p.waitSubscribed()
+	}
+	return p
+}
+
+// waitSubscribed sends each engine small prompts directly (not through the gateway) until the
+// gateway's inventory shows that endpoint's events: ZeroMQ drops what is published before a
+// subscription reaches the publisher, so tests must not race the first subscription.
+func (p *pool) waitSubscribed() {
+	p.t.Helper()
+	for i, s := range p.sims {
+		ep := s.Config().Endpoint
+		if s.Config().Role == sim.RoleDecode {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 0; p.resident(ep) == 0; n++ {
+			if time.Now().After(deadline) {
+				p.t.Fatalf("endpoint %s: the gateway saw no event within 10s", ep)
+			}
+			prompt := strings.Repeat(fmt.Sprintf("warm up endpoint %d round %d. ", i, n), 8)
+			body, _ := json.Marshal(map[string]any{"model": p.model, "prompt": prompt, "max_tokens": 1})
+			if resp, err := http.Post(s.URL()+"/v1/completions", "application/json", bytes.NewReader(body)); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			for w := 0; w < 20 && p.resident(ep) == 0; w++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// completion is one response as the client sees it.
+type completion struct {
+	status   int
+	endpoint string // gateway receipt
+	servedBy string // simulator receipt
+	cached   int
+	prompt   int
+	decision string
+	body     string
+}
+
+func (p *pool) complete(prompt string, stream bool) completion {
+	p.t.Helper()
+	req := map[string]any{"model": p.model, "prompt": prompt, "max_tokens": 4, "stream": stream}
+	if stream {
+		req["stream_options"] = map[string]any{"include_usage": true}
+	}
+	body, _ := json.Marshal(req)
+	resp, err := http.Post(p.base+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	c := completion{status: resp.StatusCode, endpoint: resp.Header.Get(proxy.HeaderEndpoint), servedBy: resp.Header.Get(sim.ReceiptHeader),
+		decision: resp.Header.Get(proxy.HeaderDecision), body: string(raw)}
+	var usage struct {
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if stream {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+				if json.Unmarshal([]byte(d), &usage) == nil && usage.Usage != nil {
+					c.prompt, c.cached = usage.Usage.PromptTokens, usage.Usage.PromptTokensDetails.CachedTokens
+				}
+			}
+		}
+	} else if json.Unmarshal(raw, &usage) == nil && usage.Usage != nil {
+		c.prompt, c.cached = usage.Usage.PromptTokens, usage.Usage.PromptTokensDetails.CachedTokens
+	}
+	return c
+}
+
+// resident returns an endpoint's resident block count in the gateway's inventory.
+func (p *pool) resident(ep string) int {
+	keys, _ := p.g.Inventory("pool", ep)
+	return len(keys)
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
+
+func hits(p *pool, ep string) float64 {
+	return counterValue(p.reg, "kvexact_kv_exact_hits_total", map[string]string{"rule": "pool", "endpoint": ep})
+}
+
+// counterValue finds one series in a registry (0 when absent).
+func counterValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// docs builds n distinct long prompts (≥ 10 blocks each with llama3).
+func docs(n int) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		var b strings.Builder
+		fmt.Fprintf(&b, "Document %d. ", i)
+		for j := 0; j < 40; j++ {
+			fmt.Fprintf(&b, "Section %d of document %d talks about topic %d in some detail. ", j, i, (i*7+j)%13)
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// warmThenHit checks the central promise end to end: after a prompt has been served once, a request
+// sharing its prefix goes to the endpoint that caches it — the hit counter moved for that endpoint,
+// the gateway's receipt names it, the simulator's own receipt agrees, and cached_tokens is positive.
+func warmThenHit(t *testing.T, p *pool, stream bool) {
+	for i, doc := range docs(4) {
+		first := p.complete(doc, stream)
+		if first.status != 200 {
+			t.Fatalf("doc %d: status %d: %s", i, first.status, first.body)
+		}
+		if first.endpoint == "" || first.endpoint != first.servedBy {
+			t.Fatalf("doc %d: gateway receipt %q, simulator receipt %q", i, first.endpoint, first.servedBy)
+		}
+		eventually(t, 5*time.Second, "the inventory to learn doc "+fmt.Sprint(i), func() bool { return p.resident(first.endpoint) > 0 })
+		// Wait until the gateway's inventory covers the prompt's blocks.
+		before := hits(p, first.endpoint)
+		var again completion
+		eventually(t, 5*time.Second, "a KV-exact hit", func() bool {
+			again = p.complete(doc+" And a follow-up question?", stream)
+			return hits(p, first.endpoint) > before
+		})
+		if again.endpoint != first.endpoint || again.servedBy != first.endpoint {
+			t.Fatalf("doc %d: warm request went to %s (sim says %s), prefix cached on %s; decision %s", i, again.endpoint, again.servedBy, first.endpoint, again.decision)
+		}
+		if again.cached <= 0 || again.cached > again.prompt {
+			t.Fatalf("doc %d: cached_tokens %d of %d on the warm request", i, again.cached, again.prompt)
+		}
+	}
+}
+
+func TestE2EModeThreeVLLM(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 3, seed: strp("0"), mode: 3, certify: true, replay: true})
+	st := p.g.Status().Rules[0]
+	if !st.Exact.Enabled || st.Exact.Binding != "engine" {
+		t.Fatalf("exact not enabled with a matching certificate: %+v", st.Exact)
+	}
+	warmThenHit(t, p, false)
+	warmThenHit(t, p, true)
+}
+
+func TestE2EModeThreeSGLang(t *testing.T) {
+	p := startPool(t, poolSpec{family: "sglang", release: "v0.5.18", n: 2, mode: 3, certify: true, blockSize: 16})
+	warmThenHit(t, p, false)
+}
+
+func TestE2EModeThreeTRTLLM(t *testing.T) {
+	p := startPool(t, poolSpec{family: "trtllm", release: "1.2", n: 2, mode: 3, certify: true, blockSize: 16})
+	if b := p.g.Status().Rules[0].Exact.Binding; b != "router" {
+		t.Fatalf("trtllm binding %q, want router", b)
+	}
+	warmThenHit(t, p, false)
+}
+
+func TestE2EExactRefusedWithoutCertificate(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: false})
+	st := p.g.Status().Rules[0]
+	if st.Exact.Enabled || !strings.Contains(st.Exact.Reason, "no certificate") {
+		t.Fatalf("exact enabled without a certificate: %+v", st.Exact)
+	}
+	doc := docs(1)[0]
+	first := p.complete(doc, false)
+	eventually(t, 5*time.Second, "the inventory to learn", func() bool { return p.resident(first.endpoint) > 0 })
+	for i := 0; i < 4; i++ {
+		c := p.complete(doc, false)
+		if strings.Contains(c.decision, `"tier":"kv-exact"`) || !strings.Contains(c.decision, "no_certificate") {
+			t.Fatalf("uncertified rule decided by KV-exact: %s", c.decision)
+		}
+	}
+	// A certificate for a different profile (other seed) does not enable it either.
+	tok, _ := tokenizerPool(t).Get("llama3")
+	js, cs := tok.Files()
+	prof := certificate.NewProfile("vllm", "vllm-kv-map-v2", "llama3", js, cs, tok.Config().ChatTemplate, 16, "auto", "sha256", strp("1"))
+	c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
+		Endpoints: []certificate.Endpoint{{Name: "e0", Certified: []certificate.Coverage{certificate.CoverEngine}}, {Name: "e1", Certified: []certificate.Coverage{certificate.CoverEngine}}}}
+	if err := p.g.SetCertificates([]*certificate.Certificate{c}); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.g.Status().Rules[0].Exact; st.Enabled || !strings.Contains(st.Reason, "differs from the rule's staged profile") {
+		t.Fatalf("mismatching certificate accepted: %+v", st)
+	}
+}
+
+func TestE2EConnectFailureGoesToSecondBest(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 3, seed: strp("0"), mode: 3, certify: true})
+	doc := docs(1)[0]
+	// Warm two endpoints with the same document (round robin spreads the first requests).
+	holders := map[string]bool{}
+	for len(holders) < 2 {
+		c := p.complete(fmt.Sprintf("%d %s", len(holders), doc), false)
+		_ = c
+		for _, s := range p.sims {
+			for _, ep := range []string{s.Config().Endpoint} {
+				if p.resident(ep) > 0 {
+					holders[ep] = true
+				}
+			}
+		}
+	}
+	// Now send the doc to the best holder: it wins; then make it refuse connections.
+	c := p.complete(doc, false)
+	eventually(t, 5*time.Second, "learned", func() bool { return p.resident(c.endpoint) > 0 })
+	var best completion
+	eventually(t, 5*time.Second, "kv hit", func() bool {
+		best = p.complete(doc, false)
+		return strings.Contains(best.decision, `"tier":"kv-exact"`)
+	})
+	var bestSim *sim.Engine
+	for _, s := range p.sims {
+		if s.Config().Endpoint == best.endpoint {
+			bestSim = s
+		}
+	}
+	refuse := true
+	if _, err := bestSim.SetFaults(sim.FaultPatch{Refuse: &refuse}); err != nil {
+		t.Fatal(err)
+	}
+	got := p.complete(doc, false)
+	if got.status != 200 || got.endpoint == best.endpoint || got.servedBy != got.endpoint {
+		t.Fatalf("after refusing %s: status %d served by %s (sim %s)", best.endpoint, got.status, got.endpoint, got.servedBy)
+	}
+}
+
+func TestE2EBreakerOpensAndHeals(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 0})
+	bad := p.sims[0]
+	n := 5
+	if _, err := bad.SetFaults(sim.FaultPatch{Status5xx: &n}); err != nil {
+		t.Fatal(err)
+	}
+	// Three consecutive origin 5xx open e0's breaker; the 5xx are relayed, not retried.
+	statuses := map[int]int{}
+	for i := 0; i < 8; i++ {
+		statuses[p.complete("hello there", false).status]++
+	}
+	if statuses[500]+statuses[502]+statuses[503] == 0 {
+		t.Fatalf("origin 5xx not relayed: %v", statuses)
+	}
+	var e0 gateway.EndpointStatus
+	eventually(t, 2*time.Second, "the breaker to open", func() bool {
+		e0 = p.g.Status().Rules[0].Endpoints[0]
+		return e0.Breaker == "open"
+	})
+	for i := 0; i < 6; i++ {
+		if c := p.complete("hello there", false); c.status != 200 || c.endpoint != "e1" {
+			t.Fatalf("open breaker still routed: %+v", c)
+		}
+	}
+}
+
+func TestE2EConcurrentStreamsNoLeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, simMod: func(i int, c *sim.Config) {
+		c.MaxConcurrency = 1000
+		c.DecodePerToken = 0
+		c.PrefillPerToken = 0
+	}})
+	p.complete("warm up", true)
+	base := runtime.NumGoroutine()
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 200}}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"llama3","prompt":"stream %d please","max_tokens":3,"stream":true}`, i)
+			resp, err := client.Post(p.base+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(raw), "[DONE]") {
+				errs <- fmt.Sprintf("status %d body %q", resp.StatusCode, raw)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatalf("stream failed: %s", e)
+	}
+	client.CloseIdleConnections()
+	p.transport.CloseIdleConnections()
+	eventually(t, 10*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= base+20 })
+}

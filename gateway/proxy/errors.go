@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// ModelNotFound is what Config.Resolve returns when no rule of the listener serves the model. The
+// proxy answers it with 404 model_not_found before any routing tier runs.
+type ModelNotFound struct {
+	Listener string
+	Model    string
+}
+
+func (e *ModelNotFound) Error() string {
+	if e.Model == "" {
+		return fmt.Sprintf("no rule on %s serves requests without a model", e.Listener)
+	}
+	return fmt.Sprintf("the model `%s` does not exist", e.Model)
+}
+
+// apiError is an error the proxy answers itself, in OpenAI's shape.
+type apiError struct {
+	Status  int
+	Message string
+	Type    string
+	Param   string
+	Code    string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// Error types, as OpenAI spells them.
+const (
+	typeInvalid   = "invalid_request_error"
+	typeServer    = "server_error"
+	typeRateLimit = "rate_limit_error"
+)
+
+func badRequest(param, code, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Type: typeInvalid, Param: param, Code: code}
+}
+
+func serverError(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Message: fmt.Sprintf(format, args...), Type: typeServer, Code: code}
+}
+
+// errorBody renders {"error":{"message","type","param","code"}} (param and code null when empty).
+func errorBody(e *apiError) []byte {
+	var v struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}
+	v.Error.Message, v.Error.Type = e.Message, e.Type
+	if e.Param != "" {
+		v.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		v.Error.Code = &e.Code
+	}
+	b, _ := json.Marshal(v) // strings and pointers only: cannot fail
+	return b
+}
+
+// writeError answers the client with e. Only valid before any response byte was written.
+func writeError(w http.ResponseWriter, e *apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
+	b := errorBody(e)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(b)
+}
+
+// routeError maps the router's errors to client answers.
+func routeError(err error, lastConnect error) *apiError {
+	switch {
+	case errors.Is(err, route.ErrShed):
+		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error() + "; retry later", Type: typeRateLimit, Code: "overloaded"}
+	case errors.Is(err, route.ErrParkTimeout):
+		return serverError(http.StatusGatewayTimeout, "park_timeout", "%v", err)
+	case errors.Is(err, route.ErrNoEndpoint) && lastConnect != nil:
+		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", lastConnect)
+	case errors.Is(err, route.ErrNoEndpoint):
+		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
+	}
+	return serverError(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
+}

@@ -1,0 +1,344 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// connectError is a request that got no response at all (dial refused, reset before headers), or
+// that the endpoint's breaker refused: the endpoint is excluded and the selection re-runs.
+type connectError struct {
+	ep      *route.Endpoint
+	breaker bool
+	err     error
+}
+
+func (e *connectError) Error() string {
+	if e.breaker {
+		return e.ep.Name + ": circuit breaker open"
+	}
+	return e.ep.Name + ": " + e.err.Error()
+}
+
+func (e *connectError) Unwrap() error { return e.err }
+
+// errPrefillTimeout: a P/D prefill leg outlived Config.PrefillTimeout.
+var errPrefillTimeout = errors.New("the prefill leg did not answer within the prefill timeout")
+
+// leg is one upstream request: the endpoint and its breaker admission, reported exactly once.
+type leg struct {
+	ep       *route.Endpoint
+	breaker  *health.Breaker
+	reported bool
+}
+
+func (l *leg) report(o health.Outcome, status int) {
+	if l == nil || l.breaker == nil || l.reported {
+		return
+	}
+	l.reported = true
+	l.breaker.Report(o, status)
+}
+
+// hopHeaders are meaningful for one connection only and never forwarded (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// copyHeaders copies src into dst without hop-by-hop headers (including those Connection names).
+func copyHeaders(dst, src http.Header) {
+	var named []string
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named = append(named, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+outer:
+	for k, vv := range src {
+		for _, h := range hopHeaders {
+			if k == h {
+				continue outer
+			}
+		}
+		for _, h := range named {
+			if k == h {
+				continue outer
+			}
+		}
+		dst[k] = append(dst[k][:0:0], vv...)
+	}
+}
+
+// send issues one upstream request with body to ep, after the breaker admits it. internal legs
+// (whose answer the proxy reads itself) ask for an uncompressed body.
+func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, internal bool) (*http.Response, *leg, error) {
+	l := &leg{ep: ep}
+	if ep.Health != nil && ep.Health.Breaker != nil {
+		if !ep.Health.Breaker.Acquire() {
+			c.p.cfg.Metrics.upstreamError(c.rule, errBreakerOpen)
+			return nil, l, &connectError{ep: ep, breaker: true, err: errors.New("circuit breaker open")}
+		}
+		l.breaker = ep.Health.Breaker
+	}
+	u := ep.Address + c.r.URL.EscapedPath()
+	if c.r.URL.RawQuery != "" {
+		u += "?" + c.r.URL.RawQuery
+	}
+	var rd io.Reader = http.NoBody
+	if len(body) > 0 || c.r.Method != http.MethodGet && c.r.Method != http.MethodHead {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(ctx, c.r.Method, u, rd)
+	if err != nil {
+		l.report(health.Canceled, 0) // a bad address is configuration, not the endpoint's health
+		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
+	}
+	copyHeaders(out.Header, c.r.Header)
+	out.Header.Del("Content-Length")
+	out.Header.Del("Host")
+	out.Header.Del("Expect") // the body is already read: no 100-continue round trip upstream
+	out.Header.Set(HeaderRequestID, c.id)
+	if len(body) > 0 && out.Header.Get("Content-Type") == "" {
+		out.Header.Set("Content-Type", "application/json")
+	}
+	if internal {
+		out.Header.Del("Accept-Encoding")
+		out.Header.Set("Accept", "application/json")
+	}
+	if ip, _, err := net.SplitHostPort(c.r.RemoteAddr); err == nil {
+		if prior := c.r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	if c.p.cfg.Rewrite != nil {
+		c.p.cfg.Rewrite(out, ep)
+	}
+	resp, err := c.p.transport.RoundTrip(out)
+	if err == nil {
+		return resp, l, nil
+	}
+	switch {
+	case c.ctx.Err() != nil:
+		l.report(health.Canceled, 0)
+		return nil, l, c.ctx.Err()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		l.report(health.TransportFailure, 0)
+		c.p.cfg.Metrics.upstreamError(c.rule, errTimeout)
+		return nil, l, errPrefillTimeout
+	case ctx.Err() != nil: // the proxy itself abandoned the leg (P/D coupling)
+		l.report(health.Canceled, 0)
+		return nil, l, ctx.Err()
+	}
+	l.report(health.TransportFailure, 0)
+	c.p.cfg.Metrics.upstreamError(c.rule, errConnect)
+	return nil, l, &connectError{ep: ep, err: err}
+}
+
+// commitHeaders starts the client's response: the upstream's end-to-end headers plus the receipts.
+func (c *call) commitHeaders(status int, h http.Header) {
+	dst := c.w.Header()
+	copyHeaders(dst, h)
+	dst.Set(HeaderRequestID, c.id)
+	if c.rt != nil {
+		dst.Set(HeaderRule, c.rule)
+	}
+	if c.server != nil {
+		dst.Set(HeaderEndpoint, c.server.Name)
+	}
+	if c.prefill != nil {
+		dst.Set(HeaderPrefill, c.prefill.Name)
+	}
+	if c.p.cfg.DebugHeader && c.d != nil {
+		if b, err := json.Marshal(c.d); err == nil {
+			dst.Set(HeaderDecision, string(b))
+		}
+	}
+	c.committed, c.status = true, status
+	c.w.WriteHeader(status)
+	c.p.cfg.Metrics.firstByte(c.rule, time.Since(c.start))
+}
+
+// writeBuffered answers with a response the proxy has read whole (a P/D leg's answer).
+func (c *call) writeBuffered(status int, h http.Header, body []byte) {
+	hh := h.Clone()
+	if hh == nil {
+		hh = http.Header{}
+	}
+	hh.Del("Content-Encoding")
+	hh.Set("Content-Length", strconv.Itoa(len(body)))
+	c.commitHeaders(status, hh)
+	_, _ = c.w.Write(body)
+}
+
+// relayResult says how a relay ended.
+type relayResult int
+
+const (
+	relayed      relayResult = iota // the whole upstream body reached the client
+	relayRefused                    // commit refused: nothing was written (P/D coupling aborted it)
+	clientGone                      // the client stopped reading
+	upstreamDied                    // the upstream body broke off; the client got a clean error
+)
+
+// relayLeg relays resp to the client and reports the leg's outcome to its breaker. commit, when
+// set, is asked just before the first byte goes out and may refuse (nothing is written then).
+// diedCode is the error code of the SSE error event sent if the upstream dies mid-stream.
+func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCode string) relayResult {
+	res := c.relay(resp, commit, diedCode)
+	switch res {
+	case relayed:
+		l.report(health.Success, resp.StatusCode)
+		if resp.StatusCode >= 500 {
+			c.p.cfg.Metrics.upstreamError(c.rule, errStatus5xx)
+		}
+	case upstreamDied:
+		l.report(health.TransportFailure, resp.StatusCode)
+		c.p.cfg.Metrics.upstreamError(c.rule, errMidstream)
+	default:
+		l.report(health.Canceled, resp.StatusCode)
+	}
+	return res
+}
+
+func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) relayResult {
+	defer resp.Body.Close()
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	// Event framing is only visible in an uncompressed stream; a compressed one is relayed as is.
+	sse := isSSE(resp.Header) && resp.Header.Get("Content-Encoding") == ""
+	flush := isSSE(resp.Header) || c.body != nil && c.body.stream
+	rc := http.NewResponseController(c.w)
+	var pending []byte // SSE: bytes after the last complete event, held until the event completes
+	started := false
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if !started && (n > 0 && rerr == nil || rerr == io.EOF) {
+			if commit != nil && !commit() {
+				return relayRefused
+			}
+			c.commitHeaders(resp.StatusCode, resp.Header)
+			started = true
+		}
+		if n > 0 {
+			out := buf[:n]
+			if sse && (len(pending) > 0 || eventEnd(out) != len(out)) {
+				// Relay whole events only, so an error event after a mid-stream death never lands
+				// inside a half-written one. (Upstreams usually write whole events: no copy then.)
+				pending = append(pending, out...)
+				cut := eventEnd(pending)
+				if len(pending) > 1<<20 {
+					cut = len(pending) // not SSE framing we understand: stop holding it
+				}
+				if cut > 0 {
+					if _, err := c.w.Write(pending[:cut]); err != nil {
+						return clientGone
+					}
+				}
+				pending = append(pending[:0], pending[cut:]...)
+				out = nil
+			}
+			if len(out) > 0 {
+				if _, err := c.w.Write(out); err != nil {
+					return clientGone
+				}
+			}
+			if flush {
+				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+					return clientGone
+				}
+			}
+		}
+		if rerr == nil {
+			continue
+		}
+		if rerr == io.EOF {
+			if len(pending) > 0 {
+				if _, err := c.w.Write(pending); err != nil {
+					return clientGone
+				}
+			}
+			if flush {
+				_ = rc.Flush()
+			}
+			return relayed
+		}
+		if c.ctx.Err() != nil {
+			return clientGone
+		}
+		if !started {
+			// Died after the headers but before any body byte: a clean error answer is still possible.
+			if commit != nil && !commit() {
+				return relayRefused
+			}
+			c.p.log.Warn("upstream response broke off before its body", "rule", c.rule, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
+			c.fail(serverError(http.StatusBadGateway, diedCode, "the upstream endpoint %s failed before sending its body: %v", c.serverName(), rerr))
+			return upstreamDied
+		}
+		c.p.log.Warn("upstream response broke off", "rule", c.rule, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
+		if sse {
+			_, _ = c.w.Write(sseError(&apiError{Type: typeServer, Code: diedCode,
+				Message: fmt.Sprintf("the upstream endpoint %s stopped mid-stream: %v", c.serverName(), rerr)}))
+			_ = rc.Flush()
+		} else {
+			_ = rc.Flush() // let the client see the truncation rather than a bare connection reset
+			c.abortConn = true
+		}
+		return upstreamDied
+	}
+}
+
+func (c *call) serverName() string {
+	if c.server == nil {
+		return ""
+	}
+	return c.server.Name
+}
+
+func isSSE(h http.Header) bool {
+	return strings.HasPrefix(strings.TrimSpace(strings.ToLower(h.Get("Content-Type"))), "text/event-stream")
+}
+
+// eventEnd returns the length of b's prefix made of complete SSE events (0 when none is complete).
+func eventEnd(b []byte) int {
+	end := 0
+	if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(b, []byte("\r\n\r\n")); i >= 0 && i+4 > end {
+		end = i + 4
+	}
+	return end
+}
+
+// sseError is an error event in the shape OpenAI-compatible servers stream errors.
+func sseError(e *apiError) []byte {
+	b := errorBody(e)
+	out := make([]byte, 0, len(b)+10)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
+// readAllLimit reads r up to limit bytes; over the limit it returns what it read and ok=false.
+func readAllLimit(r io.Reader, limit int64) (b []byte, ok bool, err error) {
+	b, err = io.ReadAll(io.LimitReader(r, limit+1))
+	if int64(len(b)) > limit {
+		return b[:limit], false, err
+	}
+	return b, true, err
+}

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's series, labelled by rule. A nil *Metrics records nothing.
+type Metrics struct {
+	requests  *prometheus.CounterVec   // rule, status, tier
+	upstream  *prometheus.CounterVec   // rule, kind
+	failovers *prometheus.CounterVec   // rule
+	inflight  *prometheus.GaugeVec     // rule
+	pdParams  *prometheus.CounterVec   // rule, dialect, result
+	duration  *prometheus.HistogramVec // rule
+	ttfb      *prometheus.HistogramVec // rule
+}
+
+// Upstream error kinds (label "kind" of kvexact_proxy_upstream_errors_total).
+const (
+	errConnect     = "connect"      // no response at all (refused, reset before headers)
+	errBreakerOpen = "breaker_open" // the breaker refused the request
+	errMidstream   = "midstream"    // the response body broke off
+	errStatus5xx   = "status_5xx"   // the origin answered 5xx
+	errPrefill     = "prefill"      // a P/D prefill leg failed (status, body or transport)
+	errTimeout     = "timeout"      // the prefill deadline passed
+	errBadResponse = "bad_response" // a P/D leg answered something the dialect cannot use
+)
+
+// NewMetrics registers the proxy metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_requests_total",
+			Help: "Client requests by rule, final status and the routing tier that decided (none when no decision was made)."}, []string{"rule", "status", "tier"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_upstream_errors_total",
+			Help: "Upstream failures by kind: connect, breaker_open, midstream, status_5xx, prefill, timeout, bad_response."}, []string{"rule", "kind"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_failovers_total",
+			Help: "Selections re-run with a failed endpoint excluded (connect failure or open breaker)."}, []string{"rule"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_proxy_inflight_requests",
+			Help: "Client requests being served."}, []string{"rule"}),
+		pdParams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_pd_params_total",
+			Help: "P/D transfer parameters read from the prefill leg: found, or missing (decode recomputes)."}, []string{"rule", "dialect", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_proxy_request_duration_seconds",
+			Help: "Time from request arrival to the last byte relayed.", Buckets: latency}, []string{"rule"}),
+		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_proxy_ttfb_seconds",
+			Help: "Time from request arrival to the first response byte sent to the client (headers with the first body chunk).", Buckets: latency}, []string{"rule"}),
+	}
+	reg.MustRegister(m.requests, m.upstream, m.failovers, m.inflight, m.pdParams, m.duration, m.ttfb)
+	return m
+}
+
+// Forget deletes a rule's series (a deleted rule leaves no ghost series).
+func (m *Metrics) Forget(rule string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"rule": rule}
+	m.requests.DeletePartialMatch(l)
+	m.upstream.DeletePartialMatch(l)
+	m.failovers.DeletePartialMatch(l)
+	m.inflight.DeletePartialMatch(l)
+	m.pdParams.DeletePartialMatch(l)
+	m.duration.DeletePartialMatch(l)
+	m.ttfb.DeletePartialMatch(l)
+}
+
+func (m *Metrics) done(rule string, status int, tier string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if tier == "" {
+		tier = "none"
+	}
+	m.requests.WithLabelValues(rule, strconv.Itoa(status), tier).Inc()
+	m.duration.WithLabelValues(rule).Observe(d.Seconds())
+}
+
+func (m *Metrics) firstByte(rule string, d time.Duration) {
+	if m != nil {
+		m.ttfb.WithLabelValues(rule).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) upstreamError(rule, kind string) {
+	if m != nil {
+		m.upstream.WithLabelValues(rule, kind).Inc()
+	}
+}
+
+func (m *Metrics) failover(rule string) {
+	if m != nil {
+		m.failovers.WithLabelValues(rule).Inc()
+	}
+}
+
+func (m *Metrics) inflightAdd(rule string, v float64) {
+	if m != nil {
+		m.inflight.WithLabelValues(rule).Add(v)
+	}
+}
+
+func (m *Metrics) params(rule, dialect string, found bool) {
+	if m == nil {
+		return
+	}
+	res := "missing"
+	if found {
+		res = "found"
+	}
+	m.pdParams.WithLabelValues(rule, dialect, res).Inc()
+}

@@ -1,0 +1,390 @@
+// Package proxy owns the gateway's client-facing HTTP surface: the OpenAI full proxy. It parses each
+// body once (model, prompt or messages, user, stream), asks the rule's router where the request goes,
+// forwards it — as one request, or as the two legs of the rule's prefill/decode dialect — and relays
+// the answer (SSE flushed chunk by chunk), with a receipt naming the endpoint that served. A connect
+// failure excludes the endpoint and re-runs the whole selection, so the second-best overlap serves;
+// every outcome feeds the endpoint's circuit breaker.
+//
+// Like httputil.ReverseProxy it is a small core with a few named hooks (Config.Resolve, Rewrite,
+// OnDecision, BootstrapPort); the gateway assembly supplies rules and routers.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+// Response headers the proxy sets.
+const (
+	HeaderRequestID = "X-Request-Id"
+	// HeaderEndpoint names the endpoint whose response the client got (the decode endpoint for P/D),
+	// rewritten on failover.
+	HeaderEndpoint = "X-Kvexact-Endpoint"
+	// HeaderPrefill names the P/D prefill endpoint whose KV the decode leg used.
+	HeaderPrefill = "X-Kvexact-Prefill"
+	// HeaderDecision carries the routing decision as compact JSON when Config.DebugHeader is set.
+	HeaderDecision = "X-Kvexact-Decision"
+	// HeaderRule names the rule that served.
+	HeaderRule = "X-Kvexact-Rule"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Resolve returns the router of the rule serving model on listener. For an unknown model it must
+	// return a *ModelNotFound (answered 404 model_not_found before any tier runs); any other error is
+	// answered 503.
+	Resolve func(listener, model string) (*route.Router, error)
+	// Routers lists the routers of every rule on a listener, for /v1/models. Nil: only the
+	// listener's wildcard rule (Resolve(listener, "")) is listed.
+	Routers func(listener string) []*route.Router
+	// MaxBodyBytes caps request bodies (413 above it). 0 means 16 MiB.
+	MaxBodyBytes int64
+	// DebugHeader adds X-Kvexact-Decision to responses.
+	DebugHeader bool
+	// PrefillTimeout bounds a P/D prefill (context) leg; past it the client gets 504
+	// pd_prefill_timeout. 0 means no bound beyond the client's own.
+	PrefillTimeout time.Duration
+	// Transport sends upstream requests. Nil: a transport tuned for many concurrent streams to a few
+	// hosts, with no environment proxy and no transparent compression.
+	Transport http.RoundTripper
+	Log       *slog.Logger
+	Metrics   *Metrics
+
+	// Rewrite, when set, may edit every upstream request just before it is sent (headers only: the
+	// body is already fixed). ep is the endpoint it goes to.
+	Rewrite func(out *http.Request, ep *route.Endpoint)
+	// OnDecision, when set, sees the decision that served each request (after failovers), before it
+	// is released — for /admin/explain and access logs.
+	OnDecision func(r *http.Request, d *route.Decision)
+	// BootstrapPort returns an SGLang prefill endpoint's bootstrap port. Nil: the rule's endpoint
+	// field bootstrapPort, else SGLang's default 8998.
+	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
+}
+
+// Proxy serves OpenAI requests for the rules Config.Resolve knows.
+type Proxy struct {
+	cfg       Config
+	transport http.RoundTripper
+	log       *slog.Logger
+}
+
+// New builds a proxy.
+func New(cfg Config) *Proxy {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	p := &Proxy{cfg: cfg, transport: cfg.Transport, log: cfg.Log}
+	if p.transport == nil {
+		p.transport = DefaultTransport()
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	return p
+}
+
+// DefaultTransport is the upstream transport New uses when Config.Transport is nil: engines are a
+// handful of hosts each serving hundreds of concurrent streams, so idle connections per host are
+// plentiful; compression is left to the client and the engine (DisableCompression), so bodies the
+// proxy reads itself (P/D legs) arrive as plain JSON.
+func DefaultTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// Handler serves one client listener: /v1/completions, /v1/chat/completions, /v1/models (and
+// /v1/models/{id}); every other path is forwarded to an endpoint of the rule serving its model.
+func (p *Proxy) Handler(listener string) http.Handler {
+	return &handler{p: p, listener: listener}
+}
+
+type handler struct {
+	p        *Proxy
+	listener string
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(HeaderRequestID)
+	if id == "" || len(id) > 256 {
+		id = newRequestID()
+	}
+	w.Header().Set(HeaderRequestID, id)
+	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), id: id, start: time.Now(), listener: h.listener, rule: "none"}
+	switch path := r.URL.Path; {
+	case path == "/v1/completions" || path == "/v1/chat/completions":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: r.Method + " is not allowed on " + path + "; use POST"})
+			break
+		}
+		c.generate(path == "/v1/chat/completions")
+	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: r.Method + " is not allowed on " + path + "; use GET"})
+			break
+		}
+		c.models(strings.TrimPrefix(strings.TrimPrefix(path, "/v1/models"), "/"))
+	default:
+		c.passThrough()
+	}
+	c.finish()
+	if c.abortConn {
+		// The upstream body broke off after a non-SSE response had started: the only honest signal
+		// left is to cut the client's connection (what httputil.ReverseProxy does too). net/http
+		// recovers this sentinel without logging.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "kvx-" + hex.EncodeToString(b[:])
+}
+
+// call is one client request in flight.
+type call struct {
+	p        *Proxy
+	w        http.ResponseWriter
+	r        *http.Request
+	ctx      context.Context
+	id       string
+	start    time.Time
+	listener string
+
+	rule   string
+	rt     *route.Router
+	body   *parsed // nil on pass-through paths
+	raw    []byte
+	req    *route.Request
+	d      *route.Decision // the decision serving now
+	tier   string
+	status int // status sent to the client (499: the client left first)
+
+	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
+	server    *route.Endpoint // receipt: the endpoint whose response is relayed
+	committed bool
+	abortConn bool
+	inflight  bool
+}
+
+// fail answers with an OpenAI-shaped error unless the response has started.
+func (c *call) fail(e *apiError) {
+	if c.committed {
+		return
+	}
+	c.committed, c.status = true, e.Status
+	writeError(c.w, e)
+}
+
+// finish records the request's metrics.
+func (c *call) finish() {
+	if c.status == 0 {
+		c.status = 499 // the client went away before any answer
+	}
+	if c.inflight {
+		c.p.cfg.Metrics.inflightAdd(c.rule, -1)
+	}
+	c.p.cfg.Metrics.done(c.rule, c.status, c.tier, time.Since(c.start))
+}
+
+// readBody reads the whole body within the size limit.
+func (c *call) readBody() ([]byte, *apiError) {
+	max := c.p.cfg.MaxBodyBytes
+	tooBig := &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
+		Message: "the request body exceeds " + strconv.FormatInt(max, 10) + " bytes"}
+	if c.r.ContentLength > max {
+		return nil, tooBig
+	}
+	rd := http.MaxBytesReader(c.w, c.r.Body, max)
+	var b []byte
+	var err error
+	if n := c.r.ContentLength; n > 0 {
+		// The server never yields more than Content-Length: one allocation of the right size.
+		b = make([]byte, n)
+		_, err = io.ReadFull(rd, b)
+	} else {
+		b, err = io.ReadAll(rd)
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooBig
+		}
+		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
+	}
+	return b, nil
+}
+
+// resolve finds the model's router.
+func (c *call) resolve(model string) *apiError {
+	rt, err := c.p.cfg.Resolve(c.listener, model)
+	if err != nil || rt == nil {
+		var nf *ModelNotFound
+		if errors.As(err, &nf) || err == nil {
+			msg := "the model `" + model + "` does not exist"
+			if model == "" {
+				msg = "you must provide a model parameter"
+				return badRequest("model", "missing_model", "%s", msg)
+			}
+			return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: msg}
+		}
+		return serverError(http.StatusServiceUnavailable, "model_unavailable", "no rule can serve model %s: %v", quote(model), err)
+	}
+	c.rt, c.rule = rt, rt.Rule().Name
+	c.inflight = true
+	c.p.cfg.Metrics.inflightAdd(c.rule, 1)
+	return nil
+}
+
+// generate serves /v1/completions and /v1/chat/completions.
+func (c *call) generate(chat bool) {
+	if e := checkJSONType(c.r); e != nil {
+		c.fail(e)
+		return
+	}
+	raw, e := c.readBody()
+	if e != nil {
+		c.fail(e)
+		return
+	}
+	pb, e := parseBody(raw, chat)
+	if e != nil {
+		c.fail(e)
+		return
+	}
+	// One source for the model: the body. A header that disagrees is rejected rather than letting
+	// routing and the engine read different models (routing-semantics §7.3).
+	if hm := c.r.Header.Get("X-Model"); hm != "" && hm != pb.model {
+		c.fail(badRequest("model", "model_mismatch", "the X-Model header %s and the body's model %s disagree", quote(hm), quote(pb.model)))
+		return
+	}
+	if e := c.resolve(pb.model); e != nil {
+		c.fail(e)
+		return
+	}
+	c.body, c.raw, c.req = pb, raw, pb.routeRequest(c.r)
+	c.run()
+}
+
+// passThrough forwards any other path to one endpoint of the rule serving the request's model (the
+// body's "model", else X-Model, else the listener's wildcard rule).
+func (c *call) passThrough() {
+	raw, e := c.readBody()
+	if e != nil {
+		c.fail(e)
+		return
+	}
+	model := sniffModel(c.r, raw)
+	if model == "" {
+		model = c.r.Header.Get("X-Model")
+	}
+	if e := c.resolve(model); e != nil {
+		c.fail(e)
+		return
+	}
+	c.raw = raw
+	c.req = &route.Request{Model: model, ConversationID: c.r.Header.Get("X-Conversation-Id")}
+	c.run()
+}
+
+// attempt is one try at serving the request on decision d. It returns the endpoint whose connect
+// failed (nil when the request was answered, well or badly) and the failure.
+type attempt func(d *route.Decision) (failed *route.Endpoint, err error)
+
+// run is the retry loop: route, try, and on a connect failure exclude the endpoint and re-run the
+// whole selection (so the second-best overlap serves), at most once per endpoint of the rule.
+func (c *call) run() {
+	var retry inventory.Mask
+	var last error
+	n := len(c.rt.Endpoints())
+	for i := 0; i < n; i++ {
+		d, err := c.rt.Route(c.ctx, c.req, retry)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.fail(routeError(err, last))
+			return
+		}
+		c.d, c.tier = d, d.Tier
+		failed, ferr := c.try(d)
+		if failed == nil {
+			if c.p.cfg.OnDecision != nil {
+				c.p.cfg.OnDecision(c.r, d)
+			}
+			d.Release()
+			return
+		}
+		d.Release()
+		last = ferr
+		retry.Set(failed.ID)
+		c.p.cfg.Metrics.failover(c.rule)
+		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
+	}
+	c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
+}
+
+// try dispatches one attempt: a single request for role-less decisions and pass-through paths, else
+// the rule's P/D dialect.
+func (c *call) try(d *route.Decision) (*route.Endpoint, error) {
+	if d.Decode == nil || c.body == nil {
+		return c.single(d.Target)
+	}
+	switch c.dialect() {
+	case dialectSGLang:
+		return c.sglang(d)
+	case dialectTRTLLM:
+		return c.trtllm(d)
+	default:
+		return c.vllm(d)
+	}
+}
+
+// single forwards the request unchanged to ep and relays the answer.
+func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
+	resp, l, err := c.send(c.ctx, ep, c.raw, false)
+	if err != nil {
+		return c.sendFailed(ep, err)
+	}
+	c.server = ep
+	c.relayLeg(resp, l, nil, "upstream_died")
+	return nil, nil
+}
+
+// sendFailed turns a send error into the attempt's result: a connect failure or an open breaker is
+// retried elsewhere; a client that left ends the request.
+func (c *call) sendFailed(ep *route.Endpoint, err error) (*route.Endpoint, error) {
+	var ce *connectError
+	if errors.As(err, &ce) {
+		return ep, err
+	}
+	if c.ctx.Err() == nil {
+		c.fail(serverError(http.StatusBadGateway, "upstream_failed", "the request to %s failed: %v", ep.Name, err))
+	}
+	return nil, nil
+}
+
+// sync.Pool of relay buffers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// parsed is what the proxy reads from an OpenAI body, once. The raw bytes stay the source of what
+// is forwarded; only P/D dialects rewrite them (see patch).
+type parsed struct {
+	raw    []byte
+	model  string
+	stream bool
+	user   string
+	chat   bool
+	// batch is the number of prompts in a completions request (1 for a single prompt).
+	batch  int
+	prompt string   // single text prompt
+	tokens []uint32 // single token prompt
+	// affinity is the prompt text, the first prompt of a batch, or the messages' text joined.
+	affinity string
+}
+
+// wireBody names the fields the proxy reads; everything else passes through untouched.
+type wireBody struct {
+	Model    json.RawMessage `json:"model"`
+	Stream   json.RawMessage `json:"stream"`
+	User     json.RawMessage `json:"user"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Messages json.RawMessage `json:"messages"`
+}
+
+// checkJSONType answers 415 for a body that is declared as something other than JSON. A missing
+// Content-Type is accepted (some clients omit it); the body must still parse as JSON.
+func checkJSONType(r *http.Request) *apiError {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return &apiError{Status: http.StatusUnsupportedMediaType, Type: typeInvalid, Code: "unsupported_media_type",
+		Message: "Content-Type " + quote(ct) + " is not supported; send application/json"}
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// parseBody reads an OpenAI completions (chat=false) or chat completions body.
+func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
+	var wb wireBody
+	if err := json.Unmarshal(raw, &wb); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return nil, badRequest("", "invalid_json", "the request body must be a JSON object")
+		}
+		return nil, badRequest("", "invalid_json", "the request body is not valid JSON: %v", err)
+	}
+	p := &parsed{raw: raw, chat: chat}
+	if isNull(wb.Model) {
+		return nil, badRequest("model", "missing_model", "you must provide a model parameter")
+	}
+	if err := json.Unmarshal(wb.Model, &p.model); err != nil {
+		return nil, badRequest("model", "invalid_type", "model must be a string")
+	}
+	if p.model == "" {
+		return nil, badRequest("model", "missing_model", "you must provide a model parameter")
+	}
+	if !isNull(wb.Stream) {
+		if err := json.Unmarshal(wb.Stream, &p.stream); err != nil {
+			return nil, badRequest("stream", "invalid_type", "stream must be a boolean")
+		}
+	}
+	if !isNull(wb.User) {
+		if err := json.Unmarshal(wb.User, &p.user); err != nil {
+			return nil, badRequest("user", "invalid_type", "user must be a string")
+		}
+	}
+	if chat {
+		if e := p.readMessages(wb.Messages); e != nil {
+			return nil, e
+		}
+		return p, nil
+	}
+	if e := p.readPrompt(wb.Prompt); e != nil {
+		return nil, e
+	}
+	return p, nil
+}
+
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+
+// readPrompt accepts string | []string | []int | [][]int, as OpenAI does. Token ids are u32.
+func (p *parsed) readPrompt(m json.RawMessage) *apiError {
+	if isNull(m) {
+		return badRequest("prompt", "missing_prompt", "prompt is required")
+	}
+	wrong := func() *apiError {
+		return badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays (token ids are integers in 0..4294967295)")
+	}
+	p.batch = 1
+	switch m[0] {
+	case '"':
+		if json.Unmarshal(m, &p.prompt) != nil {
+			return wrong()
+		}
+		p.affinity = p.prompt
+		return nil
+	case '[':
+	default:
+		return wrong()
+	}
+	inner := bytes.TrimLeft(m[1:], " \t\r\n")
+	if len(inner) == 0 || inner[0] == ']' {
+		return badRequest("prompt", "invalid_value", "prompt must not be an empty array")
+	}
+	switch inner[0] {
+	case '"':
+		var ss []string
+		if json.Unmarshal(m, &ss) != nil {
+			return wrong()
+		}
+		p.batch, p.affinity = len(ss), ss[0]
+		if len(ss) == 1 {
+			p.prompt = ss[0]
+		}
+	case '[':
+		var tt [][]uint32
+		if json.Unmarshal(m, &tt) != nil {
+			return wrong()
+		}
+		for _, t := range tt {
+			if len(t) == 0 {
+				return badRequest("prompt", "invalid_value", "prompt must not contain an empty token array")
+			}
+		}
+		p.batch = len(tt)
+		if len(tt) == 1 {
+			p.tokens = tt[0]
+		}
+	default:
+		if json.Unmarshal(m, &p.tokens) != nil {
+			return wrong()
+		}
+	}
+	return nil
+}
+
+// readMessages checks that messages is a non-empty array of objects and collects their text.
+func (p *parsed) readMessages(m json.RawMessage) *apiError {
+	if isNull(m) {
+		return badRequest("messages", "missing_messages", "messages is required")
+	}
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(m, &msgs) != nil {
+		return badRequest("messages", "invalid_type", "messages must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return badRequest("messages", "invalid_value", "messages must not be empty")
+	}
+	var sb strings.Builder
+	for _, msg := range msgs {
+		if isNull(msg.Content) {
+			continue
+		}
+		var s string
+		if msg.Content[0] == '"' && json.Unmarshal(msg.Content, &s) == nil {
+			sb.WriteString(s)
+			sb.WriteByte('\n')
+			continue
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(msg.Content, &parts) == nil {
+			for _, part := range parts {
+				if part.Text != "" {
+					sb.WriteString(part.Text)
+					sb.WriteByte('\n')
+				}
+			}
+		}
+	}
+	p.affinity = sb.String()
+	return nil
+}
+
+// routeRequest is what the router sees.
+func (p *parsed) routeRequest(r *http.Request) *route.Request {
+	return &route.Request{
+		Model:          p.model,
+		Chat:           p.chat,
+		Body:           p.raw,
+		Prompt:         p.prompt,
+		PromptTokens:   p.tokens,
+		AffinityText:   p.affinity,
+		ConversationID: r.Header.Get("X-Conversation-Id"),
+		User:           p.user,
+	}
+}
+
+// sniffModel reads a top-level "model" string from a JSON body of a path the proxy does not parse
+// (embeddings, tokenize, …); "" when there is none.
+func sniffModel(r *http.Request, raw []byte) string {
+	if len(raw) == 0 || checkJSONType(r) != nil {
+		return ""
+	}
+	var v struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	return v.Model
+}

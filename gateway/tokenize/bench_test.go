@@ -1,0 +1,71 @@
+package tokenize
+
+import (
+	"os"
+	"testing"
+)
+
+// Benchmark inputs (same as bench/hf-encode.js): the first 32768 bytes of Debian's GPL-3 text, and
+// GPL-3 + GFDL-1.3 cut after token 8192 (the decode of the first 8192 ids).
+func benchInputs(b *testing.B, tk *Tokenizer) (text32k, text8k string) {
+	gpl, err1 := os.ReadFile("/usr/share/common-licenses/GPL-3")
+	gfdl, err2 := os.ReadFile("/usr/share/common-licenses/GFDL-1.3")
+	if err1 != nil || err2 != nil {
+		b.Skip("benchmark text missing: /usr/share/common-licenses/{GPL-3,GFDL-1.3} (Debian base-files)")
+	}
+	ids, err := tk.Encode(string(gpl)+string(gfdl), false)
+	if err != nil || len(ids) < 8192 {
+		b.Fatalf("building the 8k-token prompt: %v (%d ids)", err, len(ids))
+	}
+	text8k, err = tk.Decode(ids[:8192], false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(gpl[:32768]), text8k
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, model := range []string{"llama3", "qwen3", "gptoss"} {
+		tk := loadRefTokenizer(b, model)
+		t32, t8 := benchInputs(b, tk)
+		for _, in := range []struct{ name, text string }{{"32KB", t32}, {"8k-tokens", t8}} {
+			b.Run(model+"/"+in.name, func(b *testing.B) {
+				ids, _ := tk.Encode(in.text, true) // warm the word cache, as HF's is in its benchmark
+				b.SetBytes(int64(len(in.text)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					ids, _ = tk.AppendEncode(ids[:0], in.text, true)
+				}
+				b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}
+
+// BenchmarkEncodeCold is the first encode after load: the word cache is empty.
+func BenchmarkEncodeCold(b *testing.B) {
+	tk := loadRefTokenizer(b, "llama3")
+	t32, _ := benchInputs(b, tk)
+	b.SetBytes(int64(len(t32)))
+	var n int
+	for i := 0; i < b.N; i++ {
+		tk.model.cache.init(8192)
+		ids, _ := tk.Encode(t32, true)
+		n = len(ids)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkLoad is loading llama3's tokenizer.json (9 MB).
+func BenchmarkLoad(b *testing.B) {
+	dir, err := FindModelDir(DefaultRoots(), "llama3")
+	if err != nil {
+		b.Skip(err)
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := Load(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package tokenize
+
+import (
+	"container/list"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Pool hands out tokenizers by model slug: loaded lazily, once per model however many callers ask
+// at the same time, at most MaxLoaded kept (least recently used dropped first). A load failure is
+// remembered with its reason and retried only after RetryAfter, so a broken model costs one load
+// attempt per interval, not one per request.
+type Pool struct {
+	roots      []string
+	folders    map[string]string
+	maxLoaded  int
+	retryAfter time.Duration
+	now        func() time.Time
+	load       func(dir string) (*Tokenizer, error)
+
+	mu      sync.Mutex
+	entries map[string]*poolEntry
+	lru     *list.List // of *poolEntry, most recent first
+}
+
+type poolEntry struct {
+	model    string
+	dir      string
+	ready    chan struct{}
+	tok      *Tokenizer
+	err      error
+	failedAt time.Time
+	elem     *list.Element
+}
+
+// PoolOption configures a Pool.
+type PoolOption func(*Pool)
+
+// WithFolder maps a model to its tokenizer folder: an absolute path, or a folder name under the
+// pool's roots. Without it the folder is the model slug with "/" replaced by "__".
+func WithFolder(model, dir string) PoolOption { return func(p *Pool) { p.folders[model] = dir } }
+
+// WithMaxLoaded bounds how many tokenizers (and remembered failures) the pool keeps (default 8).
+func WithMaxLoaded(n int) PoolOption {
+	return func(p *Pool) {
+		if n > 0 {
+			p.maxLoaded = n
+		}
+	}
+}
+
+// WithRetryAfter sets how long a load failure is remembered before the next attempt (default 1m).
+func WithRetryAfter(d time.Duration) PoolOption { return func(p *Pool) { p.retryAfter = d } }
+
+// WithRoots adds folders searched after the pool's root, in order.
+func WithRoots(roots ...string) PoolOption {
+	return func(p *Pool) { p.roots = append(p.roots, roots...) }
+}
+
+// withClock and withLoader are test hooks.
+func withClock(now func() time.Time) PoolOption { return func(p *Pool) { p.now = now } }
+func withLoader(load func(string) (*Tokenizer, error)) PoolOption {
+	return func(p *Pool) { p.load = load }
+}
+
+// NewPool returns a pool reading tokenizer folders under root ("" means DefaultRoots()).
+func NewPool(root string, opts ...PoolOption) *Pool {
+	p := &Pool{
+		folders: map[string]string{}, maxLoaded: 8, retryAfter: time.Minute, now: time.Now, load: Load,
+		entries: map[string]*poolEntry{}, lru: list.New(),
+	}
+	if root == "" {
+		p.roots = DefaultRoots()
+	} else {
+		p.roots = []string{root}
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// PoolLoadError is a remembered load failure.
+type PoolLoadError struct {
+	Model, Dir string
+	At         time.Time
+	RetryAt    time.Time
+	Err        error
+}
+
+func (e *PoolLoadError) Error() string {
+	return fmt.Sprintf("tokenizer for model %q: %v (next attempt after %s)", e.Model, e.Err, e.RetryAt.Format(time.RFC3339))
+}
+
+func (e *PoolLoadError) Unwrap() error { return e.Err }
+
+// Get returns the tokenizer of model, loading it on first use.
+func (p *Pool) Get(model string) (*Tokenizer, error) {
+	p.mu.Lock()
+	e := p.entries[model]
+	if e != nil {
+		select {
+		case <-e.ready:
+			if e.err != nil && !p.now().Before(e.failedAt.Add(p.retryAfter)) {
+				p.drop(e)
+				e = nil
+			}
+		default:
+		}
+	}
+	if e != nil {
+		p.lru.MoveToFront(e.elem)
+		p.mu.Unlock()
+		<-e.ready
+		return e.tok, e.err
+	}
+	e = &poolEntry{model: model, ready: make(chan struct{})}
+	e.elem = p.lru.PushFront(e)
+	p.entries[model] = e
+	p.mu.Unlock()
+
+	tok, dir, err := p.loadModel(model)
+	p.mu.Lock()
+	e.tok, e.dir = tok, dir
+	if err != nil {
+		e.failedAt = p.now()
+		e.err = &PoolLoadError{Model: model, Dir: dir, At: e.failedAt, RetryAt: e.failedAt.Add(p.retryAfter), Err: err}
+	}
+	close(e.ready)
+	p.evict()
+	p.mu.Unlock()
+	return e.tok, e.err
+}
+
+func (p *Pool) loadModel(model string) (*Tokenizer, string, error) {
+	folder, mapped := p.folders[model]
+	if !mapped {
+		folder = FolderFor(model)
+	}
+	if filepath.IsAbs(folder) {
+		t, err := p.load(folder)
+		return t, folder, err
+	}
+	dir, err := FindModelDir(p.roots, folder)
+	if err != nil {
+		return nil, "", err
+	}
+	t, err := p.load(dir)
+	return t, dir, err
+}
+
+// drop removes an entry; the caller holds p.mu.
+func (p *Pool) drop(e *poolEntry) {
+	p.lru.Remove(e.elem)
+	if p.entries[e.model] == e {
+		delete(p.entries, e.model)
+	}
+}
+
+// evict drops the least recently used finished entries beyond maxLoaded; the caller holds p.mu.
+func (p *Pool) evict() {
+	for el := p.lru.Back(); el != nil && p.lru.Len() > p.maxLoaded; {
+		prev := el.Prev()
+		e := el.Value.(*poolEntry)
+		select {
+		case <-e.ready:
+			p.drop(e)
+		default: // still loading: keep
+		}
+		el = prev
+	}
+}
+
+// PoolEntry describes one model the pool knows about.
+type PoolEntry struct {
+	Model   string
+	Dir     string
+	Loaded  bool
+	Loading bool
+	Err     error
+}
+
+// Status lists the pool's entries, sorted by model.
+func (p *Pool) Status() []PoolEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []PoolEntry
+	for _, e := range p.entries {
+		s := PoolEntry{Model: e.model}
+		select {
+		case <-e.ready:
+			s.Dir, s.Loaded, s.Err = e.dir, e.err == nil, e.err
+		default:
+			s.Loading = true
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
