@@ -134,4 +134,3 @@ func (a *adminBackend) Explain(ctx context.Context, listener string, r *http.Req
 		Decision *route.Decision `json:"decision"`
 	}{router.Rule().Name, d}, nil
 }
-

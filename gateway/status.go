@@ -120,7 +120,6 @@ func (g *Gateway) SetEndpointState(rule, endpoint, state string) bool {
 	return false
 }
 
-
 // statusMetrics exports whether KV-exact runs per rule, with the reason as a label when it does not.
 type statusMetrics struct {
 	exact *prometheus.GaugeVec

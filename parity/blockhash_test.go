@@ -1,0 +1,95 @@
+package parity
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/vectors"
+)
+
+// TestBlockHashVectors runs every case of every block-hash vector file (vLLM's four algorithms,
+// SGLang's page hash, and the project's generated files) against the Go reference and the C core.
+// Engine-produced files are engine truth; generated files (origin kvexact-vecgen) only pin Go/C
+// agreement with the Go reference's own earlier output.
+func TestBlockHashVectors(t *testing.T) {
+	dir, err := vectors.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := vectors.BlockHashFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines := map[string]bool{}
+	for _, path := range files {
+		f, err := vectors.Load(path)
+		if err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !f.Header.Generated() {
+			engines[f.Header.Engine+"/"+f.Header.Algo] = true
+		}
+		t.Run(rel, func(t *testing.T) {
+			for _, impl := range []hashcore.Impl{hashcore.ImplGo, hashcore.ImplC} {
+				t.Run(impl.String(), func(t *testing.T) {
+					if !impl.Available() {
+						t.Skip("C core not built (this build has no cgo); only the Go reference was checked")
+					}
+					for i := range f.Cases {
+						c := &f.Cases[i]
+						t.Run(c.Name, func(t *testing.T) {
+							if reason := vectors.SkipReason(c); reason != "" {
+								t.Skip(reason)
+							}
+							for _, fl := range vectors.VerifyCase(f, c, impl) {
+								msg := fl.String()
+								if fl.Detail != "" {
+									msg += "\n" + fl.Detail
+								}
+								t.Error(msg)
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+	// The suite must cover every engine-produced binding, not silently shrink.
+	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "sglang/"} {
+		if !engines[want] {
+			t.Errorf("no engine-produced vector file for %s under %s", want, dir)
+		}
+	}
+}
+
+// TestBlockHashVectorsCount pins how many engine cases run, so a loader that drops cases fails.
+func TestBlockHashVectorsCount(t *testing.T) {
+	dir, err := vectors.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := vectors.BlockHashFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, path := range files {
+		f, err := vectors.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Header.Generated() {
+			continue
+		}
+		counts[strings.TrimSuffix(filepath.Base(path), ".json")] += len(f.Cases)
+	}
+	want := map[string]int{"sha256": 72, "sha256_cbor": 72, "xxhash": 72, "xxhash_cbor": 72, "page_hash": 61}
+	for k, n := range want {
+		if counts[k] != n {
+			t.Errorf("%s: %d cases, want %d", k, counts[k], n)
+		}
+	}
+}
