@@ -110,6 +110,10 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		p.cleanup = append(p.cleanup, func() { e.Close() })
 		p.sims = append(p.sims, e)
 		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), Role: role}
+		if b := e.BootstrapAddr(); b != "" {
+			_, port, _ := strings.Cut(b, ":")
+			fmt.Sscan(port, &ep.BootstrapPort)
+		}
 		switch ct.Transport {
 		case "zmq-multipart-v1":
 			ep.Events.ZMQ = e.PublishAddrs()
@@ -177,6 +181,27 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 // subscription reaches the publisher, so tests must not race the first subscription.
 func (p *pool) waitSubscribed() {
 	p.t.Helper()
+	if p.sims[0].Config().Role == sim.RolePrefill {
+		// P/D engines only prefill inside their dialect: warm them through the gateway, whose
+		// min-load tier spreads the prompts over the prefill endpoints.
+		deadline := time.Now().Add(15 * time.Second)
+		for n := 0; ; n++ {
+			ready := true
+			for _, s := range p.sims {
+				if s.Config().Role == sim.RolePrefill && p.resident(s.Config().Endpoint) == 0 {
+					ready = false
+				}
+			}
+			if ready {
+				return
+			}
+			if time.Now().After(deadline) {
+				p.t.Fatal("the gateway saw no event from some prefill endpoint within 15s")
+			}
+			p.complete(strings.Repeat(fmt.Sprintf("warm up round %d. ", n), 8), false)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for i, s := range p.sims {
 		ep := s.Config().Endpoint
 		if s.Config().Role == sim.RoleDecode {
@@ -209,6 +234,8 @@ type completion struct {
 	prompt   int
 	decision string
 	body     string
+	// P/D receipts: the gateway's prefill header and the decode simulator's own account.
+	prefill, prefilledBy string
 }
 
 func (p *pool) complete(prompt string, stream bool) completion {
@@ -225,6 +252,7 @@ func (p *pool) complete(prompt string, stream bool) completion {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	c := completion{status: resp.StatusCode, endpoint: resp.Header.Get(proxy.HeaderEndpoint), servedBy: resp.Header.Get(sim.ReceiptHeader),
+		prefill: resp.Header.Get(proxy.HeaderPrefill), prefilledBy: resp.Header.Get(sim.PrefilledByHeader),
 		decision: resp.Header.Get(proxy.HeaderDecision), body: string(raw)}
 	var usage struct {
 		Usage *struct {
@@ -492,4 +520,75 @@ func TestE2EConcurrentStreamsNoLeak(t *testing.T) {
 	client.CloseIdleConnections()
 	p.transport.CloseIdleConnections()
 	eventually(t, 10*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= base+20 })
+}
+
+// TestE2EPrefillDecode runs the P/D ladder (mode 1) against simulators of each family in their own
+// dialect: the prefill that caches a prompt's prefix serves its next prefill (KV-exact tier, hit
+// counter moved), the decode engine's receipt names that same prefill endpoint, and decode endpoints
+// are never KV candidates.
+func TestE2EPrefillDecode(t *testing.T) {
+	for _, tc := range []struct{ family, release string }{{"vllm", "v0.25.1"}, {"sglang", "v0.5.18"}, {"trtllm", "1.2"}} {
+		t.Run(tc.family, func(t *testing.T) {
+			p := startPool(t, poolSpec{family: tc.family, release: tc.release, n: 3, seed: strp("0"), mode: 1, certify: true, blockSize: 16,
+				roles: []string{"prefill", "prefill", "decode"}})
+			for i, doc := range docs(3) {
+				first := p.complete(doc, false)
+				if first.status != 200 {
+					t.Fatalf("doc %d: status %d: %s", i, first.status, first.body)
+				}
+				if first.endpoint != "e2" || first.servedBy != "e2" {
+					t.Fatalf("doc %d: decode receipts %q / %q, want e2", i, first.endpoint, first.servedBy)
+				}
+				if first.prefill == "" || first.prefill != first.prefilledBy {
+					t.Fatalf("doc %d: gateway says prefill %q, decode engine says %q", i, first.prefill, first.prefilledBy)
+				}
+				eventually(t, 5*time.Second, "the prefill inventory", func() bool { return p.resident(first.prefill) > 0 })
+				before := hits(p, first.prefill)
+				var again completion
+				eventually(t, 5*time.Second, "a KV-exact prefill hit", func() bool {
+					again = p.complete(doc+" One more question?", false)
+					return hits(p, first.prefill) > before
+				})
+				if again.status != 200 || again.prefill != first.prefill || again.prefilledBy != first.prefill || again.endpoint != "e2" {
+					t.Fatalf("doc %d: warm request prefilled on %q (engine says %q), decoded on %q; prefix cached on %s; decision %s",
+						i, again.prefill, again.prefilledBy, again.endpoint, first.prefill, again.decision)
+				}
+				if !strings.Contains(again.decision, `"tier":"kv-exact"`) || strings.Contains(again.decision, `"name":"e2"`) {
+					t.Fatalf("doc %d: decision %s", i, again.decision)
+				}
+			}
+		})
+	}
+}
+
+// TestE2EGracefulShutdownFinishesStreams: a stream in flight when shutdown starts completes.
+func TestE2EGracefulShutdownFinishesStreams(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 0, simMod: func(i int, c *sim.Config) {
+		c.DecodePerToken = 20 * time.Millisecond
+	}})
+	resp, err := http.Post(p.base+"/v1/completions", "application/json", strings.NewReader(`{"model":"llama3","prompt":"tell me a long story","max_tokens":40,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 1)
+	if _, err := resp.Body.Read(buf); err != nil { // the stream has started
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- p.srv.Shutdown(ctx)
+	}()
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("stream cut by shutdown: %v, %q", err, rest)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := http.Post(p.base+"/v1/completions", "application/json", strings.NewReader(`{}`)); err == nil {
+		t.Fatal("listener still accepting after shutdown")
+	}
 }
