@@ -276,6 +276,27 @@ func (p *pool) complete(prompt string, stream bool) completion {
 	return c
 }
 
+// overlap asks the router (dry run) how many of prompt's blocks endpoint holds.
+func (p *pool) overlap(prompt, endpoint string) int {
+	body, _ := json.Marshal(map[string]any{"model": p.model, "prompt": prompt})
+	hr, _ := http.NewRequest("POST", "/v1/completions", nil)
+	req, err := proxy.ParseRequest(hr, body)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	rt, _ := p.g.Router("pool")
+	d, err := rt.Explain(context.Background(), req)
+	if err != nil {
+		return 0
+	}
+	for _, e := range d.Endpoints {
+		if e.Name == endpoint {
+			return e.Overlap
+		}
+	}
+	return 0
+}
+
 // resident returns an endpoint's resident block count in the gateway's inventory.
 func (p *pool) resident(ep string) int {
 	keys, _ := p.g.Inventory("pool", ep)
@@ -344,14 +365,22 @@ func warmThenHit(t *testing.T, p *pool, stream bool) {
 		if first.endpoint == "" || first.endpoint != first.servedBy {
 			t.Fatalf("doc %d: gateway receipt %q, simulator receipt %q", i, first.endpoint, first.servedBy)
 		}
-		eventually(t, 5*time.Second, "the inventory to learn doc "+fmt.Sprint(i), func() bool { return p.resident(first.endpoint) > 0 })
+		follow := doc + " And a follow-up question?"
+		eventually(t, 5*time.Second, "the inventory to learn doc "+fmt.Sprint(i), func() bool { return p.overlap(follow, first.endpoint) > 0 })
 		// Wait until the gateway's inventory covers the prompt's blocks.
 		before := hits(p, first.endpoint)
 		var again completion
-		eventually(t, 5*time.Second, "a KV-exact hit", func() bool {
-			again = p.complete(doc+" And a follow-up question?", stream)
-			return hits(p, first.endpoint) > before
-		})
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			again = p.complete(follow, stream)
+			if hits(p, first.endpoint) > before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("doc %d: no KV-exact hit on %s within 5s; last decision %s", i, first.endpoint, again.decision)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if again.endpoint != first.endpoint || again.servedBy != first.endpoint {
 			t.Fatalf("doc %d: warm request went to %s (sim says %s), prefix cached on %s; decision %s", i, again.endpoint, again.servedBy, first.endpoint, again.decision)
 		}

@@ -4,10 +4,12 @@ package hashcore
 
 import (
 	"bytes"
+	"sync"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os/exec"
@@ -94,6 +96,80 @@ func TestCFloorChained(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCConcurrentChains hashes with the C core from several goroutines at once, every algorithm,
+// with extras, while another goroutine flips the portable switch: results never change (run it
+// under -race and -asan, see docs/sanitizers.md).
+func TestCConcurrentChains(t *testing.T) {
+	toks := make([]uint32, 700)
+	for i := range toks {
+		toks[i] = uint32(i*40503) ^ 0xFFFF0000
+	}
+	seed := ""
+	type job struct {
+		h  *Hasher
+		ex *Extras
+		d  [][]byte
+	}
+	var jobs []job
+	for _, a := range Algorithms {
+		b := Binding{Algorithm: a, BlockSize: 7}
+		var ex *Extras
+		if a.IsVLLM() {
+			b.Seed = &seed
+			ex = &Extras{LoRAName: "é", CacheSalt: "s", MM: []MMFeature{{Identifier: "img", Offset: 3, Length: 30}}}
+		} else if a == SGLangSHA256 {
+			ex = &Extras{CacheSalt: "tenant"}
+		}
+		h, err := New(b, ImplC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _, err := h.Digests(toks, ex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, job{h, ex, d})
+	}
+	stop := make(chan struct{})
+	var flip sync.WaitGroup
+	flip.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				forcePortable(false)
+				return
+			default:
+				forcePortable(i%2 == 0)
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*len(jobs))
+	for g := range 4 {
+		wg.Go(func() {
+			for r := range 20 {
+				j := jobs[(g+r)%len(jobs)]
+				d, _, err := j.h.Digests(toks, j.ex)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !equalStrings(hexes(d), hexes(j.d)) {
+					errs <- fmt.Errorf("%s: digests changed under concurrency", j.h.Binding().Algorithm)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	flip.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 func TestCDigestManyRejectsBadInput(t *testing.T) {

@@ -61,9 +61,13 @@ static inline void put_le64(buf_t *b, uint64_t v) {
 }
 
 static inline uint64_t load_be64(const uint8_t *p) {
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+	uint64_t v;
+	memcpy(&v, p, 8);
+#if KVX_LE
+	return __builtin_bswap64(v);
+#else
 	return v;
+#endif
 }
 
 /* Copies a digest-sized span with inline moves for the common sizes (a libc call otherwise). */
@@ -149,7 +153,7 @@ static int utf8_valid(const uint8_t *s, size_t n) {
 /* ---- canonical CBOR ---------------------------------------------------------------------- */
 
 /* A head with the shortest argument (RFC 8949 preferred serialization). Reserve 9 bytes first. */
-static void cbor_head(buf_t *b, unsigned major, uint64_t v) {
+static inline void cbor_head(buf_t *b, unsigned major, uint64_t v) {
 	uint8_t m = (uint8_t)(major << 5);
 	if (v < 24) {
 		put1(b, m | (uint8_t)v);
@@ -507,8 +511,7 @@ static uint64_t digest(int32_t algo, kvx_sha256_compress_fn f, const uint8_t *p,
 		return load_be64(d); /* SGLang: the first 8 bytes (bit pattern of its int64) */
 	case KVX_VLLM_XXHASH:
 	case KVX_VLLM_XXHASH_CBOR:
-		kvx_xxh3_128_canonical(p, n, d);
-		return load_be64(d + 8);
+		return kvx_xxh3_128_canonical(p, n, d); /* low64 = the last 8 bytes, big-endian */
 	default: { /* KVX_ROUTER_XXH3_V1 */
 		uint64_t key = kvx_xxh3_64(p, n);
 		for (int i = 0; i < 8; i++) d[i] = (uint8_t)(key >> (8 * i));

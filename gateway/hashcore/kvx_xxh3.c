@@ -8,11 +8,12 @@
 
 #include "kvx_xxh3.h"
 
-void kvx_xxh3_128_canonical(const uint8_t *p, size_t n, uint8_t out[16]) {
+uint64_t kvx_xxh3_128_canonical(const uint8_t *p, size_t n, uint8_t out[16]) {
 	XXH128_hash_t h = XXH3_128bits(p, n);
 	XXH128_canonical_t c;
 	XXH128_canonicalFromHash(&c, h); /* big-endian high64 then low64, as Python's xxh3_128_digest */
 	memcpy(out, c.digest, 16);
+	return h.low64;
 }
 
 uint64_t kvx_xxh3_64(const uint8_t *p, size_t n) { return XXH3_64bits(p, n); }
