@@ -1,0 +1,142 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+func llama3(tb testing.TB) (*tokenize.Pool, *tokenize.Tokenizer) {
+	tb.Helper()
+	p := tokenize.NewPool("")
+	tok, err := p.Get("llama3")
+	if err != nil {
+		tb.Skipf("llama3 tokenizer not found (%v): run make tokenizers", err)
+	}
+	return p, tok
+}
+
+func TestPromptKeyerMatchesEngineBinding(t *testing.T) {
+	pool, tok := llama3(t)
+	seed := "0"
+	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.VLLMSHA256, BlockSize: 16, Seed: &seed}, hashcore.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &PromptKeyer{Pool: pool, Hasher: h, VLLMExtras: true}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
+	ids, _ := tok.Encode(prompt, true)
+	want, _ := h.Keys(ids, nil, nil)
+	got, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
+	if miss != MissNone || len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("keys: %v %s (%d vs %d)", miss, reason, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("key %d differs", i)
+		}
+	}
+	// add_special_tokens=false drops the BOS and so changes every key.
+	off := false
+	noBOS, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, AddSpecialTokens: &off})
+	if len(noBOS) > 0 && noBOS[0] == got[0] {
+		t.Fatal("add_special_tokens ignored")
+	}
+	// cache_salt enters block 0 only... and therefore every chained key.
+	salted, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	if salted[0] == got[0] {
+		t.Fatal("cache_salt ignored")
+	}
+	// Chat: the template is rendered and encoded without special tokens, as vLLM does.
+	body, _ := json.Marshal(map[string]any{"model": "llama3", "messages": []map[string]string{{"role": "user", "content": prompt}}})
+	chat, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: body})
+	req, _ := tokenize.ParseChatRequest(body)
+	cids, _, err := tok.EncodeChat(req)
+	if err != nil || miss != MissNone {
+		t.Fatalf("chat: %v %v %s", err, miss, reason)
+	}
+	wantChat, _ := h.Keys(cids, nil, nil)
+	if len(chat) != len(wantChat) || chat[0] != wantChat[0] {
+		t.Fatal("chat keys differ from template+hash")
+	}
+	// Misses carry reasons.
+	if _, m, r := k.Keys(context.Background(), &Request{Model: "no-such-model", Prompt: "x"}); m != MissTokenizer || r == "" {
+		t.Fatalf("unknown model: %v %q", m, r)
+	}
+	if _, m, _ := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: []byte(`{"messages":7}`)}); m != MissTokenize {
+		t.Fatalf("bad chat: %v", m)
+	}
+	// Token-id prompts skip the tokenizer.
+	tk, m, _ := k.Keys(context.Background(), &Request{Model: "any", PromptTokens: ids})
+	if m != MissNone || tk[0] != got[0] {
+		t.Fatal("token prompt keys differ")
+	}
+}
+
+func TestPromptKeyerRouterBinding(t *testing.T) {
+	pool, tok := llama3(t)
+	k := &PromptKeyer{Pool: pool, RouterBlockSize: 32}
+	prompt := strings.Repeat("router keys are ours. ", 30)
+	ids, _ := tok.Encode(prompt, true)
+	want, _ := hashcore.RouterKeys(0, ids, 32, nil, nil)
+	got, miss, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
+	if miss != MissNone || len(got) != len(want) || got[len(got)-1] != want[len(want)-1] {
+		t.Fatal("router keys differ")
+	}
+}
+
+// BenchmarkDecision measures what KV-exact adds to a request: tokenize + hash + score + the load
+// law, for 1k- and 8k-token prompts, against 16 endpoints that each hold part of the prompt.
+func BenchmarkDecision(b *testing.B) {
+	pool, tok := llama3(b)
+	seed := "0"
+	h, _ := hashcore.New(hashcore.Binding{Algorithm: hashcore.VLLMSHA256, BlockSize: 16, Seed: &seed}, hashcore.Default())
+	for _, n := range []int{1024, 8192} {
+		var sb strings.Builder
+		for i := 0; sb.Len() < n*10; i++ {
+			sb.WriteString("Routing decisions must stay cheap even for long prompts with many shared blocks. ")
+		}
+		text := sb.String()
+		ids, _ := tok.Encode(text, true)
+		ids = ids[:n]
+		text, _ = tok.Decode(ids[1:], false)
+		r := &rules.Rule{Name: "b", Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, KVExactMode: 3, Seed: &seed}
+		for i := 0; i < 16; i++ {
+			r.Endpoints = append(r.Endpoints, rules.Endpoint{Name: string(rune('a' + i)), Address: "http://127.0.0.1:1"})
+		}
+		if err := r.Normalize(); err != nil {
+			b.Fatal(err)
+		}
+		inv := inventory.New(inventory.Config{})
+		keys, _ := h.Keys(ids, nil, nil)
+		var eps []*Endpoint
+		var cert inventory.Mask
+		for i, e := range r.Endpoints {
+			id, _ := inv.AddEndpoint(e.Name)
+			cert.Set(id)
+			inv.Store(id, keys[:len(keys)*(i+1)/16])
+			eps = append(eps, &Endpoint{ID: id, Index: i, Name: e.Name, Role: RoleNormal, Weight: 1, Capacity: 1, Health: health.NewEndpoint(e.Name, e.Address, health.BreakerConfig{})})
+		}
+		rt, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Keyer: &PromptKeyer{Pool: pool, Hasher: h}, Certified: cert})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := &Request{Model: "llama3", Prompt: text}
+		b.Run(map[int]string{1024: "1k", 8192: "8k"}[n], func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				d, err := rt.Route(context.Background(), req, inventory.Mask{})
+				if err != nil || d.Tier != TierKVExact {
+					b.Fatalf("%v %+v", err, d)
+				}
+				d.Release()
+			}
+		})
+	}
+}
