@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
+)
+
+func init() {
+	register("certify", "certify a live engine pool (pool.yaml) and write certificate.json, report.txt, junit.xml",
+		func(args []string) int {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return certify(ctx, args, os.Stdout, os.Stderr)
+		})
+	register("keygen", "write an ed25519 key pair for signing certificates (PREFIX.key, PREFIX.pub)",
+		func(args []string) int { return keygen(args, os.Stdout, os.Stderr) })
+}
+
+const certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
+                   [--event-timeout 15s] [-v]
+
+Runs the certification specs against every endpoint of the pool — identity, tokenizer parity,
+chat-template parity, geometry and hash parity end to end (a probe completion's own KV events),
+event-stream semantics — and writes into DIR (default .): certificate.json (the profile digest the
+gateway enforces, bound to the endpoints that proved it), report.txt (one line per spec, with the
+leg that differs and a fix for each failure), junit.xml and report.json.
+
+The engines must be otherwise idle: the probe clears caches where the family allows it, and a
+TensorRT-LLM drain must have no other consumer while ctk reads it.
+
+Exit status: 0 every endpoint is certified for what the pool asks of it, 1 otherwise, 2 unusable
+input (the message names the field).
+`
+
+func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ctk certify", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	poolPath := fs.String("pool", "", "pool file (YAML)")
+	out := fs.String("out", ".", "output folder")
+	validFor := fs.Duration("valid-for", 7*24*time.Hour, "certificate lifetime")
+	signKey := fs.String("sign-key", "", "ed25519 private key (PEM, from ctk keygen) to sign the certificate")
+	eventTimeout := fs.Duration("event-timeout", 15*time.Second, "how long to wait for the probe's own events")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "ctk certify: "+format+"\n\n%s", append(a, certifyUsage)...)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, certifyUsage)
+			return 2
+		}
+		return bad("%v", err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q", fs.Arg(0))
+	case *poolPath == "":
+		return bad("--pool is required")
+	case *validFor <= 0:
+		return bad("--valid-for: %s must be positive", *validFor)
+	case *eventTimeout <= 0:
+		return bad("--event-timeout: %s must be positive", *eventTimeout)
+	}
+	pool, err := ctk.LoadPool(*poolPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "ctk certify: %s: %v\n", *poolPath, err)
+		return 2
+	}
+	opts := ctk.Options{ValidFor: *validFor, EventTimeout: *eventTimeout}
+	if *signKey != "" {
+		if opts.SignKey, err = certificate.LoadPrivateKey(*signKey); err != nil {
+			fmt.Fprintf(stderr, "ctk certify: --sign-key: %v\n", err)
+			return 2
+		}
+	}
+	if *verbose {
+		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	res, err := ctk.Certify(ctx, pool, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "ctk certify: %v\n", err)
+		return 2
+	}
+	if err := res.WriteFiles(*out); err != nil {
+		fmt.Fprintf(stderr, "ctk certify: --out: %v\n", err)
+		return 2
+	}
+	_ = res.WriteText(stdout)
+	fmt.Fprintf(stdout, "# wrote %s\n", filepath.Join(*out, ctk.ReportFile))
+	return res.ExitCode
+}
+
+const keygenUsage = `usage: ctk keygen --out PREFIX
+
+Writes a new ed25519 key pair: PREFIX.key (PKCS #8 PEM, mode 0600; give it to ctk certify
+--sign-key) and PREFIX.pub (PKIX PEM; give it to the gateway to verify certificates).
+`
+
+func keygen(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ctk keygen", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("out", "", "path prefix of the key files")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, keygenUsage)
+			return 2
+		}
+		fmt.Fprintf(stderr, "ctk keygen: %v\n\n%s", err, keygenUsage)
+		return 2
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ctk keygen: --out PREFIX is required\n\n%s", keygenUsage)
+		return 2
+	}
+	priv, pub := *out+".key", *out+".pub"
+	for _, p := range []string{priv, pub} {
+		if _, err := os.Stat(p); err == nil {
+			fmt.Fprintf(stderr, "ctk keygen: --out: %s exists; refusing to overwrite a key\n", p)
+			return 2
+		}
+	}
+	if err := certificate.GenerateKeyFiles(priv, pub); err != nil {
+		fmt.Fprintf(stderr, "ctk keygen: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s\n", priv, pub)
+	return 0
+}

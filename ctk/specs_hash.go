@@ -1,0 +1,629 @@
+package ctk
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/sglang"
+	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+)
+
+// probeOutcome is what the hash-echo challenge saw: the probe prompt, our tokens for it, the
+// engine's stored events after it was sent, and which of them align with our tokens.
+type probeOutcome struct {
+	prompt  string
+	want    []uint32 // our tokens for the prompt (add_special_tokens=true, as completions default)
+	after   []seen   // stored events seen after the probe was sent
+	aligned []alignedEvent
+	bs      int               // the engine's block size (from aligned events, else any stored event)
+	blocks  map[int]uint64    // block index → engine key, for full prompt blocks the engine stored
+	parents map[int]parentRef // block index of an event's first block → its parent
+	covered bool              // every block from the first stored one to the last full prompt block
+	first   int               // first stored block index
+	sentAt  int               // watcher event count when the probe was sent
+}
+
+type alignedEvent struct {
+	ev     seen
+	offset int // token offset of the event's first block in want
+}
+
+type parentRef struct {
+	has bool
+	key uint64
+}
+
+// probeFiller is text appended after the nonce until the prompt spans enough blocks.
+var probeFiller = []string{
+	" Certification sends this prompt once and reads the engine's own cache events for it.",
+	" Every block of it must come back with the keys the gateway computes.",
+	" The nonce above makes the first blocks new to every engine cache.",
+	" Numbers 0 1 2 3 4 5 6 7 8 9 and words keep the tokenizer honest.",
+}
+
+// newProbePrompt builds a unique prompt spanning at least two full blocks and a partial one.
+func (r *endpointRun) newProbePrompt(bs int) (string, []uint32, error) {
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", nil, err
+	}
+	text := "kvexact certification probe " + hex.EncodeToString(nonce[:]) + "."
+	target := max(2*bs+bs/2+1, 48)
+	for i := 0; ; i++ {
+		ids, err := r.tok.Encode(text, true)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(ids) >= target || i > 4*target {
+			return text, ids, nil
+		}
+		text += probeFiller[i%len(probeFiller)]
+	}
+}
+
+const eventsHint = "enable prefix caching and KV events on the engine (vLLM --kv-events-config '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\"}'; SGLang --kv-events-config '{\"publisher\":\"zmq\",…}'; TensorRT-LLM kv_cache_config event_buffer_max_size > 0 and enable_block_reuse) and give its publisher addresses as events.zmq, one per data-parallel rank in rank order (TensorRT-LLM: events.drain, with no other consumer draining it)"
+
+func (r *endpointRun) noEventsReason() string {
+	return fmt.Sprintf("%s publishes no KV-cache events: %s (certified for content affinity only)", r.ep.Family, r.st.Contract.Hash.NoneReason)
+}
+
+func (r *endpointRun) specEvents(t *T) {
+	if !r.st.Contract.HasEvents() {
+		t.Skipf("%s", r.noEventsReason())
+		return
+	}
+	if r.ep.Require == RequireAffinity && len(r.ep.Events.ZMQ) == 0 && r.ep.Events.Drain == "" {
+		t.Skipf("the pool asks content affinity only of this endpoint and gives no event stream")
+		return
+	}
+	ctx := t.Context()
+	w, err := startWatcher(ctx, r.ep.Family, r.ep.Release, r.st, r.ep.Events)
+	if err != nil {
+		t.Failf(LegEvents, eventsHint, "event source: %v", err)
+		return
+	}
+	r.w = w
+	if err := w.ready(ctx, r.opts.SubscribeTimeout); err != nil {
+		t.Failf(LegEvents, eventsHint, "event stream %s: %v", r.streamName(), err)
+		return
+	}
+	if r.ep.Family != "trtllm" {
+		r.warmUp(ctx)
+	}
+	prompt, want, err := r.newProbePrompt(r.st.BlockSize)
+	if err != nil {
+		t.Failf(LegTokenizer, tokenizerHint, "probe prompt: %v", err)
+		return
+	}
+	p := &probeOutcome{prompt: prompt, want: want, sentAt: w.count()}
+	r.probe = p
+	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: prompt, MaxTokens: 1}); err != nil {
+		t.Failf(LegEvents, "the engine must serve a one-token completion of the probe prompt", "probe completion: %v", err)
+		return
+	}
+	w.waitFor(ctx, r.opts.EventTimeout, func() bool {
+		p.analyze(w.events[p.sentAt:])
+		return p.covered
+	})
+	evs, _ := w.snapshot()
+	p.analyze(evs[p.sentAt:])
+	if len(p.after) == 0 {
+		t.Failf(LegEvents, eventsHint, "no stored-block event arrived on %s within %s of the probe completion (%d other events seen)", r.streamName(), r.opts.EventTimeout, len(evs)-p.sentAt)
+		return
+	}
+	if len(p.aligned) == 0 {
+		t.Passf("%d stored events after the probe; none carries the gateway's tokens (see the token spec)", len(p.after))
+		return
+	}
+	t.Passf("%d stored events after the probe, %d carrying its tokens (blocks %d..%d)", len(p.after), len(p.aligned), p.first, p.first+len(p.blocks)-1)
+}
+
+// warmUp proves the live subscription before the probe: a ZeroMQ subscription reaches the
+// publisher some time after the subscriber connects, and a message published before that is lost
+// (the slow-joiner rule), so a unique warm-up completion is sent until one of its events arrives.
+func (r *endpointRun) warmUp(ctx context.Context) {
+	wait := min(time.Second, r.opts.SubscribeTimeout/3)
+	for range 3 {
+		prompt, _, err := r.newProbePrompt(r.st.BlockSize / 2)
+		if err != nil {
+			return
+		}
+		mark := r.w.count()
+		if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: "warm-up " + prompt, MaxTokens: 1}); err != nil {
+			return
+		}
+		if r.w.waitFor(ctx, wait, func() bool { return len(r.w.events) > mark }) {
+			return
+		}
+	}
+}
+
+func (r *endpointRun) streamName() string {
+	if r.ep.Events.Drain != "" {
+		return r.ep.Events.Drain + r.st.Contract.Events.DrainPath
+	}
+	return strings.Join(r.ep.Events.ZMQ, ", ")
+}
+
+// analyze finds the stored events (GPU medium) whose tokens align with want at a multiple of their
+// own block size, and records the engine keys of the full prompt blocks they hold.
+func (p *probeOutcome) analyze(evs []seen) {
+	p.after, p.aligned, p.bs = nil, nil, 0
+	p.blocks, p.parents, p.covered, p.first = map[int]uint64{}, map[int]parentRef{}, false, 0
+	sizes := map[int]int{}
+	for _, ev := range evs {
+		if ev.Kind != engines.BlockStored || (ev.Medium != "" && ev.Medium != engines.MediumGPU) {
+			continue
+		}
+		p.after = append(p.after, ev)
+		bs := ev.blockSize()
+		if bs <= 0 {
+			continue
+		}
+		sizes[bs]++
+		toks, hashes := fullBlocks(ev, bs)
+		if len(hashes) == 0 {
+			continue
+		}
+		for o := 0; o+bs <= len(p.want); o += bs {
+			m := min(len(toks), len(p.want)-o)
+			if m < bs || !slices.Equal(p.want[o:o+m], toks[:m]) {
+				continue
+			}
+			p.aligned = append(p.aligned, alignedEvent{ev: ev, offset: o})
+			p.bs = bs
+			if _, ok := p.parents[o/bs]; !ok {
+				p.parents[o/bs] = parentRef{has: ev.HasParent, key: ev.Parent}
+			}
+			for j, h := range hashes {
+				if (j+1)*bs <= m {
+					p.blocks[o/bs+j] = h
+				}
+			}
+			break
+		}
+	}
+	if p.bs == 0 {
+		best := 0
+		for bs, n := range sizes {
+			if n > best || (n == best && bs < p.bs) {
+				p.bs, best = bs, n
+			}
+		}
+	}
+	if len(p.blocks) == 0 || p.bs == 0 {
+		return
+	}
+	p.first = len(p.want)
+	for i := range p.blocks {
+		p.first = min(p.first, i)
+	}
+	last := len(p.want)/p.bs - 1
+	for i := p.first; i <= last; i++ {
+		if _, ok := p.blocks[i]; !ok {
+			return
+		}
+	}
+	p.covered = true
+}
+
+// fullBlocks returns the event's tokens and keys cut to whole blocks (TensorRT-LLM may store a
+// trailing partial block; vLLM's token list may cover skipped null blocks, which it then cannot be
+// aligned block for block).
+func fullBlocks(ev seen, bs int) ([]uint32, []uint64) {
+	if len(ev.Blocks) > 0 {
+		var toks []uint32
+		var hs []uint64
+		for i, b := range ev.Blocks {
+			if len(b) != bs || i >= len(ev.Hashes) {
+				break
+			}
+			toks = append(toks, b...)
+			hs = append(hs, ev.Hashes[i])
+		}
+		return toks, hs
+	}
+	if len(ev.Tokens) != len(ev.Hashes)*bs {
+		return nil, nil
+	}
+	return ev.Tokens, ev.Hashes
+}
+
+// needProbe skips a spec when the events spec produced nothing to compare.
+func (r *endpointRun) needProbe(t *T) bool {
+	if !r.st.Contract.HasEvents() {
+		t.Skipf("%s", r.noEventsReason())
+		return false
+	}
+	if r.probe == nil || len(r.probe.after) == 0 {
+		t.Skipf("not comparable: no stored-block event for the probe (see the events spec)")
+		return false
+	}
+	return true
+}
+
+func (r *endpointRun) specBlockSize(t *T) {
+	if !r.needProbe(t) {
+		return
+	}
+	p := r.probe
+	if p.bs != r.st.BlockSize {
+		stated := ""
+		if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.BlockSize > 0 {
+			stated = fmt.Sprintf(" (the engine's %s says %d)", cfg.Source, cfg.BlockSize)
+		}
+		t.Failf(LegBlockSize, fmt.Sprintf("set blockSize: %d in the pool and the rule, or start the engine with %d tokens per block (vLLM --block-size, SGLang --page-size, TensorRT-LLM kv_cache_config.tokens_per_block)", p.bs, r.st.BlockSize),
+			"the engine's probe events have block size %d%s; the pool stages %d", p.bs, stated, r.st.BlockSize)
+		return
+	}
+	t.Passf("block size %d", p.bs)
+}
+
+func (r *endpointRun) specTokens(t *T) {
+	if !r.needProbe(t) {
+		return
+	}
+	p := r.probe
+	if !p.covered {
+		msg := r.tokenMismatch(t.Context())
+		t.Failf(LegTokens, tokenizerHint, "%s", msg)
+		return
+	}
+	for _, a := range p.aligned {
+		if a.ev.Extra {
+			t.Failf(LegTokens, "the probe sends no LoRA and no cache_salt: check the engine adds no extra keys of its own (a default LoRA, a salt)", "the probe's stored blocks carry extra keys or a LoRA name")
+			return
+		}
+	}
+	n := len(p.want) / p.bs
+	t.Passf("blocks %d..%d (%d tokens) equal the gateway's tokens", p.first, n-1, (n-p.first)*p.bs)
+}
+
+// tokenMismatch explains why no event carries our tokens: the engine's own tokenization of the
+// probe (where it offers one) against ours, and what the first stored event after the probe holds.
+func (r *endpointRun) tokenMismatch(ctx context.Context) string {
+	p := r.probe
+	var parts []string
+	if theirs, err := r.pr.Tokenize(ctx, r.pool.Model, p.prompt, true); err == nil {
+		if i := firstDiff(theirs, p.want); i >= 0 {
+			parts = append(parts, fmt.Sprintf("the engine tokenizes the probe prompt differently: first difference at token %d: engine %s, gateway %s", i, r.around(theirs, i), r.around(p.want, i)))
+		} else {
+			parts = append(parts, "the engine's tokenize endpoint agrees with the gateway on the probe prompt, yet its stored events carry other tokens")
+		}
+	}
+	if len(p.aligned) == 0 {
+		ev := p.after[0]
+		toks := ev.Tokens
+		i := firstDiff(toks, p.want)
+		if i < 0 {
+			i = 0
+		}
+		parts = append(parts, fmt.Sprintf("no stored event after the probe carries the gateway's tokens; the first one (seq %d, %d tokens) reads %s where the gateway has %s", ev.Seq, len(toks), r.around(toks, i), r.around(p.want, i)))
+	} else {
+		parts = append(parts, fmt.Sprintf("the engine stored blocks %v of the probe's %d full blocks", sortedKeys(p.blocks), len(p.want)/p.bs))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sortedKeys(m map[int]uint64) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// keysFor computes the engine keys of want under algorithm a with the staged block size and seed.
+func (r *endpointRun) keysFor(a string) ([]uint64, error) {
+	var seed *string
+	if r.st.Contract.Hash.Seed == "pythonhashseed" {
+		seed = r.st.Seed
+	}
+	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(a), BlockSize: r.st.BlockSize, Seed: seed}, hashcore.Default())
+	if err != nil {
+		return nil, err
+	}
+	return h.Keys(r.probe.want, nil, nil)
+}
+
+// keysMatch compares the engine's stored keys (and the parents of aligned events) with keys.
+func (p *probeOutcome) keysMatch(keys []uint64) (bool, string) {
+	for _, i := range sortedKeys(p.blocks) {
+		if i >= len(keys) {
+			return false, fmt.Sprintf("block %d: no key computed", i)
+		}
+		if keys[i] != p.blocks[i] {
+			return false, fmt.Sprintf("block %d: engine key %#016x, gateway %#016x", i, p.blocks[i], keys[i])
+		}
+	}
+	for i, pr := range p.parents {
+		switch {
+		case i == 0 && pr.has:
+			return false, fmt.Sprintf("block 0 has parent %#016x; the gateway's chain starts at the root", pr.key)
+		case i > 0 && pr.has && i-1 < len(keys) && pr.key != keys[i-1]:
+			return false, fmt.Sprintf("block %d: engine parent %#016x, gateway key of block %d %#016x", i, pr.key, i-1, keys[i-1])
+		}
+	}
+	return true, ""
+}
+
+func (r *endpointRun) specKeys(t *T) {
+	ct := r.st.Contract
+	switch {
+	case !ct.HasEvents():
+		t.Skipf("%s", r.noEventsReason())
+		return
+	case !ct.SupportsBinding("engine"):
+		t.Skipf("%s offers only the %s binding: its own block hashes are not reproducible, so the gateway rehashes event tokens", r.ep.Family, strings.Join(ct.Hash.Bindings, ", "))
+		return
+	case r.st.Binding == "router":
+		t.Skipf("the pool stages the router binding")
+		return
+	case ct.Hash.Seed == "pythonhashseed" && r.st.Seed == nil:
+		t.Skipf("the pool stages no seed: vLLM roots its keys at H(PYTHONHASHSEED), so the engine binding needs the engine's PYTHONHASHSEED as the pool's seed")
+		return
+	}
+	if !r.needProbe(t) {
+		return
+	}
+	p := r.probe
+	if p.bs != r.st.BlockSize {
+		t.Skipf("not comparable: the block size differs (see the block-size spec)")
+		return
+	}
+	if !p.covered {
+		t.Skipf("not comparable: the tokens differ (see the token spec)")
+		return
+	}
+	keys, err := r.keysFor(r.st.Algorithm)
+	if err != nil {
+		t.Failf(LegAlgorithm, "", "hash core: %v", err)
+		return
+	}
+	ok, why := p.keysMatch(keys)
+	if ok {
+		t.Passf("%d block keys equal (%s)", len(p.blocks), r.st.Algorithm)
+		return
+	}
+	// Tokens and block size agree, so the seed or the algorithm differs. Try the other algorithms
+	// with the staged seed: a match names the algorithm, none names the seed.
+	for _, a := range ct.Hash.Algorithms {
+		if a == r.st.Algorithm {
+			continue
+		}
+		if k, err := r.keysFor(a); err == nil {
+			if ok, _ := p.keysMatch(k); ok {
+				t.Failf(LegAlgorithm, fmt.Sprintf("set hashAlgorithm: %s in the pool and the rule, or start the engine with --prefix-caching-hash-algo %s", a, r.st.Algorithm),
+					"the engine's keys are %s keys; the pool stages %s (%s)", a, r.st.Algorithm, why)
+				return
+			}
+		}
+	}
+	if ct.Hash.Seed != "pythonhashseed" {
+		t.Failf(LegAlgorithm, fmt.Sprintf("the engine does not hash pages as %s %s does: check the release and that nothing salts the probe (cache_salt) or switches to bigram pages (EAGLE speculative decoding)", ct.Family, ct.Pin.Release),
+			"tokens and block size match, the keys differ: %s", why)
+		return
+	}
+	stated := ""
+	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.Algorithm != "" && cfg.Algorithm != r.st.Algorithm {
+		stated = fmt.Sprintf("; the engine's %s states algorithm %s", cfg.Source, cfg.Algorithm)
+	}
+	t.Failf(LegSeed, "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED",
+		"tokens and block size match, but no vLLM algorithm reproduces the engine's keys with the staged seed: %s%s", why, stated)
+}
+
+const sequenceHint = "the gateway loses blocks on every gap: raise the publisher's hwm and max_queue_size, configure events.replay (replay_endpoint) so gaps can be refilled, and for TensorRT-LLM make the gateway the only consumer of /kv_cache_events and raise event_buffer_max_size"
+
+func (r *endpointRun) specSequence(t *T) {
+	if !r.st.Contract.HasEvents() {
+		t.Skipf("%s", r.noEventsReason())
+		return
+	}
+	if r.w == nil {
+		t.Skipf("not run: no event stream (see the events spec)")
+		return
+	}
+	evs, notices := r.w.snapshot()
+	if len(evs) == 0 {
+		t.Skipf("no event seen on %s", r.streamName())
+		return
+	}
+	var bad []string
+	for _, n := range notices {
+		switch n.Type {
+		case "gap":
+			bad = append(bad, fmt.Sprintf("rank %d: %d message(s) missing before seq %d (%s %s)", n.Rank, n.Missing, n.Seq, n.Reason, n.Detail))
+		case "reject":
+			bad = append(bad, fmt.Sprintf("rank %d: message seq %d rejected: %s %s", n.Rank, n.Seq, n.Reason, n.Detail))
+		}
+	}
+	if len(bad) > 0 {
+		t.Failf(LegSequence, sequenceHint, "%d irregularities: %s", len(bad), strings.Join(firstN(bad, 4), "; "))
+		return
+	}
+	t.Passf("%d events, no gap, regression or reject", len(evs))
+}
+
+func (r *endpointRun) specReplay(t *T) {
+	ct := r.st.Contract
+	switch {
+	case !ct.HasEvents():
+		t.Skipf("%s", r.noEventsReason())
+		return
+	case ct.Events.Replay != "optional":
+		t.Skipf("%s has no replay (contract %s): gaps clear the endpoint's mirror", r.ep.Family, ct.ID)
+		return
+	case len(r.ep.Events.Replay) == 0:
+		t.Skipf("no replay address configured (events.replay); the engine serves replay only when its replay_endpoint is set, and without it the gateway cannot refill gaps")
+		return
+	}
+	if !r.needProbe(t) {
+		return
+	}
+	if len(r.probe.aligned) == 0 {
+		t.Skipf("not comparable: no stored event carries the probe's tokens (see the token spec)")
+		return
+	}
+	a := r.probe.aligned[0].ev
+	if a.Rank >= len(r.ep.Events.Replay) {
+		t.Failf(LegReplay, "give one replay address per rank", "the probe's batch came from rank %d; events.replay has %d address(es)", a.Rank, len(r.ep.Events.Replay))
+		return
+	}
+	addr := r.ep.Events.Replay[a.Rank]
+	if err := replayHas(t.Context(), r.ep.Family, addr, a.Seq, a.Hashes[0], r.opts.EventTimeout); err != nil {
+		t.Failf(LegReplay, fmt.Sprintf("check that events.replay[%d] (%s) is the engine's replay_endpoint for rank %d (ranks use port + rank) and that its buffer_steps keeps recent batches", a.Rank, addr, a.Rank), "replay from seq %d on %s: %v", a.Seq, addr, err)
+		return
+	}
+	t.Passf("replay from seq %d on %s returned the probe's batch", a.Seq, addr)
+}
+
+// replayHas asks a replay socket for everything from seq and wants a batch holding key.
+func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	defer d.Close()
+	if err := d.Dial(addr); err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	if err := d.SendMulti(zmq4.NewMsgFrom(engines.ReplayRequest(seq)...)); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	n := 0
+	for {
+		msg, err := d.Recv()
+		if err != nil {
+			if rctx.Err() != nil {
+				return fmt.Errorf("no end marker within %s after %d batch(es)", timeout, n)
+			}
+			return fmt.Errorf("after %d batch(es): %w", n, err)
+		}
+		got, payload, end, err := engines.ParseReplayReply(msg.Frames)
+		if err != nil {
+			return err
+		}
+		if end {
+			return fmt.Errorf("the replay ended after %d batch(es) without the probe's batch (seq %d)", n, seq)
+		}
+		n++
+		var b engines.Batch
+		switch family {
+		case "vllm":
+			b, err = vllm.DecodeBatch(payload)
+		case "sglang":
+			b, err = sglang.DecodeBatch(payload)
+		default:
+			return fmt.Errorf("no ZeroMQ decoder for %s", family)
+		}
+		if err != nil {
+			return fmt.Errorf("replayed batch seq %d: %w", got, err)
+		}
+		for _, ev := range b.Events {
+			if ev.Kind == engines.BlockStored && slices.Contains(ev.BlockHashes, key) {
+				if got != seq {
+					return fmt.Errorf("the probe's batch came back as seq %d, live it was seq %d", got, seq)
+				}
+				return nil
+			}
+		}
+	}
+}
+
+const clearHint = "the gateway learns of a cache reset only from the engine's event (vLLM and SGLang AllBlocksCleared): check the engine publishes it (events enabled, publisher reachable)"
+
+func (r *endpointRun) specClear(t *T) {
+	ct := r.st.Contract
+	if !ct.HasEvents() {
+		t.Skipf("%s", r.noEventsReason())
+		return
+	}
+	if r.w == nil || r.probe == nil || len(r.probe.after) == 0 {
+		t.Skipf("not run: no event stream (see the events spec)")
+		return
+	}
+	ctx := t.Context()
+	mark := r.w.count()
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if r.ep.Clear != "" {
+			c := engines.NewClient(r.ep.Address, r.opts.HTTPClient)
+			err = c.PostClear(ctx, r.ep.Clear)
+		} else {
+			err = r.pr.Clear(ctx)
+		}
+		if err == nil || engines.IsNotSupported(err) {
+			break
+		}
+		// Engines refuse a reset while requests run; the probe's may still be finishing.
+		sleep(ctx, 200*time.Millisecond)
+	}
+	var ns *engines.NotSupportedError
+	if errors.As(err, &ns) {
+		t.Skipf("%s (give the endpoint a clear URL to test it)", ns.Error())
+		return
+	}
+	if err != nil {
+		t.Failf(LegClear, "the engine must accept a cache reset when idle", "cache clear: %v", err)
+		return
+	}
+	probeKeys := map[uint64]bool{}
+	for _, a := range r.probe.aligned {
+		for _, h := range a.ev.Hashes {
+			probeKeys[h] = true
+		}
+	}
+	ranks := max(r.w.ranks, 1)
+	ok := r.w.waitFor(ctx, r.opts.EventTimeout, func() bool {
+		cleared := map[int]bool{}
+		removed := map[uint64]bool{}
+		for _, ev := range r.w.events[mark:] {
+			switch ev.Kind {
+			case engines.AllBlocksCleared:
+				cleared[ev.Rank] = true
+			case engines.BlockRemoved:
+				for _, h := range ev.Hashes {
+					removed[h] = true
+				}
+			}
+		}
+		if len(cleared) >= ranks {
+			return true
+		}
+		if len(probeKeys) == 0 {
+			return false
+		}
+		for k := range probeKeys {
+			if !removed[k] {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		t.Failf(LegClear, clearHint, "the cache was cleared, but no AllBlocksCleared (on every rank) and no removal of the probe's blocks arrived within %s", r.opts.EventTimeout)
+		return
+	}
+	t.Passf("the clear was announced on the event stream")
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

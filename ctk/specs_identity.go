@@ -1,0 +1,220 @@
+package ctk
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/onsi/gomega"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+func (r *endpointRun) specHealth(t *T) {
+	if err := r.pr.Health(t.Context()); err != nil {
+		r.unreachable = true
+		t.Failf(LegReachability, fmt.Sprintf("check that %s is the engine's API base URL and that the engine is up and reachable from here", r.ep.Address), "%v", err)
+		return
+	}
+	t.Passf("%s answers", r.ep.Address)
+}
+
+func (r *endpointRun) specRelease(t *T) {
+	v, err := r.pr.Version(t.Context())
+	if err != nil {
+		t.Failf(LegRelease, "the engine must report its release ("+r.ep.Contract().Probes["version"]+")", "%v", err)
+		return
+	}
+	r.release = v
+	ct, err := contracts.Lookup(r.ep.Family, v)
+	var unknown *contracts.UnknownError
+	switch {
+	case errors.As(err, &unknown):
+		t.Failf(LegRelease, "run a pinned release, or add a contract for this one (contracts/data) with its vectors", "the engine reports %s %s, which no pinned contract covers; known: %s", r.ep.Family, v, strings.Join(unknown.Known, "; "))
+		return
+	case err != nil:
+		t.Failf(LegRelease, "the engine's version string must be a release number", "%v", err)
+		return
+	case ct.ID != r.st.Contract.ID:
+		t.Failf(LegRelease, fmt.Sprintf("stage the engine's release in the pool and the rule (engine.release: %s), or run a %s release the staged contract covers (%s)", v, r.ep.Family, r.st.Contract.Versions.String()),
+			"the engine reports %s, contract %s; the pool stages %s %s, contract %s", v, ct.ID, r.ep.Family, r.ep.Release, r.st.Contract.ID)
+		return
+	}
+	t.Passf("the engine reports %s %s: contract %s", r.ep.Family, v, ct.ID)
+}
+
+func (r *endpointRun) specModel(t *T) {
+	models, err := r.pr.Models(t.Context())
+	if err != nil {
+		t.Failf(LegModel, "the engine must list its models on /v1/models", "%v", err)
+		return
+	}
+	hint := fmt.Sprintf("serve the model under the name the rule routes (%q; vLLM/SGLang --served-model-name), or set model in the pool and the rule to the served name", r.pool.Model)
+	if !t.Expect(LegModel, hint, models).To(gomega.ContainElement(r.pool.Model), "the models /v1/models lists") {
+		return
+	}
+	t.Passf("serves %q", r.pool.Model)
+}
+
+const tokenizerHint = "stage the engine's own tokenizer.json and tokenizer_config.json for the model (the pool's tokenizer folder, the gateway's tokenizers.folders), or serve the model whose tokenizer the gateway stages"
+
+func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
+	ctx := t.Context()
+	var diffs []string
+	corpus := Corpus(r.tok)
+	countOnly := false
+	for _, p := range corpus {
+		ours, err := r.tok.Encode(p.Text, addSpecial)
+		if err != nil {
+			t.Failf(LegTokenizer, "the staged tokenizer must encode the probe corpus", "probe %s: our tokenizer: %v", p.Name, err)
+			return
+		}
+		theirs, err := r.pr.Tokenize(ctx, r.pool.Model, p.Text, addSpecial)
+		if engines.IsNotSupported(err) {
+			// TensorRT-LLM: compare what the engine counts for the same prompt.
+			countOnly = true
+			c, cerr := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: p.Text, MaxTokens: 1, AddSpecial: &addSpecial})
+			if cerr != nil {
+				t.Failf(LegTokenizer, "the engine must answer a probe completion", "probe %s: %v (%v)", p.Name, cerr, err)
+				return
+			}
+			if c.PromptTokens != len(ours) {
+				diffs = append(diffs, fmt.Sprintf("%s: the engine counts %d prompt tokens, the gateway %d", p.Name, c.PromptTokens, len(ours)))
+			}
+			continue
+		}
+		if err != nil {
+			t.Failf(LegTokenizer, "the engine's tokenize endpoint must answer", "probe %s: %v", p.Name, err)
+			return
+		}
+		if i := firstDiff(theirs, ours); i >= 0 {
+			diffs = append(diffs, fmt.Sprintf("%s: first difference at token %d: engine %s, gateway %s", p.Name, i, r.around(theirs, i), r.around(ours, i)))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Failf(LegTokenizer, tokenizerHint, "%d of %d probes differ: %s", len(diffs), len(corpus), strings.Join(firstN(diffs, 4), "; "))
+		return
+	}
+	if countOnly {
+		t.Passf("%d probes: prompt token counts equal (%s has no tokenize endpoint: counts only; its events prove the ids)", len(corpus), r.ep.Family)
+		return
+	}
+	t.Passf("%d probes: token ids equal", len(corpus))
+}
+
+const templateHint = "stage the chat template the engine uses: the engine's tokenizer_config.json chat_template (vLLM and SGLang --chat-template, llama.cpp --chat-template/--jinja override it)"
+
+func (r *endpointRun) specTemplate(t *T) {
+	ctx := t.Context()
+	if r.tok.Config().ChatTemplate == "" {
+		t.Skipf("the staged tokenizer has no chat template: chat requests are not routed by tokens")
+		return
+	}
+	var diffs []string
+	countOnly := false
+	for _, c := range conversations {
+		body := chatBody(r.pool.Model, c.Messages)
+		req, err := tokenize.ParseChatRequest(body)
+		if err != nil {
+			t.Failf(LegTemplate, "", "conversation %s: %v", c.Name, err)
+			return
+		}
+		ours, text, err := r.tok.EncodeChat(req)
+		if err != nil {
+			t.Failf(LegTemplate, "the staged chat template must render the probe conversations", "conversation %s: our template: %v", c.Name, err)
+			return
+		}
+		rendered, err := r.pr.RenderChat(ctx, body)
+		switch {
+		case err == nil:
+			if rendered != text {
+				i := firstDiffString(rendered, text)
+				diffs = append(diffs, fmt.Sprintf("%s: rendered text differs at byte %d: engine %q, gateway %q", c.Name, i, clipAt(rendered, i), clipAt(text, i)))
+				continue
+			}
+		case !engines.IsNotSupported(err):
+			t.Failf(LegTemplate, "the engine's template endpoint must answer", "conversation %s: %v", c.Name, err)
+			return
+		}
+		theirs, err := r.pr.TokenizeChat(ctx, body)
+		if engines.IsNotSupported(err) {
+			countOnly = true
+			cc, cerr := r.pr.Chat(ctx, body, 1)
+			if cerr != nil {
+				t.Failf(LegTemplate, "the engine must answer a probe chat completion", "conversation %s: %v", c.Name, cerr)
+				return
+			}
+			if cc.PromptTokens != len(ours) {
+				diffs = append(diffs, fmt.Sprintf("%s: the engine counts %d prompt tokens, the gateway %d", c.Name, cc.PromptTokens, len(ours)))
+			}
+			continue
+		}
+		if err != nil {
+			t.Failf(LegTemplate, "the engine's chat tokenize endpoint must answer", "conversation %s: %v", c.Name, err)
+			return
+		}
+		if i := firstDiff(theirs, ours); i >= 0 {
+			diffs = append(diffs, fmt.Sprintf("%s: first difference at token %d: engine %s, gateway %s", c.Name, i, r.around(theirs, i), r.around(ours, i)))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Failf(LegTemplate, templateHint, "%d of %d conversations differ: %s", len(diffs), len(conversations), strings.Join(firstN(diffs, 3), "; "))
+		return
+	}
+	if countOnly {
+		t.Passf("%d conversations: prompt token counts equal (counts only)", len(conversations))
+		return
+	}
+	t.Passf("%d conversations: token ids equal", len(conversations))
+}
+
+// firstDiff is the first index where a and b differ (-1 when equal).
+func firstDiff(a, b []uint32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
+func firstDiffString(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func clipAt(s string, i int) string {
+	lo, hi := max(0, i-20), min(len(s), i+20)
+	return s[lo:hi]
+}
+
+// around shows ids[i-2 : i+3] with their token strings.
+func (r *endpointRun) around(ids []uint32, i int) string {
+	lo, hi := max(0, i-2), min(len(ids), i+3)
+	parts := make([]string, 0, hi-lo)
+	for _, id := range ids[lo:hi] {
+		s, _ := r.tok.Token(id)
+		parts = append(parts, fmt.Sprintf("%d%q", id, s))
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("[end after %d tokens]", len(ids))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("… %d more", len(s)-n))
+}
