@@ -15,10 +15,7 @@ import (
 
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/llamacpp"
-	"github.com/kvexact/kvexact/engines/sglang"
-	"github.com/kvexact/kvexact/engines/trtllm"
-	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/engines/probes"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -103,17 +100,7 @@ type Result struct {
 
 // NewProber returns the family's HTTP prober for an engine at address.
 func NewProber(family, address string, hc *http.Client) (engines.Prober, error) {
-	switch family {
-	case "vllm":
-		return vllm.NewProber(address, hc), nil
-	case "sglang":
-		return sglang.NewProber(address, hc), nil
-	case "trtllm":
-		return trtllm.NewProber(address, hc), nil
-	case "llamacpp":
-		return llamacpp.NewProber(address, hc), nil
-	}
-	return nil, fmt.Errorf("ctk: no prober for engine family %q", family)
+	return probes.New(family, address, hc)
 }
 
 // LoadTokenizer loads the pool's staged tokenizer the way the gateway does: the tokenizer folder

@@ -51,6 +51,7 @@ type poolSpec struct {
 	blockSize       int
 	replay          bool
 	simMod          func(i int, c *sim.Config)
+	reprobe         time.Duration // 0: off
 }
 
 func strp(s string) *string { return &s }
@@ -143,7 +144,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		certs = append(certs, c)
 	}
 	p.reg = prometheus.NewRegistry()
-	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.reg, ProbeInterval: -1})
+	reprobe := spec.reprobe
+	if reprobe == 0 {
+		reprobe = -1
+	}
+	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.reg, ProbeInterval: -1, ReprobeInterval: reprobe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,4 +625,61 @@ func TestE2EGracefulShutdownFinishesStreams(t *testing.T) {
 	if _, err := http.Post(p.base+"/v1/completions", "application/json", strings.NewReader(`{}`)); err == nil {
 		t.Fatal("listener still accepting after shutdown")
 	}
+}
+
+// TestE2EReprobeFencesChangedEngine: an endpoint that no longer tokenizes like the gateway (here its
+// engine was restarted with another model's tokenizer after certification) is fenced from KV-exact
+// by the periodic re-probe, and the status and metric say why; the healthy endpoint stays certified.
+func TestE2EReprobeFencesChangedEngine(t *testing.T) {
+	qwen, err := tokenize.NewPool("").Get("qwen3")
+	if err != nil {
+		t.Skipf("qwen3 tokenizer not found: %v", err)
+	}
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: 100 * time.Millisecond,
+		simMod: func(i int, c *sim.Config) {
+			if i == 1 {
+				c.Tokenizer = qwen
+			}
+		}})
+	var st gateway.RuleStatus
+	eventually(t, 5*time.Second, "the re-probe to fence e1", func() bool {
+		st = p.g.Status().Rules[0]
+		return st.Endpoints[1].Fenced != ""
+	})
+	if !strings.Contains(st.Endpoints[1].Fenced, "tokenizer changed") || st.Endpoints[0].Fenced != "" {
+		t.Fatalf("fences: e0 %q, e1 %q", st.Endpoints[0].Fenced, st.Endpoints[1].Fenced)
+	}
+	if v := counterGauge(p.reg, "kvexact_endpoint_exact_fenced", map[string]string{"endpoint": "e1"}); v != 1 {
+		t.Fatalf("fence metric = %v", v)
+	}
+	// KV-exact never picks e1 now, even for a prompt it holds.
+	doc := docs(1)[0]
+	body, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": doc, "max_tokens": 1})
+	http.Post(p.sims[1].URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		c := p.complete(doc, false)
+		if strings.Contains(c.decision, `"tier":"kv-exact"`) && c.endpoint == "e1" {
+			t.Fatalf("fenced endpoint chosen by KV-exact: %s", c.decision)
+		}
+	}
+}
+
+func counterGauge(reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return -1
 }

@@ -48,8 +48,11 @@ type Options struct {
 	Now        func() time.Time
 	// ProbeInterval for active health probes (default 5s; negative disables).
 	ProbeInterval time.Duration
-	// HTTPTransport reaches the engines (default: a tuned clone of http.DefaultTransport).
+	// HTTPTransport reaches the engines (default: http.DefaultTransport).
 	HTTPTransport http.RoundTripper
+	// ReprobeInterval re-checks every certified endpoint's identity and tokenizer (default 60s;
+	// negative disables). A failure fences KV-exact for that endpoint.
+	ReprobeInterval time.Duration
 }
 
 // Gateway is the running gateway.
@@ -156,6 +159,17 @@ func (g *Gateway) Start(ctx context.Context) error {
 		}
 		g.remove(ch.Old.Name)
 	})
+	if g.opts.ReprobeInterval >= 0 {
+		iv := g.opts.ReprobeInterval
+		if iv == 0 {
+			iv = time.Minute
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runReprobe(g.ctx, iv)
+		}()
+	}
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)

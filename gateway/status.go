@@ -40,6 +40,7 @@ type EndpointStatus struct {
 	Served    uint64 `json:"served"`
 	Resident  int    `json:"resident_blocks"`
 	Certified string `json:"certified,omitempty"`
+	Fenced    string `json:"fenced,omitempty"`
 	EventErr  string `json:"event_error,omitempty"`
 }
 
@@ -60,7 +61,7 @@ func (g *Gateway) Status() Status {
 		for _, e := range rt.eps {
 			es := EndpointStatus{Name: e.Name, Address: e.Address, Role: string(e.Role), Excluded: string(e.Health.Excluded()),
 				Breaker: e.Health.Breaker.State().String(), Active: e.Active(), Served: e.Served(), Resident: rt.index.Resident(e.ID),
-				Certified: rt.exact.Endpoints[e.Name]}
+				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced()}
 			if v, ok := rt.errs.Load(e.Name); ok {
 				es.EventErr = v.(string)
 			}
@@ -122,15 +123,20 @@ func (g *Gateway) SetEndpointState(rule, endpoint, state string) bool {
 
 // statusMetrics exports whether KV-exact runs per rule, with the reason as a label when it does not.
 type statusMetrics struct {
-	exact *prometheus.GaugeVec
+	exact  *prometheus.GaugeVec
+	fenced *prometheus.GaugeVec
 }
 
 func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
 	m := &statusMetrics{exact: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kvexact_rule_exact_enabled",
 		Help: "1 when KV-exact runs for the rule (a valid certificate covers its profile), else 0 with the reason.",
-	}, []string{"rule", "binding", "reason"})}
-	reg.MustRegister(m.exact)
+	}, []string{"rule", "binding", "reason"}),
+		fenced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvexact_endpoint_exact_fenced",
+			Help: "1 while a failed re-probe (version, model or tokenizer changed) keeps KV-exact off for the endpoint.",
+		}, []string{"rule", "endpoint"})}
+	reg.MustRegister(m.exact, m.fenced)
 	return m
 }
 
@@ -149,4 +155,5 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 
 func (m *statusMetrics) forget(rule string) {
 	m.exact.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": rule})
 }

@@ -41,6 +41,7 @@ func run(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
+	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,6 +60,10 @@ func run(args []string) int {
 	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
+	}
+	opts.ReprobeInterval = *reprobe
+	if *reprobe == 0 {
+		opts.ReprobeInterval = -1
 	}
 	if *certKey != "" {
 		if opts.CertificateKey, err = certificate.LoadPublicKey(*certKey); err != nil {

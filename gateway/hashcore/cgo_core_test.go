@@ -4,7 +4,6 @@ package hashcore
 
 import (
 	"bytes"
-	"sync"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/zeebo/xxh3"

@@ -37,6 +37,22 @@ type Endpoint struct {
 	active atomic.Int64
 	queued atomic.Int64
 	served atomic.Uint64
+	fenced atomic.Pointer[string] // why KV-exact may not use this endpoint now (nil: it may)
+}
+
+// Fence stops KV-exact from choosing the endpoint (a failed re-probe: its identity or tokenizer no
+// longer matches what was certified). The endpoint still serves through the other tiers.
+func (e *Endpoint) Fence(reason string) { e.fenced.Store(&reason) }
+
+// Unfence lifts a fence.
+func (e *Endpoint) Unfence() { e.fenced.Store(nil) }
+
+// Fenced returns the fence reason ("" when not fenced).
+func (e *Endpoint) Fenced() string {
+	if r := e.fenced.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Load is active + queued.

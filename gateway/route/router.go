@@ -469,6 +469,9 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 		if ex := e.excluded(retry); ex != health.NotExcluded {
 			ev.Excluded = string(ex)
 		}
+		if f := e.Fenced(); f != "" && ev.Excluded == "" {
+			ev.Excluded = "fenced: " + f
+		}
 		ev.Eligible = ev.Excluded == "" && rt.cfg.Certified.Has(e.ID)
 		d.Endpoints = append(d.Endpoints, ev)
 		if rt.cfg.Index.Resident(e.ID) > 0 {

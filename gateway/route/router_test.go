@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -385,4 +386,22 @@ func TestExplainChangesNothing(t *testing.T) {
 	if f.eps[1].Active() != 0 {
 		t.Fatal("explain release changed load")
 	}
+}
+
+func TestFencedEndpointNotAKVCandidate(t *testing.T) {
+	keys := keysN(4)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, nil)
+	f.inv.Store(f.eps[1].ID, keys)
+	f.eps[1].Fence("version changed to 0.26.0")
+	d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	if d.Tier == TierKVExact || d.Miss != MissExcluded || !strings.Contains(d.Endpoints[1].Excluded, "0.26.0") {
+		t.Fatalf("fenced endpoint chosen by KV-exact: %+v", d)
+	}
+	d.Release()
+	f.eps[1].Unfence()
+	d, _ = f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	if d.Tier != TierKVExact || d.TargetN != "b" {
+		t.Fatalf("unfenced endpoint not chosen: %+v", d)
+	}
+	d.Release()
 }
