@@ -93,8 +93,11 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 			})
 			sub := subscribe(t, e.PublishAddrs()[0], "kv")
 			// Wait until the subscription has reached the publisher: send until a message arrives.
+			// Each probe is a new prompt: a repeated one is cached and announces nothing new.
+			probe := 0
 			waitFor(t, 10*time.Second, "first live event", func() bool {
-				post(t, e.URL()+"/v1/completions", map[string]any{"prompt": []int{1, 2, 3, 4, 5, 6, 7, 8, 9}, "max_tokens": 1})
+				probe++
+				post(t, e.URL()+"/v1/completions", map[string]any{"prompt": []int{probe, 1000 + probe, 2, 3, 4, 5, 6, 7, 8}, "max_tokens": 1})
 				return len(sub.snapshot()) > 0
 			})
 			workload(t, e, 250, 6, 1)

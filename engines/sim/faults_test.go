@@ -170,6 +170,8 @@ func TestFaultSwitches(t *testing.T) {
 			t.Fatalf("want connection refused, got %v", err)
 		}
 		e.SetFaults(FaultPatch{Refuse: ptr(false)})
+		// Refusing dropped the client's idle keep-alive connections, as a dead server would.
+		http.DefaultClient.CloseIdleConnections()
 		resp, m := post(t, e.URL()+"/v1/completions", map[string]any{"prompt": "back", "max_tokens": 1})
 		if resp.StatusCode != 200 {
 			t.Fatalf("after refuse: %d %v", resp.StatusCode, m)
