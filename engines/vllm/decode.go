@@ -35,22 +35,7 @@ type decoder struct {
 }
 
 // fail turns a reader error into the typed reject; field is built only on this path.
-func (d *decoder) fail(err error, field string) error {
-	var de *engines.DecodeError
-	if errors.As(err, &de) {
-		return err
-	}
-	reason, off := engines.ReasonSchemaMismatch, d.r.Offset()
-	var me *mpack.Error
-	if errors.As(err, &me) {
-		off = me.Offset
-		if me.Malformed {
-			reason = engines.ReasonDecodeError
-		}
-		err = me.Err
-	}
-	return &engines.DecodeError{Reason: reason, Offset: off, Field: field, Err: err}
-}
+func (d *decoder) fail(err error, field string) error { return d.r.Reject(err, field) }
 
 func (d *decoder) reject(reason engines.RejectReason, off int, field string, err error) error {
 	return &engines.DecodeError{Reason: reason, Offset: off, Field: field, Err: err}
