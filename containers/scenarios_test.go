@@ -1,0 +1,480 @@
+package containers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/containers"
+	"github.com/kvexact/kvexact/engines/sim"
+)
+
+// TestEventFaults runs the event-path fault scenarios against one certified pool (a gateway and two
+// simulated vLLM engines, each in its own container). Every scenario asserts the inventory through
+// the admin API (against the engine's own cache) and the routing outcome through /admin/explain and
+// the receipts. They run in order on shared containers; the first failure stops the sequence.
+func TestEventFaults(t *testing.T) {
+	p := newPool(t, poolOpts{engines: 2, certify: true})
+	for _, sc := range []struct {
+		name string
+		run  func(*pool)
+	}{
+		{"learn_and_route", scLearnAndRoute},
+		{"drop_inside_window", scDropInsideWindow},
+		{"drop_beyond_window", scDropBeyondWindow},
+		{"gateway_restart_replays", scGatewayRestartReplays},
+		{"all_blocks_cleared", scAllBlocksCleared},
+		{"engine_restart", scEngineRestart},
+		{"gateway_paused_briefly", scGatewayPausedBriefly},
+		{"engine_killed_mid_stream", scEngineKilledMidStream},
+	} {
+		ok := t.Run(sc.name, func(t *testing.T) {
+			sp := *p
+			sp.t = t
+			sc.run(&sp)
+		})
+		if !ok {
+			return
+		}
+	}
+}
+
+func lab(ep string, kv ...string) map[string]string {
+	m := map[string]string{"rule": ruleName, "endpoint": ep}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// scLearnAndRoute: a prompt served once is learned from the engine's events, and the same prompt is
+// then routed KV-exact to that engine, which reports the cached tokens.
+func scLearnAndRoute(p *pool) {
+	a := prompt("learn", 120)
+	first := p.send(a, 1)
+	p.waitSynced(first.Endpoint)
+	d := p.explain(a)
+	if d.Tier != "kv-exact" || d.Target != first.Endpoint || d.Blocks == 0 || d.Overlap(first.Endpoint) != d.Blocks {
+		p.t.Fatalf("explain after learning: %+v, want kv-exact to %s with full overlap", d, first.Endpoint)
+	}
+	again := p.send(a, 1)
+	if again.Endpoint != first.Endpoint {
+		p.t.Fatalf("repeat served by %s, want %s (the engine holding the prompt)", again.Endpoint, first.Endpoint)
+	}
+	if again.CachedTokens < 16*(d.Blocks-1) {
+		p.t.Fatalf("repeat reports %d cached tokens, want at least %d", again.CachedTokens, 16*(d.Blocks-1))
+	}
+}
+
+// scDropInsideWindow: a few lost event messages (a gap within 64) keep the inventory; the blocks
+// of the lost messages are missing until something resynchronises the mirror.
+func scDropInsideWindow(p *pool) {
+	const ep = "E0"
+	e := p.engines[ep]
+	p.direct(ep, prompt("inside-base", 60))
+	base := p.waitSynced(ep)
+	kept0, cleared0 := p.metric("kvexact_ingest_gaps_total", lab(ep, "decision", "kept")), p.metric("kvexact_ingest_clears_total", lab(ep))
+	two := 2
+	if _, err := e.SetFaults(p.ctx(), sim.FaultPatch{DropEvents: &two}); err != nil {
+		p.t.Fatal(err)
+	}
+	lost := map[uint64]bool{}
+	for i := 0; i < 5; i++ {
+		f, err := e.Faults(p.ctx())
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if f.DropEvents == 0 {
+			break
+		}
+		for k := range p.direct(ep, prompt(fmt.Sprintf("inside-dropped-%d", i), 60)) {
+			lost[k] = true
+		}
+	}
+	live := p.direct(ep, prompt("inside-live", 60))
+	p.eventually(10*time.Second, "gap kept and the live message applied", func() (bool, string) {
+		k := p.metric("kvexact_ingest_gaps_total", lab(ep, "decision", "kept"))
+		inv := p.inventory(ep)
+		have := 0
+		for x := range live {
+			if inv[x] > 0 {
+				have++
+			}
+		}
+		return k == kept0+1 && have == len(live), fmt.Sprintf("gaps kept %v→%v, %d/%d live keys", kept0, k, have, len(live))
+	})
+	if c := p.metric("kvexact_ingest_clears_total", lab(ep)); c != cleared0 {
+		p.t.Fatalf("a gap inside the window cleared the inventory (clears %v→%v)", cleared0, c)
+	}
+	inv, cache := p.inventory(ep), p.cache(ep)
+	for k := range base {
+		if inv[k] == 0 {
+			p.t.Fatalf("block %d learned before the gap is gone: a small gap must keep the inventory", k)
+		}
+	}
+	var missing int
+	for k := range cache {
+		if inv[k] == 0 {
+			missing++
+			if !lost[k] {
+				p.t.Fatalf("block %d is missing but was not in a dropped message", k)
+			}
+		}
+	}
+	if missing == 0 {
+		p.t.Fatalf("no block is missing after %d dropped messages: the fault did not bite", two)
+	}
+	p.t.Logf("gap kept: %d blocks of the dropped messages missing, %d resident", missing, len(inv))
+}
+
+// scDropBeyondWindow: more than 64 lost messages clear the endpoint; only what follows the gap is
+// known, so a prompt the engine still holds is no longer routed to it.
+func scDropBeyondWindow(p *pool) {
+	const ep = "E1"
+	e := p.engines[ep]
+	basePrompt := prompt("beyond-base", 60)
+	p.direct(ep, basePrompt)
+	p.waitSynced(ep)
+	if d := p.explain(basePrompt); d.Target != ep || d.Tier != "kv-exact" {
+		p.t.Fatalf("before the gap: %+v, want kv-exact to %s", d, ep)
+	}
+	gap0 := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "gap"))
+	n := 70
+	if _, err := e.SetFaults(p.ctx(), sim.FaultPatch{DropEvents: &n}); err != nil {
+		p.t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		f, err := e.Faults(p.ctx())
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if f.DropEvents == 0 {
+			break
+		}
+		if i > 4*n {
+			p.t.Fatalf("%d requests did not consume %d dropped messages (%d left)", i, n, f.DropEvents)
+		}
+		c, err := containers.Complete(p.ctx(), p.http, e.URL(), containers.CompletionRequest{Model: p.model, Prompt: prompt(fmt.Sprintf("flood-%d", i), 24), MaxTokens: 1})
+		if err != nil || c.Status != http.StatusOK {
+			p.t.Fatalf("flood request %d: %v %+v", i, err, c)
+		}
+	}
+	live := p.direct(ep, prompt("beyond-live", 60))
+	p.eventually(10*time.Second, "inventory cleared by the gap and holding only what followed", func() (bool, string) {
+		g := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "gap"))
+		inv := p.inventory(ep)
+		same := len(inv) == len(live)
+		for k := range live {
+			same = same && inv[k] > 0
+		}
+		return g == gap0+1 && same, fmt.Sprintf("gap clears %v→%v, inventory %d keys, live %d keys", gap0, g, len(inv), len(live))
+	})
+	if d := p.explain(basePrompt); d.Overlap(ep) != 0 {
+		p.t.Fatalf("after the cleared gap the gateway still credits %s with %d blocks of the old prompt", ep, d.Overlap(ep))
+	}
+}
+
+// scGatewayRestartReplays: a restarted gateway starts empty, asks every engine for replay from
+// sequence 0 and rebuilds each inventory exactly — including the blocks whose live messages were
+// dropped — so routing knows again what it had lost.
+func scGatewayRestartReplays(p *pool) {
+	for _, ep := range p.names {
+		p.waitConnected(ep, 0)
+	}
+	stale := len(p.cache("E0")) - len(p.inventory("E0"))
+	if err := p.gw.Restart(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	replays0 := 0.0
+	for _, ep := range p.names {
+		p.waitConnected(ep, 0)
+		p.waitSynced(ep)
+		replays0 += p.metric("kvexact_ingest_replays_total", lab(ep, "outcome", "completed"))
+	}
+	if replays0 < float64(len(p.names)) {
+		p.t.Fatalf("%v completed replays after the restart, want one per endpoint", replays0)
+	}
+	p.t.Logf("replay rebuilt both inventories (E0 had %d stale-missing blocks before)", stale)
+	if d := p.explain(prompt("beyond-base", 60)); d.Target != "E1" || d.Tier != "kv-exact" {
+		p.t.Fatalf("after replay: %+v, want kv-exact to E1 (it still holds the prompt)", d)
+	}
+	if c := p.send(prompt("beyond-base", 60), 1); c.Endpoint != "E1" || c.CachedTokens == 0 {
+		p.t.Fatalf("after replay: served by %s with %d cached tokens, want E1 with a hit", c.Endpoint, c.CachedTokens)
+	}
+}
+
+// scAllBlocksCleared: the engine's AllBlocksCleared empties the endpoint's inventory.
+func scAllBlocksCleared(p *pool) {
+	const ep = "E0"
+	text := prompt("cleared", 60)
+	p.direct(ep, text)
+	p.waitSynced(ep)
+	c0 := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "engine"))
+	if err := p.engines[ep].Clear(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.eventually(10*time.Second, "inventory of "+ep+" empty after AllBlocksCleared", func() (bool, string) {
+		n, c := len(p.inventory(ep)), p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "engine"))
+		return n == 0 && c == c0+1, fmt.Sprintf("%d resident, engine clears %v→%v", n, c0, c)
+	})
+	if n := len(p.cache(ep)); n != 0 {
+		p.t.Fatalf("engine still caches %d blocks after /sim/clear", n)
+	}
+	if d := p.explain(text); d.Overlap(ep) != 0 || d.Tier == "kv-exact" {
+		p.t.Fatalf("after the clear: %+v, want no overlap and no KV-exact pick", d)
+	}
+}
+
+// scEngineRestart: the engine's container restarts (new process: empty cache, sequence from 0).
+// The gateway reconnects, sees the sequence restart with the first new message, clears and
+// re-learns; the old prompt is no longer credited, the new one is routed to the engine.
+func scEngineRestart(p *pool) {
+	const ep = "E1"
+	old := prompt("pre-restart", 60)
+	p.direct(ep, old)
+	p.waitSynced(ep)
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab(ep))
+	rp0 := p.metric("kvexact_ingest_replays_total", lab(ep, "outcome", "requested"))
+	cl0 := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression"))
+	if err := p.engines[ep].Restart(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitConnected(ep, r0+1)
+	p.eventually(10*time.Second, "replay asked on the reconnect", func() (bool, string) {
+		rp := p.metric("kvexact_ingest_replays_total", lab(ep, "outcome", "requested"))
+		return rp > rp0, fmt.Sprintf("replays requested %v→%v", rp0, rp)
+	})
+	if n := len(p.cache(ep)); n != 0 {
+		p.t.Fatalf("restarted engine caches %d blocks, want none", n)
+	}
+	fresh := prompt("post-restart", 60)
+	p.direct(ep, fresh)
+	p.eventually(10*time.Second, "clear on the sequence restart", func() (bool, string) {
+		c := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression"))
+		return c > cl0, fmt.Sprintf("restart/regression clears %v→%v", cl0, c)
+	})
+	p.waitSynced(ep)
+	if d := p.explain(old); d.Overlap(ep) != 0 {
+		p.t.Fatalf("the restarted engine is still credited with %d blocks of the old prompt", d.Overlap(ep))
+	}
+	p.waitHealthy(ep)
+	if c := p.send(fresh, 1); c.Endpoint != ep || c.CachedTokens == 0 {
+		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want %s with a hit", c.Endpoint, c.CachedTokens, ep)
+	}
+}
+
+// scGatewayPausedBriefly: the gateway's container is frozen while the engine publishes a few
+// messages; they wait in the socket buffers and arrive after the thaw — no gap, nothing lost.
+func scGatewayPausedBriefly(p *pool) {
+	const ep = "E0"
+	p.waitSynced(ep)
+	g0 := p.metric("kvexact_ingest_gaps_total", lab(ep))
+	if err := p.gw.Pause(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			p.gw.Unpause(context.Background())
+		}
+	}()
+	for i := range 5 {
+		p.direct(ep, prompt(fmt.Sprintf("paused-%d", i), 60))
+	}
+	if err := p.gw.Unpause(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	paused = false
+	inv := p.waitSynced(ep)
+	if g := p.metric("kvexact_ingest_gaps_total", lab(ep)); g != g0 {
+		p.t.Fatalf("a short pause produced a sequence gap (gaps %v→%v)", g0, g)
+	}
+	p.t.Logf("after the pause the inventory holds %d blocks, equal to the engine's cache", len(inv))
+}
+
+// scEngineKilledMidStream: the engine serving a stream is killed. The client's stream ends (an
+// error or a truncated stream) within seconds — never a hang — and the next requests, even for
+// the prompt the dead engine holds, are served by the other engine.
+func scEngineKilledMidStream(p *pool) {
+	text := prompt("stream", 60)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := containers.OpenStream(ctx, p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 400})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Status != http.StatusOK || s.Endpoint == "" {
+		p.t.Fatalf("stream: status %d, receipt %q", s.Status, s.Endpoint)
+	}
+	victim := s.Endpoint
+	if _, err := s.Next(); err != nil {
+		p.t.Fatalf("first chunk: %v", err)
+	}
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab(victim))
+	if err := p.engines[victim].Kill(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	killed := time.Now()
+	type end struct {
+		err    error
+		chunks int
+		last   string
+	}
+	done := make(chan end, 1)
+	go func() {
+		var e end
+		for {
+			d, err := s.Next()
+			if err != nil {
+				e.err = err
+				done <- e
+				return
+			}
+			e.chunks++
+			e.last = d
+		}
+	}()
+	select {
+	case e := <-done:
+		switch {
+		case errors.Is(e.err, context.DeadlineExceeded):
+			p.t.Fatalf("stream ended only by the client deadline: a hang")
+		case !strings.Contains(e.last, `"error"`):
+			p.t.Fatalf("stream ended (%v, %d chunks after the kill) without an error event saying why; last %.120q", e.err, e.chunks, e.last)
+		}
+		p.t.Logf("stream from %s ended %s after the kill: %v (%d chunks after the kill, last %.80q)", victim,
+			time.Since(killed).Round(time.Millisecond), e.err, e.chunks, e.last)
+	case <-time.After(20 * time.Second):
+		p.t.Fatalf("stream from killed engine %s still open after 20s: the client hangs", victim)
+	}
+	for i := range 4 {
+		for _, t := range []string{text, prompt(fmt.Sprintf("after-kill-%d", i), 30)} {
+			if c := p.send(t, 1); c.Endpoint == victim {
+				p.t.Fatalf("request served by killed engine %s", victim)
+			}
+		}
+	}
+	// Bring the engine back for whatever runs next.
+	if err := p.engines[victim].StartAgain(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitConnected(victim, r0+1)
+}
+
+// waitHealthy waits until the gateway no longer excludes ep (the prober saw it answer).
+func (p *pool) waitHealthy(ep string) {
+	p.t.Helper()
+	p.eventually(20*time.Second, ep+" healthy in the gateway", func() (bool, string) {
+		st, err := p.gw.Status(p.ctx())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range st.Rules {
+			for _, e := range r.Endpoints {
+				if e.Name == ep {
+					return e.Excluded == "" && e.Breaker == "closed", fmt.Sprintf("excluded=%q breaker=%q", e.Excluded, e.Breaker)
+				}
+			}
+		}
+		return false, "endpoint not in status"
+	})
+}
+
+// TestGatewayPausedPastSendBuffer freezes the gateway while the engine publishes far more than the
+// socket buffers and the publisher's send high-water mark hold: the publisher drops (as libzmq does
+// past SNDHWM), the gateway sees a real sequence gap after the thaw and no longer knows every block
+// the engine holds; a gateway restart (replay from 0) repairs it.
+func TestGatewayPausedPastSendBuffer(t *testing.T) {
+	harness(t)
+	if !enginesimHasFlag("hwm") {
+		t.Skip("enginesim has no --hwm flag: go-zeromq's PUB queues without bound unless zmq4.OptionHWM is set, so a paused subscriber never loses a message (engines/sim must expose the send high-water mark)")
+	}
+	p := newPool(t, poolOpts{engines: 1, engineArgs: []string{"--hwm", "100", "--prefill-per-token", "1us", "--decode-per-token", "1ms"}})
+	const ep = "E0"
+	e := p.engines[ep]
+	p.direct(ep, prompt("hwm-base", 60))
+	p.waitSynced(ep)
+	g0 := p.metric("kvexact_ingest_gaps_total", lab(ep))
+	in, err := e.Info(p.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq0 := in.NextSequence[0]
+	if err := p.gw.Pause(p.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			p.gw.Unpause(context.Background())
+		}
+	}()
+	// Publish until far more batches than the high-water mark plus any socket buffer went out.
+	const want = 5000
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				c, err := containers.Complete(ctx, p.http, e.URL(), containers.CompletionRequest{Model: p.model, Prompt: prompt(fmt.Sprintf("hwm-%d-%d", w, i), 300), MaxTokens: 1})
+				if ctx.Err() != nil {
+					break
+				}
+				if err != nil || c.Status != http.StatusOK {
+					errs <- fmt.Errorf("flood: %v %+v", err, c)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for {
+		in, err := e.Info(p.ctx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.NextSequence[0]-seq0 >= want {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("only %d batches published in 90s", in.NextSequence[0]-seq0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.gw.Unpause(p.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	paused = false
+	p.eventually(30*time.Second, "a sequence gap after the thaw", func() (bool, string) {
+		g := p.metric("kvexact_ingest_gaps_total", lab(ep))
+		return g > g0, fmt.Sprintf("gaps %v→%v", g0, g)
+	})
+	inv, cache := p.inventory(ep), p.cache(ep)
+	missing := 0
+	for k := range cache {
+		if inv[k] == 0 {
+			missing++
+		}
+	}
+	if missing == 0 {
+		t.Fatalf("after dropped messages the inventory still knows all %d cached blocks", len(cache))
+	}
+	t.Logf("gap after the pause: %d of %d cached blocks unknown to the gateway", missing, len(cache))
+	if err := p.gw.Restart(p.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	p.waitConnected(ep, 0)
+	p.waitSynced(ep)
+}
