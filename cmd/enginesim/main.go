@@ -46,6 +46,7 @@ func run(args []string) error {
 	fs.IntVar(&c.DPRanks, "dp", 1, "data-parallel ranks (rank r on port + r)")
 	fs.StringVar(&c.Topic, "topic", "", "ZeroMQ topic frame")
 	fs.IntVar(&c.ReplayBuffer, "replay-buffer", sim.DefaultReplayBuffer, "batches kept for replay (buffer_steps)")
+	fs.IntVar(&c.HWM, "hwm", sim.DefaultHWM, "ZeroMQ PUB send high-water mark in messages; past it messages are dropped (a stalled subscriber sees a gap)")
 	fs.IntVar(&c.BlockSize, "block-size", 0, "KV block (page) size in tokens (default: the contract's)")
 	fs.StringVar(&c.Algorithm, "algo", "", "vLLM --prefix-caching-hash-algo (default: the contract's, sha256)")
 	fs.Func("seed", "PYTHONHASHSEED for vLLM hashes (default: the PYTHONHASHSEED environment variable; unset = random root)", func(s string) error {

@@ -65,6 +65,9 @@ type Config struct {
 	Topic string
 	// ReplayBuffer is the number of batches kept for replay (buffer_steps, default 10000).
 	ReplayBuffer int
+	// HWM is the PUB socket's send high-water mark in messages (the engines' hwm, default 100000);
+	// past it messages are dropped, which a stalled subscriber sees as a sequence gap.
+	HWM int
 
 	// BlockSize is the KV block (page) size in tokens (default: the contract's).
 	BlockSize int
@@ -128,6 +131,7 @@ const (
 	DefaultMaxConcurrency   = 8
 	DefaultMaxTokens        = 16
 	DefaultReplayBuffer     = 10000
+	DefaultHWM              = 100000
 	DefaultDrainWait        = 2 * time.Second
 	DefaultDrainBuffer      = 16384
 	DefaultBootstrapTimeout = 30 * time.Second
@@ -163,6 +167,12 @@ func (c *Config) resolve() error {
 	}
 	if ct.Transport == "zmq-multipart-v1" && c.PublishAddr == "" {
 		c.PublishAddr = ct.Events.DefaultEndpoint
+	}
+	if c.HWM == 0 {
+		c.HWM = DefaultHWM
+	}
+	if c.HWM < 0 {
+		return errors.New("sim: hwm: must be positive")
 	}
 	if c.ReplayBuffer == 0 {
 		c.ReplayBuffer = DefaultReplayBuffer

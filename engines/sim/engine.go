@@ -325,6 +325,7 @@ func (e *Engine) startEvents() error {
 			rep = joinTCP(repHost, repPort+i)
 		}
 		r.pub = newPublisher(i, e.cfg.Family, enc, e.cfg.Topic, joinTCP(pubHost, pubPort+i), rep, e.cfg.ReplayBuffer, &e.faults, e.cfg.Logger)
+		r.pub.hwm = e.cfg.HWM
 		if err := r.pub.start(); err != nil {
 			return fmt.Errorf("sim: %w", err)
 		}

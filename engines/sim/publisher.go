@@ -40,6 +40,7 @@ type publisher struct {
 	log      *slog.Logger
 	queue    chan engines.Batch
 	ringCap  int
+	hwm      int // PUB send high-water mark in messages (0: unbounded)
 
 	mu      sync.Mutex // guards the incarnation below and the ring
 	pub     zmq4.Socket
@@ -145,6 +146,14 @@ func (p *publisher) start() error {
 	defer p.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	pub := zmq4.NewPub(ctx)
+	if p.hwm > 0 {
+		// Past the high-water mark the engine drops messages silently, as libzmq's PUB does: a
+		// subscriber that stalls sees a sequence gap, never back-pressure.
+		if err := pub.SetOption(zmq4.OptionHWM, p.hwm); err != nil {
+			cancel()
+			return fmt.Errorf("rank %d publish hwm %d: %w", p.rank, p.hwm, err)
+		}
+	}
 	host, port, err := splitTCP(p.pubEP)
 	if err != nil {
 		cancel()
