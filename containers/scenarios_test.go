@@ -402,7 +402,7 @@ func TestGatewayPausedPastSendBuffer(t *testing.T) {
 	if !enginesimHasFlag("hwm") {
 		t.Skip("enginesim has no --hwm flag: go-zeromq's PUB queues without bound unless zmq4.OptionHWM is set, so a paused subscriber never loses a message (engines/sim must expose the send high-water mark)")
 	}
-	p := newPool(t, poolOpts{engines: 1, engineArgs: []string{"--hwm", "100", "--prefill-per-token", "1us", "--decode-per-token", "1ms", "--max-model-len", "16384"}})
+	p := newPool(t, poolOpts{engines: 1, engineArgs: []string{"--hwm", "100", "--prefill-per-token", "1us", "--decode-per-token", "1ms", "--max-model-len", "16384", "--prefill-chunk", "16384"}})
 	const ep = "E0"
 	e := p.engines[ep]
 	p.direct(ep, prompt("hwm-base", 60))
