@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// drive is `kvbench drive`: it sends one seeded shared-prefix workload to running gateway listeners
+// (one per policy), clearing the engines' caches before each run, and prints a table of what the
+// backends' own receipts say: cached-token ratio and time to first token. `make demo` uses it.
+func drive(args []string) int {
+	fs := flag.NewFlagSet("kvbench drive", flag.ContinueOnError)
+	var runs, clears multiFlag
+	fs.Var(&runs, "run", "LABEL=URL of a gateway listener to drive (repeatable, run in order)")
+	fs.Var(&clears, "clear", "URL to POST before each run to empty an engine's cache (repeatable)")
+	model := fs.String("model", "llama3", "model name")
+	n := fs.Int("requests", 120, "requests per run")
+	conc := fs.Int("concurrency", 4, "requests in flight")
+	prefixes := fs.Int("prefixes", 6, "shared system prompts (Zipf popularity)")
+	seed := fs.Uint64("seed", 1, "workload seed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(os.Stderr, "kvbench drive: --run LABEL=URL is required")
+		return 2
+	}
+	reqs := sharedPrefixWorkload(*n, *prefixes, *seed)
+	var rows []driveResult
+	for _, r := range runs {
+		label, url, ok := strings.Cut(r, "=")
+		if !ok {
+			fmt.Fprintf(os.Stderr, "kvbench drive: --run %q: want LABEL=URL\n", r)
+			return 2
+		}
+		for _, c := range clears {
+			resp, err := http.Post(c, "application/json", nil)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kvbench drive: --clear %s: %v\n", c, err)
+				return 1
+			}
+			resp.Body.Close()
+		}
+		res := runWorkload(url, *model, reqs, *conc)
+		res.label = label
+		rows = append(rows, res)
+	}
+	fmt.Printf("\n%-12s %8s %8s %14s %10s %10s %s\n", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "served by")
+	for _, r := range rows {
+		ratio := 0.0
+		if r.prompt > 0 {
+			ratio = float64(r.cached) / float64(r.prompt)
+		}
+		fmt.Printf("%-12s %8d %8d %13.1f%% %10s %10s %s\n", r.label, r.requests, r.errors, 100*ratio,
+			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), r.spread())
+	}
+	for _, r := range rows {
+		if r.errors > 0 || r.mismatch > 0 {
+			fmt.Printf("\n%s: %d errors, %d responses whose gateway receipt disagreed with the engine's: results not valid\n", r.label, r.errors, r.mismatch)
+			return 1
+		}
+	}
+	return 0
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// sharedPrefixWorkload: n requests, each a popular system prompt (Zipf over prefixes) followed by a
+// short distinct question — the shape where cache-aware routing pays.
+func sharedPrefixWorkload(n, prefixes int, seed uint64) []string {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	zipf := rand.NewZipf(rng, 1.2, 1, uint64(prefixes-1))
+	sys := make([]string, prefixes)
+	for i := range sys {
+		var b strings.Builder
+		fmt.Fprintf(&b, "You are assistant number %d for the kvexact demo. ", i)
+		for j := 0; j < 60; j++ {
+			fmt.Fprintf(&b, "Rule %d of persona %d: answer precisely, cite the section, keep a calm tone. ", j, i)
+		}
+		sys[i] = b.String()
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = sys[zipf.Uint64()] + fmt.Sprintf("\nUser question %d: what does rule %d mean?", i, rng.IntN(60))
+	}
+	return out
+}
+
+type driveResult struct {
+	label            string
+	requests, errors int
+	mismatch         int
+	prompt, cached   int
+	ttft             []time.Duration
+	served           map[string]int
+}
+
+func (r driveResult) spread() string {
+	var names []string
+	for n := range r.served {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s:%d", n, r.served[n]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// runWorkload streams every request and reads, per response, the time to the first token, the
+// usage the engine reported (prompt and cached tokens) and both receipts.
+func runWorkload(url, model string, prompts []string, conc int) driveResult {
+	res := driveResult{served: map[string]int{}}
+	var mu sync.Mutex
+	work := make(chan string)
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 2 * time.Minute}
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				one := streamOnce(client, url, model, p)
+				mu.Lock()
+				res.requests++
+				if one.err != nil {
+					res.errors++
+					fmt.Fprintf(os.Stderr, "request failed: %v\n", one.err)
+				} else {
+					res.prompt += one.prompt
+					res.cached += one.cached
+					res.ttft = append(res.ttft, one.ttft)
+					res.served[one.endpoint]++
+					if one.endpoint != one.servedBy {
+						res.mismatch++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range prompts {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	return res
+}
+
+type oneResult struct {
+	ttft               time.Duration
+	prompt, cached     int
+	endpoint, servedBy string
+	err                error
+}
+
+func streamOnce(client *http.Client, url, model, prompt string) oneResult {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 8, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return oneResult{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return oneResult{err: fmt.Errorf("status %d: %s", resp.StatusCode, b)}
+	}
+	r := oneResult{endpoint: resp.Header.Get("X-Kvexact-Endpoint"), servedBy: resp.Header.Get("X-Kvexact-Served-By")}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens int `json:"prompt_tokens"`
+				Details      struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			return oneResult{err: fmt.Errorf("bad SSE chunk %q: %w", data, err)}
+		}
+		if r.ttft == 0 && len(chunk.Choices) > 0 && chunk.Choices[0].Text != "" {
+			r.ttft = time.Since(start)
+		}
+		if chunk.Usage != nil {
+			r.prompt, r.cached = chunk.Usage.PromptTokens, chunk.Usage.Details.Cached
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return oneResult{err: err}
+	}
+	if r.prompt == 0 {
+		return oneResult{err: fmt.Errorf("no usage in the stream")}
+	}
+	return r
+}
+
+// status is `kvbench status --file status.json --rule NAME`: prints one rule's KV-exact verdict
+// from a saved /admin/status answer (make demo shows it without depending on jq).
+func status(args []string) int {
+	fs := flag.NewFlagSet("kvbench status", flag.ContinueOnError)
+	file := fs.String("file", "", "saved /admin/status JSON")
+	rule := fs.String("rule", "", "rule name")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	b, err := os.ReadFile(*file)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench status: %v\n", err)
+		return 2
+	}
+	var st struct {
+		Rules []struct {
+			Name  string `json:"name"`
+			Exact struct {
+				Enabled   bool              `json:"enabled"`
+				Binding   string            `json:"binding"`
+				Reason    string            `json:"reason"`
+				Endpoints map[string]string `json:"endpoints"`
+			} `json:"exact"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench status: %s: %v\n", *file, err)
+		return 2
+	}
+	for _, r := range st.Rules {
+		if r.Name != *rule {
+			continue
+		}
+		if r.Exact.Enabled {
+			fmt.Printf("rule %s: KV-exact enabled (%s binding)\n", r.Name, r.Exact.Binding)
+		} else {
+			fmt.Printf("rule %s: KV-exact off: %s\n", r.Name, r.Exact.Reason)
+		}
+		names := make([]string, 0, len(r.Exact.Endpoints))
+		for n := range r.Exact.Endpoints {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Printf("  %s: %s\n", n, r.Exact.Endpoints[n])
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "kvbench status: no rule %q in %s\n", *rule, *file)
+	return 1
+}
