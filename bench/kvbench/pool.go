@@ -1,0 +1,289 @@
+package kvbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// The pool the benchmark runs: vLLM simulators of one pinned release, engine hash binding with a
+// pinned PYTHONHASHSEED, so a certificate can cover it exactly as ctk certify would.
+const (
+	family   = "vllm"
+	release  = "v0.25.1"
+	ruleName = "bench"
+)
+
+var seed0 = "0"
+
+// PoolShape is the simulated hardware: small pools, fast simulated prefill, a KV cache small enough
+// that eviction matters.
+type PoolShape struct {
+	Endpoints       int
+	CapacityBlocks  int // per engine
+	MaxConcurrency  int // per engine (max_num_seqs)
+	PrefillPerToken time.Duration
+	DecodePerToken  time.Duration
+	MaxModelLen     int // 0: the simulator's default
+}
+
+// DefaultPoolShape: 4 engines × 512 blocks of 16 tokens, 4 running requests each, 150 µs per
+// uncached prompt token (a 1k-token prefill is 150 ms), 2 ms per output token. Simulated time is
+// slow enough that the gateway, the simulators and the client together stay well inside 2 shared
+// cores at the highest offered load: the sweep measures routing, not CPU starvation.
+func DefaultPoolShape() PoolShape {
+	return PoolShape{Endpoints: 4, CapacityBlocks: 512, MaxConcurrency: 4, PrefillPerToken: 150 * time.Microsecond, DecodePerToken: 2 * time.Millisecond}
+}
+
+// ServiceTime is one uncached request's time in an engine slot.
+func (s PoolShape) ServiceTime(promptTokens float64, maxTokens int) time.Duration {
+	return time.Duration(promptTokens*float64(s.PrefillPerToken)) + time.Duration(max(maxTokens-1, 0))*s.DecodePerToken
+}
+
+// Capacity is the pool's request rate when nothing is cached (requests/s): the load unit of the
+// sweep, so "1.0" is saturation for a cache-blind policy.
+func (s PoolShape) Capacity(promptTokens float64, maxTokens int) float64 {
+	return float64(s.Endpoints*s.MaxConcurrency) / s.ServiceTime(promptTokens, maxTokens).Seconds()
+}
+
+// Pool is a set of simulators with a gateway in front of them.
+type Pool struct {
+	Sims    []*sim.Engine
+	G       *gateway.Gateway
+	Reg     *prometheus.Registry
+	URL     string   // where clients send
+	URLs    []string // the oracle's listeners, one per engine in order
+	Hasher  *hashcore.Hasher
+	cleanup []func()
+}
+
+// Close stops everything the pool started, in reverse order.
+func (p *Pool) Close() {
+	for i := len(p.cleanup) - 1; i >= 0; i-- {
+		p.cleanup[i]()
+	}
+	p.cleanup = nil
+}
+
+// StartPool starts the simulators and a gateway whose rule runs the policy (for the oracle, one
+// rule per engine); for KV-exact it issues the certificate ctk certify would, and waits until the
+// gateway's inventory has seen every endpoint's events.
+func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape PoolShape, pol Policy) (_ *Pool, err error) {
+	tok, err := toks.Get(model)
+	if err != nil {
+		return nil, err
+	}
+	ct, err := contracts.Lookup(family, release)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	p.cleanup = append(p.cleanup, cancel)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rule := rules.Rule{Name: ruleName, Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release},
+		Selector: pol.Selector, Seed: &seed0}
+	if pol.Exact {
+		rule.KVExactMode = 3
+		rule.Binding = "engine"
+		rule.Scoring = pol.Scoring
+		rule.LoadLaw.Kind = pol.Law
+	}
+	for i := 0; i < shape.Endpoints; i++ {
+		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
+			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed0, CapacityBlocks: shape.CapacityBlocks, MaxConcurrency: shape.MaxConcurrency,
+			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, Logger: quiet}
+		// Port 0 binds free ports (the simulator binds when the host is *, as vLLM does).
+		cfg.PublishAddr = "tcp://*:0"
+		if pol.Exact {
+			cfg.ReplayAddr = "tcp://*:0"
+		}
+		e, err := sim.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.Start(ctx); err != nil {
+			return nil, err
+		}
+		p.cleanup = append(p.cleanup, func() { e.Close() })
+		p.Sims = append(p.Sims, e)
+		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), CapacityBlocks: shape.CapacityBlocks}
+		if pol.Exact {
+			ep.Events.ZMQ, ep.Events.Replay = e.PublishAddrs(), e.ReplayAddrs()
+		}
+		rule.Endpoints = append(rule.Endpoints, ep)
+	}
+	bs := p.Sims[0].Config().BlockSize
+	if p.Hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(p.Sims[0].Config().Algorithm), BlockSize: bs, Seed: &seed0}, hashcore.Default()); err != nil {
+		return nil, err
+	}
+	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "bench"}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if pol.Oracle {
+		// The oracle decides in the client, then sends through the same proxy as every other policy:
+		// one single-endpoint rule per engine, each on its own listener, so the data path (and its
+		// cost) is the same and only the decision differs.
+		cfg.Rules = nil
+		for _, ep := range rule.Endpoints {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			r := rule
+			r.Name, r.Listener, r.Endpoints = fmt.Sprintf("oracle-%s", ep.Name), fmt.Sprintf("127.0.0.1:%d", port), []rules.Endpoint{ep}
+			cfg.Rules = append(cfg.Rules, r)
+		}
+	}
+	if err := cfg.Normalize(); err != nil {
+		return nil, err
+	}
+	var certs []*certificate.Certificate
+	if pol.Exact {
+		certs = append(certs, Certificate(cfg.Rules[0], ct, tok, model))
+	}
+	p.Reg = prometheus.NewRegistry()
+	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.Reg, ProbeInterval: -1, Log: quiet})
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Start(ctx); err != nil {
+		return nil, err
+	}
+	p.cleanup = append(p.cleanup, g.Close)
+	p.G = g
+	transport := proxy.DefaultTransport()
+	transport.MaxIdleConnsPerHost = 512
+	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
+		r, err := g.Resolve(l, m)
+		if err != nil {
+			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
+		}
+		return r, nil
+	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.Reg), Transport: transport})
+	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	if err != nil {
+		return nil, err
+	}
+	p.cleanup = append(p.cleanup, func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		srv.Shutdown(sctx)
+		transport.CloseIdleConnections()
+	})
+	if pol.Oracle {
+		for _, r := range cfg.Rules {
+			p.URLs = append(p.URLs, "http://"+srv.Client[r.Listener])
+		}
+	} else {
+		p.URL = "http://" + srv.Client["127.0.0.1:0"]
+	}
+	if pol.Exact {
+		if st := g.Status().Rules[0].Exact; !st.Enabled || st.Binding != "engine" {
+			return nil, fmt.Errorf("KV-exact not enabled by the certificate: %+v", st)
+		}
+		if err := p.waitSubscribed(ctx, model); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Certificate is what ctk certify writes for this pool: the rule's profile, every endpoint covered
+// for the engine and router bindings.
+func Certificate(r rules.Rule, ct *contracts.Contract, tok *tokenize.Tokenizer, model string) *certificate.Certificate {
+	js, cs := tok.Files()
+	prof := certificate.NewProfile(ct.Family, ct.ID, model, js, cs, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
+	c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(24 * time.Hour)}
+	for _, e := range r.Endpoints {
+		c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: []certificate.Coverage{certificate.CoverRouter, certificate.CoverEngine}})
+	}
+	return c
+}
+
+// waitSubscribed sends each engine one small prompt directly until the gateway's inventory shows
+// its events: ZeroMQ drops what is published before a subscription reaches the publisher.
+func (p *Pool) waitSubscribed(ctx context.Context, model string) error {
+	for i, s := range p.Sims {
+		ep := s.Config().Endpoint
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 0; p.resident(ep) == 0; n++ {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("endpoint %s: the gateway saw no KV event within 10s", ep)
+			}
+			body, _ := json.Marshal(map[string]any{"model": model, "prompt": fmt.Sprintf("Warm up endpoint %d, round %d: one short line of text, a little longer than a block.", i, n), "max_tokens": 1})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			for w := 0; w < 50 && p.resident(ep) == 0; w++ {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Pool) resident(ep string) int {
+	keys, _ := p.G.Inventory(ruleName, ep)
+	return len(keys)
+}
+
+// HitCounters reads kvexact_kv_exact_hits_total per endpoint, summed over the gateway's rules.
+func (p *Pool) HitCounters() map[string]float64 {
+	out := map[string]float64{}
+	if p.Reg == nil {
+		return out
+	}
+	mfs, _ := p.Reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "kvexact_kv_exact_hits_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var ep string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" {
+					ep = l.GetValue()
+				}
+			}
+			out[ep] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}

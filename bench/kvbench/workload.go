@@ -1,0 +1,190 @@
+package kvbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// Workload names.
+const (
+	WorkloadSystemPrompt = "system-prompt" // shared system prompts, Zipf popularity
+	WorkloadMultiTurn    = "multi-turn"    // chats that grow turn by turn
+	WorkloadRAG          = "rag"           // documents reused across users
+	WorkloadControl      = "control"       // nothing shared
+)
+
+// Workloads lists them in report order.
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl}
+
+// Sharing reports whether a workload has shared prefixes (the control has none).
+func Sharing(name string) bool { return name != WorkloadControl }
+
+// Request is one client request of a workload: the body it sends and the prompt tokens the engine
+// will see (rendered and tokenized as the engine does), which only the oracle reads.
+type Request struct {
+	Chat   bool
+	Body   []byte
+	Tokens []uint32
+	// Arrival is the scheduled send time, from the start of the run (open loop, Poisson).
+	Arrival time.Duration
+}
+
+// Workload is a seeded, reproducible request sequence.
+type Workload struct {
+	Name     string
+	Requests []Request
+	// MeanPromptTokens is the mean rendered prompt length.
+	MeanPromptTokens float64
+}
+
+// Shape sets the sizes of the workloads, in tokens (approximate: text is drawn in words).
+type Shape struct {
+	SystemPrompts      int // distinct shared system prompts
+	SystemPromptTokens int
+	ZipfS              float64 // popularity exponent (> 1)
+	UserTokens         int     // the unique question of a request
+	Conversations      int     // multi-turn: conversations active at once
+	TurnTokens         int     // multi-turn: user turn length
+	ReplyTokens        int     // multi-turn: assistant reply length (synthetic, fixed per turn)
+	MaxTurns           int     // multi-turn: a conversation ends after 3..MaxTurns turns
+	Documents          int     // RAG: corpus size
+	DocumentTokens     int
+	DocsPerRequest     int
+	ControlTokens      int // control: unique prompt length
+	MaxTokens          int // output tokens per request
+}
+
+// DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
+func DefaultShape() Shape {
+	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
+		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
+		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6}
+}
+
+// tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
+func tokensPerWord(tok *tokenize.Tokenizer) float64 {
+	ids, err := tok.Encode(words(textRand(1, "calibrate", 0), 2000), false)
+	if err != nil || len(ids) == 0 {
+		return 2
+	}
+	return float64(len(ids)) / 2000
+}
+
+// BuildWorkload draws n requests of the named workload with Poisson arrivals at rate (requests/s).
+// The same (name, seed, n, rate) always gives the same requests and arrival times.
+func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, model string, tok *tokenize.Tokenizer) (*Workload, error) {
+	tpw := tokensPerWord(tok)
+	text := func(kind string, id, tokens int) string {
+		return words(textRand(seed, kind, id), max(1, int(math.Round(float64(tokens)/tpw))))
+	}
+	r := rand.New(rand.NewPCG(seed, uint64(len(name))*7919+1))
+	w := &Workload{Name: name}
+	completion := func(prompt string) Request {
+		body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": sh.MaxTokens,
+			"stream": true, "stream_options": map[string]any{"include_usage": true}})
+		return Request{Body: body}
+	}
+	switch name {
+	case WorkloadSystemPrompt:
+		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.SystemPrompts-1))
+		sys := make([]string, sh.SystemPrompts)
+		for i := range sys {
+			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
+		}
+		for i := 0; i < n; i++ {
+			s := sys[z.Uint64()]
+			w.Requests = append(w.Requests, completion(s+"\n\nUser: "+text("question", i, sh.UserTokens)+"\nAssistant:"))
+		}
+	case WorkloadRAG:
+		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.Documents-1))
+		instr := "Answer the question using only the documents below. Cite the document numbers you used, and say so when the documents do not contain the answer. " + text("instruction", 0, 10)
+		for i := 0; i < n; i++ {
+			var b strings.Builder
+			b.WriteString(instr)
+			seen := map[uint64]bool{}
+			for len(seen) < sh.DocsPerRequest {
+				d := z.Uint64()
+				if seen[d] {
+					continue
+				}
+				seen[d] = true
+				fmt.Fprintf(&b, "\n\nDocument %d: %s", d, text("document", int(d), sh.DocumentTokens))
+			}
+			b.WriteString("\n\nQuestion: " + text("question", i, sh.UserTokens) + "\nAnswer:")
+			w.Requests = append(w.Requests, completion(b.String()))
+		}
+	case WorkloadControl:
+		for i := 0; i < n; i++ {
+			w.Requests = append(w.Requests, completion(fmt.Sprintf("Request %d. ", i)+text("control", i, sh.ControlTokens)))
+		}
+	case WorkloadMultiTurn:
+		type conv struct {
+			id, turns, limit int
+			msgs             []map[string]string
+		}
+		next := 0
+		fresh := func() *conv {
+			c := &conv{id: next, limit: 3 + r.IntN(max(1, sh.MaxTurns-2))}
+			next++
+			c.msgs = []map[string]string{{"role": "system", "content": fmt.Sprintf("Conversation %d. ", c.id) + text("persona", c.id, 80)}}
+			return c
+		}
+		slots := make([]*conv, sh.Conversations)
+		for i := range slots {
+			slots[i] = fresh()
+		}
+		for i := 0; i < n; i++ {
+			k := r.IntN(len(slots))
+			c := slots[k]
+			c.turns++
+			c.msgs = append(c.msgs, map[string]string{"role": "user", "content": text("turn", c.id*100+c.turns, sh.TurnTokens)})
+			body, _ := json.Marshal(map[string]any{"model": model, "messages": c.msgs, "max_tokens": sh.MaxTokens,
+				"stream": true, "stream_options": map[string]any{"include_usage": true}})
+			w.Requests = append(w.Requests, Request{Chat: true, Body: body})
+			// The next turn carries a synthetic reply, as trace replays carry the recorded one.
+			c.msgs = append(c.msgs, map[string]string{"role": "assistant", "content": text("reply", c.id*100+c.turns, sh.ReplyTokens)})
+			if c.turns >= c.limit {
+				slots[k] = fresh()
+			}
+		}
+	default:
+		return nil, fmt.Errorf("workload %q: not one of %s", name, strings.Join(Workloads, ", "))
+	}
+	// Render and tokenize as the engine will (completions add BOS; chat renders the template).
+	var total int
+	for i := range w.Requests {
+		q := &w.Requests[i]
+		var err error
+		if q.Chat {
+			var cr *tokenize.ChatRequest
+			if cr, err = tokenize.ParseChatRequest(q.Body); err == nil {
+				q.Tokens, _, err = tok.EncodeChat(cr)
+			}
+		} else {
+			var b struct{ Prompt string }
+			_ = json.Unmarshal(q.Body, &b)
+			q.Tokens, err = tok.Encode(b.Prompt, true)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("workload %s request %d: %w", name, i, err)
+		}
+		total += len(q.Tokens)
+	}
+	if n > 0 {
+		w.MeanPromptTokens = float64(total) / float64(n)
+	}
+	// Open-loop Poisson arrivals.
+	ar := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, 1)) // same draws at every rate, scaled
+	var t float64
+	for i := range w.Requests {
+		t += ar.ExpFloat64() / rate
+		w.Requests[i].Arrival = time.Duration(t * float64(time.Second))
+	}
+	return w, nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/bench/kvbench"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// TestQuick runs the harness end to end (kvbench --quick) and asserts the evidence, not the speed:
+// every cell valid, KV-exact's hit counters moved by exactly the decisions its headers named, the
+// backends' receipts confirm hits, the baselines moved no counter, and the JSON, charts and
+// document come out.
+func TestQuick(t *testing.T) {
+	if _, err := tokenize.NewPool("").Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	dir := t.TempDir()
+	out, charts := filepath.Join(dir, "raw", "kvbench"), filepath.Join(dir, "charts")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if code := runSweep(ctx, []string{"--quick", "--out", out, "--charts", charts}); code != 0 {
+		t.Fatalf("kvbench --quick exited %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep kvbench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 3 {
+		t.Fatalf("%d cells, want 3 (round-robin, kv-exact, oracle)", len(rep.Cells))
+	}
+	for _, c := range rep.Cells {
+		if !c.Valid {
+			t.Errorf("%s: invalid: %v", c.Policy, c.Invalid)
+		}
+		ev := c.Evidence
+		if ev.ReceiptMismatches != 0 || c.Measured == 0 || c.Errors == c.Measured {
+			t.Errorf("%s: %d receipt mismatches, %d measured, %d errors", c.Policy, ev.ReceiptMismatches, c.Measured, c.Errors)
+		}
+		var moved float64
+		for _, v := range ev.HitCounterDelta {
+			moved += v
+		}
+		switch c.Policy {
+		case kvbench.PolicyKVXDefault:
+			seen := 0
+			for ep, n := range ev.KVExactByEndpoint {
+				seen += n
+				if int(ev.HitCounterDelta[ep]) < n {
+					t.Errorf("endpoint %s: counter %v below the %d decisions seen", ep, ev.HitCounterDelta[ep], n)
+				}
+			}
+			if moved == 0 || seen == 0 || ev.ConfirmedHits == 0 || c.CachedRatio <= 0 {
+				t.Errorf("kv-exact: counter moved %v, %d decisions seen, %d confirmed by receipts, cached ratio %.3f", moved, seen, ev.ConfirmedHits, c.CachedRatio)
+			}
+		case kvbench.PolicyRR:
+			if moved != 0 {
+				t.Errorf("round-robin moved the KV-exact hit counters: %v", ev.HitCounterDelta)
+			}
+		case kvbench.PolicyOracle:
+			if ev.ConfirmedHits == 0 {
+				t.Errorf("oracle: no receipt confirms a hit")
+			}
+		}
+	}
+	for _, f := range kvbench.ChartFiles {
+		svg, err := os.ReadFile(filepath.Join(charts, f.Name))
+		if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "polyline") {
+			t.Errorf("chart %s: %v", f.Name, err)
+		}
+	}
+	doc := filepath.Join(dir, "BENCHMARKS.md")
+	if code := runDoc([]string{"--raw", filepath.Join(dir, "raw"), "--sections", "../../docs/benchmarks", "--charts", charts, "--out", doc}); code != 0 {
+		t.Fatalf("kvbench doc exited %d", code)
+	}
+	md, _ := os.ReadFile(doc)
+	for _, want := range []string{"## 1. Routing quality", "### Targets", "kv-exact overlap/hard", "## 3. Component benchmarks"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+}
