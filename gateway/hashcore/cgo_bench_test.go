@@ -8,7 +8,9 @@ import (
 )
 
 // BenchmarkPrompt8k hashes one 8192-token prompt at block size 16 (512 blocks) per op, for every
-// binding: the C core ("c"), the Go reference ("go"), and two floors: the C digest function alone
+// binding: the C core through the public API ("c": Hasher.Keys, including the Go wrapper's
+// per-call work and allocations), the C core alone ("c-core": one cgo call with preallocated
+// outputs, digests included), the Go reference ("go"), and two floors: the C digest function alone
 // over the very same pre-image bytes, pre-built, in one cgo call, either independently ("floor":
 // the CPU may overlap consecutive digests) or chained ("floor-chained": each digest waits for the
 // previous one, whose bytes it contains, as any chained hash must). c/floor is the cost of
@@ -48,6 +50,18 @@ func BenchmarkPrompt8k(b *testing.B) {
 			if portable {
 				suffix = "-portable"
 			}
+			b.Run(string(algo)+"/c-core"+suffix, func(b *testing.B) {
+				forcePortable(portable)
+				defer forcePortable(false)
+				req := &chainRequest{Algo: algo, BlockSize: bs, Parent: hc.Root(), Tokens: prompt,
+					NumBlocks: len(ends), Digests: make([]byte, len(ends)*algo.DigestLen()), Keys: make([]uint64, len(ends))}
+				b.SetBytes(int64(len(buf) - 64))
+				for b.Loop() {
+					if err := cgoChain(req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 			b.Run(string(algo)+"/c"+suffix, func(b *testing.B) {
 				forcePortable(portable)
 				defer forcePortable(false)

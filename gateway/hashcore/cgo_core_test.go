@@ -275,6 +275,21 @@ func TestCChainErrors(t *testing.T) {
 			t.Errorf("%s: well-formed request: %v", a, err)
 		}
 	}
+	// Keys only: no digest buffer at all gives the same keys.
+	for _, a := range Algorithms {
+		r := base(a)
+		if a == SGLangSHA256 {
+			r.Parent = nil
+		}
+		if err := cgoChain(r); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]uint64(nil), r.Keys...)
+		r.Digests, r.Keys = nil, make([]uint64, 2)
+		if err := cgoChain(r); err != nil || !equalU64(r.Keys, want) {
+			t.Errorf("%s keys only: %v %v, want %v", a, r.Keys, err, want)
+		}
+	}
 	if _, err := cgoRoot(RouterXXH3V1, "0"); err == nil {
 		t.Error("router root accepted")
 	}
