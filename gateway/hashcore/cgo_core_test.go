@@ -440,6 +440,22 @@ func TestCPickleMatchesCPython(t *testing.T) {
 				t.Fatalf("case %d: digest %x, want %x", i, req.Digests, d)
 			}
 		}
+		// The Go reference writes the same bytes, large frames included.
+		var extra any
+		if c.extras != nil {
+			extra = c.extras
+		}
+		goPre, err := pickleBlock(c.parent, c.tokens, extra)
+		if err != nil {
+			t.Fatalf("case %d: Go reference: %v", i, err)
+		}
+		if !bytes.Equal(goPre, want) {
+			at := 0
+			for at < len(goPre) && at < len(want) && goPre[at] == want[at] {
+				at++
+			}
+			t.Fatalf("case %d: Go reference pre-image differs from CPython at byte %d of %d/%d", i, at, len(goPre), len(want))
+		}
 	}
 	if large < 10 {
 		t.Errorf("only %d pickles past 64 KiB: the framing rules were not exercised", large)

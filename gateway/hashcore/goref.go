@@ -173,11 +173,14 @@ func normalizeTree(v []any) ([]any, error) {
 // writes it.
 func pickleBlock(parent []byte, tokens []uint32, extra any) ([]byte, error) {
 	p := newPickler()
+	p.boundary() // the outer tuple's save
 	if err := p.bytes(parent); err != nil {
 		return nil, err
 	}
 	if len(tokens) > 3 {
 		p.mark()
+	} else {
+		p.boundary()
 	}
 	for _, t := range tokens {
 		p.int(int64(t))

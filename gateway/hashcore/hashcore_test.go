@@ -384,7 +384,7 @@ func TestPickleDetails(t *testing.T) {
 	} {
 		p := newPickler()
 		p.int(c.v)
-		if got := hex.EncodeToString(p.body); got != c.want {
+		if got := hex.EncodeToString(p.out[2+frameHeaderSize:]); got != c.want {
 			t.Errorf("int %d: %s, want %s", c.v, got, c.want)
 		}
 	}
@@ -407,10 +407,20 @@ func TestPickleDetails(t *testing.T) {
 	if want := "80059504000000000000008c00942e"; hex.EncodeToString(root) != want {
 		t.Errorf("pickled empty seed %x, want %s", root, want)
 	}
-	// A pre-image that CPython would split into several frames is refused, not guessed.
-	h, _ := New(Binding{Algorithm: VLLMSHA256, BlockSize: 1, Seed: seed("0")}, ImplGo)
-	if _, err := h.Keys([]uint32{1}, &Extras{LoRAName: strings.Repeat("a", 70000)}, nil); err == nil || !strings.Contains(err.Error(), "frame") {
-		t.Errorf("70 kB LoRA name: %v", err)
+	// A string of 64 KiB or more is written outside frames, its header included: the frame before
+	// it is closed (parent, token tuple: 4 bytes of its own or more) and a new one follows.
+	big := strings.Repeat("a", 70000)
+	pre, err = pickleBlock(make([]byte, 16), []uint32{7}, []any{big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := append([]byte{0x58}, binary.LittleEndian.AppendUint32(nil, 70000)...)
+	at := bytes.Index(pre, hdr)
+	if at < 0 || pre[at-1] == 0x95 || !bytes.Equal(pre[:3], []byte{0x80, 5, 0x95}) {
+		t.Fatalf("large string not written outside the frame: header at %d", at)
+	}
+	if tail := pre[at+len(hdr)+70000:]; tail[0] != 0x95 {
+		t.Errorf("no new frame after the large string: %x", tail[:min(len(tail), 12)])
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 // A pickler writes the subset of pickle protocol 5 that vLLM's block pre-images use, byte for byte
 // as CPython's C pickler (pickle.dumps(obj, protocol=5)) does:
 //
-//	PROTO 5, one FRAME (0x95 + u64le length) around the body when it is ≥ 4 bytes, STOP inside it;
+//	PROTO 5, then the body cut into frames (FRAME 0x95 + u64le length), STOP inside the last one;
 //	bytes: SHORT_BINBYTES (< 256) / BINBYTES, then MEMOIZE;
 //	str:   SHORT_BINUNICODE (< 256 UTF-8 bytes) / BINUNICODE, then MEMOIZE;
 //	int:   BININT1 0..255, BININT2 256..65535, BININT other int32, LONG1 beyond;
@@ -25,13 +25,18 @@ import (
 // full each time. (Equal multi-character strings that ARE the same object in a real engine — not
 // produced by vLLM's hashers — would hash differently there; nothing here can see object identity.)
 //
-// A pre-image whose body reaches 64 KiB would make CPython split frames (and write ≥ 64 KiB objects
-// outside frames); no vector pins that layout, so the pickler refuses it with an error instead of
-// guessing. A 4096-token block of the largest ids is about 28 KiB, so only huge extra keys get there.
+// Framing follows CPython's C pickler (checked against CPython 3.11 on large random objects): the
+// first write after PROTO opens a frame; at the start of every object's save, a frame that has
+// reached 64 KiB is closed; a str or bytes payload of 64 KiB or more closes the open frame and is
+// written, opcode header included, outside any frame; a frame shorter than 4 bytes is written
+// without a FRAME header. A 4096-token block of the largest ids is about 28 KiB, so only huge extra
+// keys reach a second frame.
 type pickler struct {
-	body       []byte
-	memo       int            // next memo index
-	singletons map[string]int // memo index of cached-singleton strings already written
+	out        []byte
+	frameStart int  // offset of the open frame's reserved header, -1 when none is open
+	framing    bool // false only while a large payload is written outside frames
+	memo       int  // next memo index
+	singletons map[string]int
 }
 
 const (
@@ -61,49 +66,105 @@ const (
 	frameSizeMin    = 4
 )
 
-func newPickler() *pickler { return &pickler{} }
+func newPickler() *pickler {
+	return &pickler{out: []byte{opProto, 5}, frameStart: -1, framing: true}
+}
+
+const frameHeaderSize = 9
+
+// write appends framed output, opening a frame when none is open.
+func (p *pickler) write(b ...byte) {
+	if p.framing && p.frameStart < 0 {
+		p.frameStart = len(p.out)
+		p.out = append(p.out, make([]byte, frameHeaderSize)...)
+	}
+	p.out = append(p.out, b...)
+}
+
+// commitFrame closes the open frame: its header is filled in, or removed when the frame is shorter
+// than frameSizeMin.
+func (p *pickler) commitFrame() {
+	if p.frameStart < 0 {
+		return
+	}
+	n := len(p.out) - p.frameStart - frameHeaderSize
+	if n >= frameSizeMin {
+		p.out[p.frameStart] = opFrame
+		binary.LittleEndian.PutUint64(p.out[p.frameStart+1:], uint64(n))
+	} else {
+		copy(p.out[p.frameStart:], p.out[p.frameStart+frameHeaderSize:])
+		p.out = p.out[:len(p.out)-frameHeaderSize]
+	}
+	p.frameStart = -1
+}
+
+// boundary runs at the start of every object's save: a full frame is closed there.
+func (p *pickler) boundary() {
+	if p.frameStart >= 0 && len(p.out)-p.frameStart-frameHeaderSize >= frameSizeTarget {
+		p.commitFrame()
+	}
+}
+
+// payload writes an opcode header and a str/bytes payload; 64 KiB or more goes outside frames.
+func (p *pickler) payload(header, data []byte) {
+	if len(data) < frameSizeTarget {
+		p.write(header...)
+		p.write(data...)
+		return
+	}
+	p.commitFrame()
+	p.framing = false
+	p.write(header...)
+	p.write(data...)
+	p.framing = true
+}
 
 func (p *pickler) memoize() {
-	p.body = append(p.body, opMemoize)
+	p.write(opMemoize)
 	p.memo++
 }
 
-func (p *pickler) mark() { p.body = append(p.body, opMark) }
+// mark starts a tuple of more than three items (the tuple's own save boundary comes first).
+func (p *pickler) mark() {
+	p.boundary()
+	p.write(opMark)
+}
 
-func (p *pickler) none() { p.body = append(p.body, opNone) }
+func (p *pickler) none() {
+	p.boundary()
+	p.write(opNone)
+}
 
 // tupleEnd closes a tuple of n already-written items (the MARK, when n > 3, was written first).
 func (p *pickler) tupleEnd(n int) {
 	switch n {
 	case 0:
-		p.body = append(p.body, opEmptyTuple)
+		p.write(opEmptyTuple)
 		return
 	case 1:
-		p.body = append(p.body, opTuple1)
+		p.write(opTuple1)
 	case 2:
-		p.body = append(p.body, opTuple2)
+		p.write(opTuple2)
 	case 3:
-		p.body = append(p.body, opTuple3)
+		p.write(opTuple3)
 	default:
-		p.body = append(p.body, opTuple)
+		p.write(opTuple)
 	}
 	p.memoize()
 }
 
 func (p *pickler) int(v int64) {
+	p.boundary()
 	switch {
 	case v >= 0 && v <= 0xff:
-		p.body = append(p.body, opBinInt1, byte(v))
+		p.write(opBinInt1, byte(v))
 	case v >= 0 && v <= 0xffff:
-		p.body = append(p.body, opBinInt2)
-		p.body = binary.LittleEndian.AppendUint16(p.body, uint16(v))
+		p.write(binary.LittleEndian.AppendUint16([]byte{opBinInt2}, uint16(v))...)
 	case v >= -1<<31 && v < 1<<31:
-		p.body = append(p.body, opBinInt)
-		p.body = binary.LittleEndian.AppendUint32(p.body, uint32(int32(v)))
+		p.write(binary.LittleEndian.AppendUint32([]byte{opBinInt}, uint32(int32(v)))...)
 	default:
 		enc := encodeLong(v)
-		p.body = append(p.body, opLong1, byte(len(enc)))
-		p.body = append(p.body, enc...)
+		p.write(append([]byte{opLong1, byte(len(enc))}, enc...)...)
 	}
 }
 
@@ -125,16 +186,15 @@ func encodeLong(v int64) []byte {
 }
 
 func (p *pickler) bytes(v []byte) error {
-	if len(v) >= frameSizeTarget {
-		return fmt.Errorf("pickle: %d-byte bytes object needs framing outside the frame, not reproduced", len(v))
+	p.boundary()
+	if uint64(len(v)) > 1<<32-1 {
+		return fmt.Errorf("pickle: %d-byte bytes object is too large", len(v))
 	}
 	if len(v) < 256 {
-		p.body = append(p.body, opShortBinBytes, byte(len(v)))
+		p.payload([]byte{opShortBinBytes, byte(len(v))}, v)
 	} else {
-		p.body = append(p.body, opBinBytes)
-		p.body = binary.LittleEndian.AppendUint32(p.body, uint32(len(v)))
+		p.payload(binary.LittleEndian.AppendUint32([]byte{opBinBytes}, uint32(len(v))), v)
 	}
-	p.body = append(p.body, v...)
 	p.memoize()
 	return nil
 }
@@ -152,16 +212,16 @@ func (p *pickler) str(s string) error {
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("pickle: string %q is not valid UTF-8", s)
 	}
-	if len(s) >= frameSizeTarget {
-		return fmt.Errorf("pickle: %d-byte string needs framing outside the frame, not reproduced", len(s))
+	if uint64(len(s)) > 1<<32-1 {
+		return fmt.Errorf("pickle: %d-byte string is too large", len(s))
 	}
+	p.boundary()
 	if isSingleton(s) {
 		if idx, ok := p.singletons[s]; ok {
 			if idx < 256 {
-				p.body = append(p.body, opBinGet, byte(idx))
+				p.write(opBinGet, byte(idx))
 			} else {
-				p.body = append(p.body, opLongBinGet)
-				p.body = binary.LittleEndian.AppendUint32(p.body, uint32(idx))
+				p.write(binary.LittleEndian.AppendUint32([]byte{opLongBinGet}, uint32(idx))...)
 			}
 			return nil
 		}
@@ -171,12 +231,10 @@ func (p *pickler) str(s string) error {
 		p.singletons[s] = p.memo
 	}
 	if len(s) < 256 {
-		p.body = append(p.body, opShortBinUnicod, byte(len(s)))
+		p.payload([]byte{opShortBinUnicod, byte(len(s))}, []byte(s))
 	} else {
-		p.body = append(p.body, opBinUnicode)
-		p.body = binary.LittleEndian.AppendUint32(p.body, uint32(len(s)))
+		p.payload(binary.LittleEndian.AppendUint32([]byte{opBinUnicode}, uint32(len(s))), []byte(s))
 	}
-	p.body = append(p.body, s...)
 	p.memoize()
 	return nil
 }
@@ -194,6 +252,8 @@ func (p *pickler) value(v any) error {
 	case []any:
 		if len(x) > 3 {
 			p.mark()
+		} else {
+			p.boundary()
 		}
 		for _, e := range x {
 			if err := p.value(e); err != nil {
@@ -206,17 +266,9 @@ func (p *pickler) value(v any) error {
 	return fmt.Errorf("pickle: unsupported value %T", v)
 }
 
-// finish appends STOP and returns PROTO 5 + the framed body.
+// finish appends STOP, closes the last frame and returns the whole pickle.
 func (p *pickler) finish() ([]byte, error) {
-	p.body = append(p.body, opStop)
-	if len(p.body) >= frameSizeTarget {
-		return nil, fmt.Errorf("pickle: %d-byte pre-image would be split into several frames, not reproduced", len(p.body))
-	}
-	out := make([]byte, 0, 11+len(p.body))
-	out = append(out, opProto, 5)
-	if len(p.body) >= frameSizeMin {
-		out = append(out, opFrame)
-		out = binary.LittleEndian.AppendUint64(out, uint64(len(p.body)))
-	}
-	return append(out, p.body...), nil
+	p.write(opStop)
+	p.commitFrame()
+	return p.out, nil
 }
