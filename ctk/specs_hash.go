@@ -163,12 +163,24 @@ func (p *probeOutcome) analyze(evs []seen) {
 	p.after, p.aligned, p.bs = nil, nil, 0
 	p.blocks, p.parents, p.covered, p.first = map[int]uint64{}, map[int]parentRef{}, false, 0
 	sizes := map[int]int{}
+	// Events that state no block size (TensorRT-LLM) carry per-block token lists, and a finished
+	// request's trailing partial block arrives alone: its few tokens would "align" anywhere. The
+	// block size of such a stream is the longest block it ever stored.
+	implied := 0
+	for _, ev := range evs {
+		if ev.Kind == engines.BlockStored && ev.BlockSize <= 0 {
+			implied = max(implied, ev.blockSize())
+		}
+	}
 	for _, ev := range evs {
 		if ev.Kind != engines.BlockStored || (ev.Medium != "" && ev.Medium != engines.MediumGPU) {
 			continue
 		}
 		p.after = append(p.after, ev)
 		bs := ev.blockSize()
+		if ev.BlockSize <= 0 {
+			bs = implied
+		}
 		if bs <= 0 {
 			continue
 		}
