@@ -106,9 +106,14 @@ func TestParseRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ edit func(string) string; want string }{
+	for _, tc := range []struct {
+		edit func(string) string
+		want string
+	}{
 		{func(s string) string { return strings.Replace(s, "family: vllm", "family: vllmx", 1) }, `family: "vllmx" is not one of`},
-		{func(s string) string { return strings.Replace(s, "defaultAlgorithm: sha256", "defaultAlgorithm: md5", 1) }, `hash.defaultAlgorithm: "md5"`},
+		{func(s string) string {
+			return strings.Replace(s, "defaultAlgorithm: sha256", "defaultAlgorithm: md5", 1)
+		}, `hash.defaultAlgorithm: "md5"`},
 		{func(s string) string { return strings.Replace(s, "algorithms: [sha256,", "algorithms: [sha1,", 1) }, `hash.algorithms[0]: "sha1"`},
 		{func(s string) string { return strings.Replace(s, "default: 16", "default: 0", 1) }, "blockSize.default: 0"},
 		{func(s string) string { return strings.Replace(s, "release: v0.25.1", "release: v0.26.0", 1) }, "pin.release: v0.26.0 is outside"},
