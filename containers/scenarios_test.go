@@ -469,7 +469,9 @@ func TestGatewayPausedPastSendBuffer(t *testing.T) {
 	paused = false
 	p.eventually(30*time.Second, "a sequence gap after the thaw", func() (bool, string) {
 		g := p.metric("kvexact_ingest_gaps_total", lab(ep))
-		return g > g0, fmt.Sprintf("gaps %v→%v", g0, g)
+		r := p.metric("kvexact_ingest_reconnects_total", lab(ep))
+		rp := p.metric("kvexact_ingest_replays_total", lab(ep))
+		return g > g0, fmt.Sprintf("gaps %v→%v (reconnects %v, replays %v)", g0, g, r, rp)
 	})
 	inv, cache := p.inventory(ep), p.cache(ep)
 	missing := 0
