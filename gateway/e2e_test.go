@@ -371,11 +371,11 @@ func warmThenHit(t *testing.T, p *pool, stream bool) {
 			t.Fatalf("doc %d: gateway receipt %q, simulator receipt %q", i, first.endpoint, first.servedBy)
 		}
 		follow := doc + " And a follow-up question?"
-		eventually(t, 5*time.Second, "the inventory to learn doc "+fmt.Sprint(i), func() bool { return p.overlap(follow, first.endpoint) > 0 })
+		eventually(t, 15*time.Second, "the inventory to learn doc "+fmt.Sprint(i), func() bool { return p.overlap(follow, first.endpoint) > 0 })
 		// Wait until the gateway's inventory covers the prompt's blocks.
 		before := hits(p, first.endpoint)
 		var again completion
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(15 * time.Second)
 		for {
 			again = p.complete(follow, stream)
 			if hits(p, first.endpoint) > before {
@@ -576,11 +576,12 @@ func TestE2EPrefillDecode(t *testing.T) {
 				if first.prefill == "" || first.prefill != first.prefilledBy {
 					t.Fatalf("doc %d: gateway says prefill %q, decode engine says %q", i, first.prefill, first.prefilledBy)
 				}
-				eventually(t, 5*time.Second, "the prefill inventory", func() bool { return p.resident(first.prefill) > 0 })
+				follow := doc + " One more question?"
+				eventually(t, 15*time.Second, "the prefill inventory", func() bool { return p.overlap(follow, first.prefill) > 0 })
 				before := hits(p, first.prefill)
 				var again completion
-				eventually(t, 5*time.Second, "a KV-exact prefill hit", func() bool {
-					again = p.complete(doc+" One more question?", false)
+				eventually(t, 15*time.Second, "a KV-exact prefill hit", func() bool {
+					again = p.complete(follow, false)
 					return hits(p, first.prefill) > before
 				})
 				if again.status != 200 || again.prefill != first.prefill || again.prefilledBy != first.prefill || again.endpoint != "e2" {
