@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"testing"
 	"time"
@@ -404,4 +405,42 @@ func TestFencedEndpointNotAKVCandidate(t *testing.T) {
 		t.Fatalf("unfenced endpoint not chosen: %+v", d)
 	}
 	d.Release()
+}
+
+func TestZeroHitWatchdog(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keysN(4)}, nil)
+	f.rt.cfg.Metrics = NewMetrics(reg)
+	// The inventory holds blocks, but never the prompt's: a parity leg differs.
+	f.inv.Store(f.eps[0].ID, []uint64{1, 2, 3})
+	count := func() float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "kvexact_kv_exact_zero_hit_watchdog_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	for i := 0; i < 49; i++ {
+		d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+		d.Release()
+	}
+	if count() != 0 {
+		t.Fatal("watchdog fired before 50 lookups")
+	}
+	for i := 0; i < 3; i++ {
+		d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+		d.Release()
+	}
+	if count() != 3 || !f.rt.watchdog.Load() {
+		t.Fatalf("watchdog count %v after 52 zero-hit lookups", count())
+	}
+	// One hit resets it.
+	f.inv.Store(f.eps[1].ID, keysN(4))
+	d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	d.Release()
+	if f.rt.watchdog.Load() || f.rt.zeroHits.Load() != 0 {
+		t.Fatal("a hit did not reset the watchdog")
+	}
 }
