@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -36,7 +37,7 @@ func (h *Harness) RealEngineMissing(ctx context.Context, ct *contracts.Contract)
 		why = append(why, g)
 	}
 	if realCommand(ct) == nil {
-		why = append(why, fmt.Sprintf("the harness has no command line for %s images yet (vllm and sglang only)", ct.Family))
+		why = append(why, fmt.Sprintf("the harness has no command line for %s images", ct.Family))
 	}
 	return why
 }
@@ -69,6 +70,9 @@ type RealEngineSpec struct {
 	// which needs network access and HFCache).
 	Model    string
 	ModelDir string
+	// ModelFile is the weights file inside ModelDir for engines that load one file rather than a
+	// folder: llama.cpp's GGUF (e.g. Llama-3.1-8B-Instruct-Q4_K_M.gguf). Required for llama.cpp.
+	ModelFile string
 	// HFCache is a host Hugging Face cache folder bound at /root/.cache/huggingface.
 	HFCache string
 	// Seed is PYTHONHASHSEED (vLLM); nil leaves it unset (no engine binding is then possible).
@@ -82,11 +86,30 @@ type RealEngineSpec struct {
 type realCmd struct {
 	entrypoint []string
 	ready      string
-	args       func(s RealEngineSpec, model string, httpPort, zmqPort, replayPort int) []string
+	// replay: the engine answers replay requests on its own ROUTER (ZeroMQ families only).
+	replay bool
+	args   func(s RealEngineSpec, model string, httpPort, zmqPort, replayPort int) []string
+	// files are written to a host folder bound read-only at realConfigMount (TensorRT-LLM's
+	// extra_llm_api_options YAML).
+	files map[string]string
 }
 
-// realCommand is how each family's image is started with KV events (docs/reference: the engines'
-// --kv-events-config JSON; a wildcard endpoint binds).
+// realConfigMount is where files of a realCmd appear in the container.
+const realConfigMount = "/kvexact"
+
+// TRTLLMExtraOptions is the --extra_llm_api_options YAML the harness gives trtllm-serve: KV events
+// need a positive event_buffer_max_size (0, the default, means no event manager) and block reuse
+// (without it nothing is stored); tokens_per_block is the contract's 32, the geometry the gateway
+// and ctk assume.
+const TRTLLMExtraOptions = `kv_cache_config:
+  enable_block_reuse: true
+  event_buffer_max_size: 16384
+  tokens_per_block: 32
+`
+
+// realCommand is how each family's image is started (docs/reference: vLLM's and SGLang's
+// --kv-events-config JSON, a wildcard endpoint binds; TensorRT-LLM's KvCacheConfig through
+// --extra_llm_api_options, events drained over HTTP at /kv_cache_events; llama.cpp has no events).
 func realCommand(ct *contracts.Contract) *realCmd {
 	events := func(zmq, replay int) string {
 		b, _ := json.Marshal(map[string]any{"enable_kv_cache_events": true, "publisher": "zmq",
@@ -95,19 +118,41 @@ func realCommand(ct *contracts.Contract) *realCmd {
 	}
 	switch ct.Family {
 	case "vllm":
-		return &realCmd{entrypoint: []string{"vllm", "serve"}, ready: "Application startup complete",
+		return &realCmd{entrypoint: []string{"vllm", "serve"}, ready: "Application startup complete", replay: true,
 			args: func(s RealEngineSpec, model string, hp, zp, rp int) []string {
 				return append([]string{model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--served-model-name", s.Model,
 					"--enable-prefix-caching", "--kv-events-config", events(zp, rp)}, s.Args...)
 			}}
 	case "sglang":
-		return &realCmd{entrypoint: []string{"python3", "-m", "sglang.launch_server"}, ready: "The server is fired up",
+		return &realCmd{entrypoint: []string{"python3", "-m", "sglang.launch_server"}, ready: "The server is fired up", replay: true,
 			args: func(s RealEngineSpec, model string, hp, zp, rp int) []string {
 				return append([]string{"--model-path", model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp),
 					"--served-model-name", s.Model, "--kv-events-config", events(zp, rp)}, s.Args...)
 			}}
+	case "trtllm":
+		return &realCmd{entrypoint: []string{"trtllm-serve"}, ready: "Application startup complete",
+			files: map[string]string{"extra-llm-api-options.yaml": TRTLLMExtraOptions},
+			args: func(s RealEngineSpec, model string, hp, _, _ int) []string {
+				return append([]string{model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--served_model_name", s.Model,
+					"--extra_llm_api_options", realConfigMount + "/extra-llm-api-options.yaml"}, s.Args...)
+			}}
+	case "llamacpp":
+		return &realCmd{entrypoint: []string{"/app/llama-server"}, ready: "server is listening on",
+			args: func(s RealEngineSpec, model string, hp, _, _ int) []string {
+				return append([]string{"--model", model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--alias", s.Model,
+					"--metrics", "--slots", "--n-gpu-layers", "999"}, s.Args...)
+			}}
 	}
 	return nil
+}
+
+// RealEventsMissing says why the contract's engine gives the gateway no event stream the real-engine
+// scenarios can check ("" when it does).
+func RealEventsMissing(ct *contracts.Contract) string {
+	if ct.Family == "llamacpp" {
+		return "llama.cpp publishes no KV events (content affinity only)"
+	}
+	return ""
 }
 
 // StartRealEngine starts the contract's pinned image with every GPU, on free host ports, KV events
@@ -128,12 +173,34 @@ func (h *Harness) StartRealEngine(ctx context.Context, s RealEngineSpec) (*Engin
 		binds[s.ModelDir] = "/model"
 		model = "/model"
 	}
+	if s.Contract.Family == "llamacpp" {
+		if s.ModelDir == "" || s.ModelFile == "" {
+			return nil, fmt.Errorf("real engine %s: llama-server loads one GGUF file: set ModelDir and ModelFile (KVEXACT_REAL_MODEL_DIR, KVEXACT_REAL_GGUF)", s.Contract.ID)
+		}
+		model = "/model/" + s.ModelFile
+	}
+	var cfgDir string
+	if len(rc.files) > 0 {
+		if cfgDir, err = os.MkdirTemp("", "kvexact-real-"); err != nil {
+			return nil, err
+		}
+		for name, body := range rc.files {
+			if err := os.WriteFile(filepath.Join(cfgDir, name), []byte(body), 0o644); err != nil {
+				os.RemoveAll(cfgDir)
+				return nil, err
+			}
+		}
+		binds[cfgDir] = realConfigMount
+	}
 	if s.HFCache != "" {
 		binds[s.HFCache] = "/root/.cache/huggingface"
 	}
 	env := map[string]string{}
 	if s.Seed != nil {
 		env["PYTHONHASHSEED"] = *s.Seed
+	}
+	if s.Contract.Family == "vllm" {
+		env["VLLM_SERVER_DEV_MODE"] = "1" // /reset_prefix_cache, used by ctk's clear spec and the reset scenario
 	}
 	if s.ReadyTimeout == 0 {
 		s.ReadyTimeout = 15 * time.Minute
@@ -142,8 +209,22 @@ func (h *Harness) StartRealEngine(ctx context.Context, s RealEngineSpec) (*Engin
 		Args: rc.args(s, model, ports[0], ports[1], ports[2]), Env: env, Binds: binds, Ready: rc.ready,
 		ReadyTimeout: s.ReadyTimeout, GPU: true, StopGrace: 30 * time.Second, ShmSize: 8 << 30})
 	if err != nil {
+		if cfgDir != "" {
+			os.RemoveAll(cfgDir)
+		}
 		return nil, err
 	}
-	return &Engine{Container: c, Spec: EngineSimSpec{Endpoint: s.Endpoint, Family: s.Contract.Family, Release: s.Contract.Pin.Release, Model: s.Model},
-		HTTPPort: ports[0], ZMQPort: ports[1], ReplayPort: ports[2], http: &http.Client{Timeout: 5 * time.Minute}}, nil
+	if cfgDir != "" {
+		c.onTerminate = func() { os.RemoveAll(cfgDir) }
+	}
+	e := &Engine{Container: c, Spec: EngineSimSpec{Endpoint: s.Endpoint, Family: s.Contract.Family, Release: s.Contract.Pin.Release, Model: s.Model},
+		HTTPPort: ports[0], http: &http.Client{Timeout: 5 * time.Minute}}
+	if s.Contract.Family == "vllm" || s.Contract.Family == "sglang" {
+		e.ZMQPort = ports[1]
+		if rc.replay {
+			e.ReplayPort = ports[2]
+			e.Spec.Replay = true
+		}
+	}
+	return e, nil
 }
