@@ -57,7 +57,12 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // copyHeaders copies src into dst without hop-by-hop headers (including those Connection names).
-func copyHeaders(dst, src http.Header) {
+func copyHeaders(dst, src http.Header) { copyHeadersTo(dst, src, false) }
+
+// copyHeadersTo is copyHeaders; with share, dst takes src's value slices instead of copies (for an
+// upstream response's headers, which nothing reads or edits once they are committed: net/http
+// snapshots the handler's header map at WriteHeader).
+func copyHeadersTo(dst, src http.Header, share bool) {
 	var named []string
 	for _, v := range src.Values("Connection") {
 		for _, f := range strings.Split(v, ",") {
@@ -78,7 +83,11 @@ outer:
 				continue outer
 			}
 		}
-		dst[k] = append(dst[k][:0:0], vv...)
+		if share {
+			dst[k] = vv
+		} else {
+			dst[k] = append(dst[k][:0:0], vv...)
+		}
 	}
 }
 
@@ -151,8 +160,10 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 // commitHeaders starts the client's response: the upstream's end-to-end headers plus the receipts.
 func (c *call) commitHeaders(status int, h http.Header) {
 	dst := c.w.Header()
-	copyHeaders(dst, h)
-	dst.Set(HeaderRequestID, c.id)
+	copyHeadersTo(dst, h, true)
+	if v := dst[HeaderRequestID]; len(v) != 1 || v[0] != c.id {
+		dst[HeaderRequestID] = []string{c.id} // the upstream's own X-Request-Id does not reach the client
+	}
 	if c.rt != nil {
 		dst.Set(HeaderRule, c.rule)
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,43 @@ type Metrics struct {
 	pdParams  *prometheus.CounterVec   // rule, dialect, result
 	duration  *prometheus.HistogramVec // rule
 	ttfb      *prometheus.HistogramVec // rule
+
+	// rules caches each rule's children of the per-request series (rule name → *ruleMetrics), so
+	// a request pays a map load instead of WithLabelValues' label hashing, checks and lock.
+	rules sync.Map
+}
+
+// ruleMetrics are one rule's children of the series every request touches.
+type ruleMetrics struct {
+	duration prometheus.Observer
+	ttfb     prometheus.Observer
+	inflight prometheus.Gauge
+	requests sync.Map // requestKey → prometheus.Counter
+}
+
+type requestKey struct {
+	status int
+	tier   string
+}
+
+// rule returns the rule's cached children, creating them on first use.
+func (m *Metrics) rule(name string) *ruleMetrics {
+	if v, ok := m.rules.Load(name); ok {
+		return v.(*ruleMetrics)
+	}
+	rm := &ruleMetrics{duration: m.duration.WithLabelValues(name), ttfb: m.ttfb.WithLabelValues(name), inflight: m.inflight.WithLabelValues(name)}
+	v, _ := m.rules.LoadOrStore(name, rm)
+	return v.(*ruleMetrics)
+}
+
+func (rm *ruleMetrics) request(m *Metrics, rule string, status int, tier string) prometheus.Counter {
+	k := requestKey{status, tier}
+	if v, ok := rm.requests.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	c := m.requests.WithLabelValues(rule, strconv.Itoa(status), tier)
+	rm.requests.Store(k, c)
+	return c
 }
 
 // Upstream error kinds (label "kind" of kvexact_proxy_upstream_errors_total).
@@ -57,6 +95,7 @@ func (m *Metrics) Forget(rule string) {
 	if m == nil {
 		return
 	}
+	m.rules.Delete(rule)
 	l := prometheus.Labels{"rule": rule}
 	m.requests.DeletePartialMatch(l)
 	m.upstream.DeletePartialMatch(l)
@@ -74,13 +113,14 @@ func (m *Metrics) done(rule string, status int, tier string, d time.Duration) {
 	if tier == "" {
 		tier = "none"
 	}
-	m.requests.WithLabelValues(rule, strconv.Itoa(status), tier).Inc()
-	m.duration.WithLabelValues(rule).Observe(d.Seconds())
+	rm := m.rule(rule)
+	rm.request(m, rule, status, tier).Inc()
+	rm.duration.Observe(d.Seconds())
 }
 
 func (m *Metrics) firstByte(rule string, d time.Duration) {
 	if m != nil {
-		m.ttfb.WithLabelValues(rule).Observe(d.Seconds())
+		m.rule(rule).ttfb.Observe(d.Seconds())
 	}
 }
 
@@ -98,7 +138,7 @@ func (m *Metrics) failover(rule string) {
 
 func (m *Metrics) inflightAdd(rule string, v float64) {
 	if m != nil {
-		m.inflight.WithLabelValues(rule).Add(v)
+		m.rule(rule).inflight.Add(v)
 	}
 }
 

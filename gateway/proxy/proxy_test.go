@@ -601,3 +601,15 @@ func TestPassThroughPaths(t *testing.T) {
 	}
 	p.allReleased(t)
 }
+
+// unmarshalString's fast path must agree with json.Unmarshal on every string value.
+func TestUnmarshalStringMatchesJSON(t *testing.T) {
+	for _, in := range []string{`""`, `"llama3"`, `"a\"b"`, `"tab\tx"`, `"\u00e9t\u00e9"`, `"été"`, "\"bad\xff\"", `"x\\y"`, `12`, `null`, `["a"]`} {
+		var want, got string
+		werr := json.Unmarshal([]byte(in), &want)
+		gerr := unmarshalString([]byte(in), &got)
+		if (werr == nil) != (gerr == nil) || got != want {
+			t.Errorf("%s: got %q, %v; json.Unmarshal %q, %v", in, got, gerr, want, werr)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -67,7 +68,7 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 	if isNull(wb.Model) {
 		return nil, badRequest("model", "missing_model", "you must provide a model parameter")
 	}
-	if err := json.Unmarshal(wb.Model, &p.model); err != nil {
+	if err := unmarshalString(wb.Model, &p.model); err != nil {
 		return nil, badRequest("model", "invalid_type", "model must be a string")
 	}
 	if p.model == "" {
@@ -79,7 +80,7 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 		}
 	}
 	if !isNull(wb.User) {
-		if err := json.Unmarshal(wb.User, &p.user); err != nil {
+		if err := unmarshalString(wb.User, &p.user); err != nil {
 			return nil, badRequest("user", "invalid_type", "user must be a string")
 		}
 	}
@@ -97,6 +98,20 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 
 func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
 
+// unmarshalString decodes a JSON value into a string. m comes from a body json.Unmarshal already
+// validated, so a quoted value without escapes and in valid UTF-8 is its own contents: the common
+// case skips a decoder run. Anything else goes through json.Unmarshal (same result, same errors).
+func unmarshalString(m json.RawMessage, dst *string) error {
+	if n := len(m); n >= 2 && m[0] == '"' && m[n-1] == '"' {
+		in := m[1 : n-1]
+		if bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && utf8.Valid(in) {
+			*dst = string(in)
+			return nil
+		}
+	}
+	return json.Unmarshal(m, dst)
+}
+
 // readPrompt accepts string | []string | []int | [][]int, as OpenAI does. Token ids are u32.
 func (p *parsed) readPrompt(m json.RawMessage) *apiError {
 	if isNull(m) {
@@ -108,7 +123,7 @@ func (p *parsed) readPrompt(m json.RawMessage) *apiError {
 	p.batch = 1
 	switch m[0] {
 	case '"':
-		if json.Unmarshal(m, &p.prompt) != nil {
+		if unmarshalString(m, &p.prompt) != nil {
 			return wrong()
 		}
 		p.affinity = p.prompt

@@ -1,6 +1,40 @@
 package route
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// counters caches the children of a CounterVec labelled (rule, x): WithLabelValues hashes and
+// validates the labels and takes the vector's lock on every call, which the per-request path
+// (decisions, misses) need not pay once a series exists.
+type counters struct {
+	vec *prometheus.CounterVec
+	m   sync.Map // labelPair → prometheus.Counter
+}
+
+type labelPair struct{ rule, x string }
+
+func (c *counters) get(rule, x string) prometheus.Counter {
+	k := labelPair{rule, x}
+	if v, ok := c.m.Load(k); ok {
+		return v.(prometheus.Counter)
+	}
+	ctr := c.vec.WithLabelValues(rule, x)
+	c.m.Store(k, ctr)
+	return ctr
+}
+
+// forget drops a rule's cached children (before its series are deleted).
+func (c *counters) forget(rule string) {
+	c.m.Range(func(k, _ any) bool {
+		if k.(labelPair).rule == rule {
+			c.m.Delete(k)
+		}
+		return true
+	})
+}
 
 // Metrics are the routing counters, labelled by rule (and endpoint or reason).
 type Metrics struct {
@@ -10,6 +44,8 @@ type Metrics struct {
 	spills    *prometheus.CounterVec // rule, endpoint
 	seeds     *prometheus.CounterVec // rule, endpoint
 	zeroHits  *prometheus.CounterVec // rule
+
+	decisionsC, missesC counters
 }
 
 // NewMetrics registers the routing metrics on reg.
@@ -23,11 +59,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		zeroHits:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_zero_hit_watchdog_total", Help: "Lookups at or past 50 consecutive zero-overlap results against a non-empty inventory (a parity leg probably differs)."}, []string{"rule"}),
 	}
 	reg.MustRegister(m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits)
+	m.decisionsC.vec, m.missesC.vec = m.decisions, m.misses
 	return m
 }
 
 func (m *Metrics) decided(rule string, d *Decision) {
-	m.decisions.WithLabelValues(rule, d.Tier).Inc()
+	m.decisionsC.get(rule, d.Tier).Inc()
 	if d.Tier == TierKVExact {
 		m.hits.WithLabelValues(rule, d.Target.Name).Inc()
 		if d.Spill {
@@ -40,13 +77,15 @@ func (m *Metrics) decided(rule string, d *Decision) {
 }
 
 func (m *Metrics) missed(rule string, reason Miss) {
-	m.misses.WithLabelValues(rule, string(reason)).Inc()
+	m.missesC.get(rule, string(reason)).Inc()
 }
 
 func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() }
 
 // Forget deletes a rule's series (a deleted rule leaves no ghost series).
 func (m *Metrics) Forget(rule string) {
+	m.decisionsC.forget(rule)
+	m.missesC.forget(rule)
 	for _, v := range []*prometheus.CounterVec{m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}

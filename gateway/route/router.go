@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,8 +109,8 @@ type Decision struct {
 	Seeded    bool               `json:"seeded,omitempty"`
 	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`
 
-	release  sync.Once
-	onFinish func()
+	released atomic.Bool
+	rt       *Router // set by take: Release gives the load units back through it
 	dry      bool
 }
 
@@ -120,11 +119,14 @@ func (d *Decision) Release() {
 	if d == nil {
 		return
 	}
-	d.release.Do(func() {
-		if d.onFinish != nil {
-			d.onFinish()
-		}
-	})
+	if d.rt == nil || d.released.Swap(true) {
+		return
+	}
+	d.Target.active.Add(-1)
+	if d.Decode != nil {
+		d.Decode.active.Add(-1)
+	}
+	d.rt.admission.released()
 }
 
 // ErrNoEndpoint: nothing healthy can serve (503).
@@ -152,6 +154,7 @@ type Router struct {
 	rule      *rules.Rule
 	eps       []*Endpoint
 	sel       Selector
+	selTier   string // TierSelector + ":" + sel.Name(), built once
 	law       Law
 	minMatch  int
 	sessions  *sessions
@@ -179,7 +182,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, sel: sel, minMatch: *r.MinMatchTokens}
+	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, sel: sel, selTier: TierSelector + ":" + sel.Name(), minMatch: *r.MinMatchTokens}
 	rt.law = Law{Kind: LawKind(r.LoadLaw.Kind), FactorPct: int(100*(1+*r.LoadLaw.Epsilon) + 0.5), Lambda: r.LoadLaw.Lambda, SpillRelief: *r.LoadLaw.SpillRelief}
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {
@@ -259,7 +262,7 @@ func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.M
 			return nil, ErrNoEndpoint
 		}
 		d.Target = rt.sel.Pick(req, cands)
-		d.Tier = TierSelector + ":" + rt.sel.Name()
+		d.Tier = rt.selTier
 	}
 	rt.take(d)
 	return d, nil
@@ -388,24 +391,16 @@ func (rt *Router) take(d *Decision) {
 	if d.dry {
 		return
 	}
-	held := []*Endpoint{d.Target}
+	d.Target.active.Add(1)
+	d.Target.served.Add(1)
 	if d.Decode != nil {
-		held = append(held, d.Decode)
-	}
-	for _, e := range held {
-		e.active.Add(1)
-		e.served.Add(1)
+		d.Decode.active.Add(1)
+		d.Decode.served.Add(1)
 	}
 	if rt.cfg.Metrics != nil {
 		rt.cfg.Metrics.decided(rt.rule.Name, d)
 	}
-	d.onFinish = func() {
-		d.Target.active.Add(-1)
-		if d.Decode != nil {
-			d.Decode.active.Add(-1)
-		}
-		rt.admission.released()
-	}
+	d.rt = rt
 }
 
 func (rt *Router) miss(d *Decision, m Miss, reason string) {
