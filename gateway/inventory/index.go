@@ -346,10 +346,17 @@ func (ix *Index) maybeCompact(e *endpoint) {
 func (ix *Index) Score(keys []uint64, mask Mask, out []Score) []Score {
 	var overlap, prefix [MaxEndpoints]int
 	var held Mask
+	// Only the mask's non-empty words can score: most rules have fewer than 64 endpoints.
+	words := 0
+	for w := range mask {
+		if mask[w] != 0 {
+			words = w + 1
+		}
+	}
 	for i, k := range keys {
 		h := mix(k)
 		ix.shard(h).holders(h, &held)
-		for w := range held {
+		for w := 0; w < words; w++ {
 			b := held[w] & mask[w]
 			for b != 0 {
 				ep := w*64 + bits.TrailingZeros64(b)
