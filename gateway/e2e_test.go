@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvexact/kvexact/internal/promtest"
 	"io"
 	"net/http"
 	"runtime"
@@ -321,27 +322,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func hits(p *pool, ep string) float64 {
-	return counterValue(p.reg, "kvexact_kv_exact_hits_total", map[string]string{"rule": "pool", "endpoint": ep})
-}
-
-// counterValue finds one series in a registry (0 when absent).
-func counterValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return promtest.Value(p.t, p.reg, "kvexact_kv_exact_hits_total", map[string]string{"rule": "pool", "endpoint": ep})
 }
 
 // docs builds n distinct long prompts (≥ 10 blocks each with llama3).
@@ -650,7 +631,7 @@ func TestE2EReprobeFencesChangedEngine(t *testing.T) {
 	if !strings.Contains(st.Endpoints[1].Fenced, "tokenizer changed") || st.Endpoints[0].Fenced != "" {
 		t.Fatalf("fences: e0 %q, e1 %q", st.Endpoints[0].Fenced, st.Endpoints[1].Fenced)
 	}
-	if v := counterGauge(p.reg, "kvexact_endpoint_exact_fenced", map[string]string{"endpoint": "e1"}); v != 1 {
+	if v := promtest.Value(t, p.reg, "kvexact_endpoint_exact_fenced", map[string]string{"endpoint": "e1"}); v != 1 {
 		t.Fatalf("fence metric = %v", v)
 	}
 	// KV-exact never picks e1 now, even for a prompt it holds.
@@ -664,23 +645,4 @@ func TestE2EReprobeFencesChangedEngine(t *testing.T) {
 			t.Fatalf("fenced endpoint chosen by KV-exact: %s", c.decision)
 		}
 	}
-}
-
-func counterGauge(reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"github.com/kvexact/kvexact/internal/promtest"
 	"net"
 	"runtime"
 	"sort"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm"
@@ -425,41 +425,7 @@ func fmtCounts(m map[uint64]int) string {
 // metric reads one series' value (counter, gauge, or histogram sample count) from the registry.
 func (h *harness) metric(name string, lv map[string]string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matchLabels(m, lv) {
-				switch {
-				case m.Counter != nil:
-					return m.Counter.GetValue()
-				case m.Gauge != nil:
-					return m.Gauge.GetValue()
-				case m.Histogram != nil:
-					return float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func matchLabels(m *dto.Metric, lv map[string]string) bool {
-	n := 0
-	for _, lp := range m.GetLabel() {
-		if v, ok := lv[lp.GetName()]; ok {
-			if v != lp.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(lv)
+	return promtest.Value(h.t, h.reg, name, lv)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

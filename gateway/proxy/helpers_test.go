@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/kvexact/kvexact/internal/promtest"
 	"io"
 	"net"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
@@ -233,41 +233,7 @@ func (p *pool) allReleased(t testing.TB) {
 // metric returns the value of a counter or gauge series with the given labels (0 when absent).
 func (p *pool) metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matches(m, labels) {
-				switch {
-				case m.Counter != nil:
-					return m.Counter.GetValue()
-				case m.Gauge != nil:
-					return m.Gauge.GetValue()
-				case m.Histogram != nil:
-					return float64(m.Histogram.GetSampleCount())
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func matches(m *dto.Metric, labels map[string]string) bool {
-	n := 0
-	for _, lp := range m.GetLabel() {
-		if v, ok := labels[lp.GetName()]; ok {
-			if v != lp.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(labels)
+	return promtest.Value(t, p.reg, name, labels)
 }
 
 // oaiError decodes an OpenAI error body and checks its shape.

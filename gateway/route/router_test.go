@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"github.com/kvexact/kvexact/internal/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"testing"
@@ -414,13 +415,7 @@ func TestZeroHitWatchdog(t *testing.T) {
 	// The inventory holds blocks, but never the prompt's: a parity leg differs.
 	f.inv.Store(f.eps[0].ID, []uint64{1, 2, 3})
 	count := func() float64 {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "kvexact_kv_exact_zero_hit_watchdog_total" {
-				return mf.GetMetric()[0].GetCounter().GetValue()
-			}
-		}
-		return 0
+		return promtest.Value(t, reg, "kvexact_kv_exact_zero_hit_watchdog_total", map[string]string{"rule": "r"})
 	}
 	for i := 0; i < 49; i++ {
 		d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})
