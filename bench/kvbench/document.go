@@ -227,7 +227,11 @@ func writeOverhead(b *strings.Builder, ov *Overhead, charts, rawDir string) {
 		return
 	}
 	m := ov.Machine
-	fmt.Fprintf(b, "Command: `go run ./cmd/kvbench overhead --out .cache/bench/kvbench --charts docs/bench`, %d cores (%s), %s, load average %s at the start.\n\n", m.Cores, m.CPU, m.Go, m.Load)
+	cmd := "go run ./cmd/kvbench overhead --out .cache/bench/kvbench --charts docs/bench"
+	if ov.Command != "" {
+		cmd = ov.Command
+	}
+	fmt.Fprintf(b, "Command: `%s`, %d cores (%s), %s, load average %s at the start.\n\n", cmd, m.Cores, m.CPU, m.Go, m.Load)
 	b.WriteString("### Decision time\n\nOne KV-exact decision on a warm inventory (4 endpoints, the prompt resident on one): `Router.Explain`, which tokenizes, hashes (C core, vLLM `sha256` pickle binding), scores the inventory and applies the load law exactly as a request does, without taking load. Tokenize and hash are timed alone beside it (`testing.Benchmark`, one goroutine). The Go benchmark `BenchmarkDecision` in `bench/kvbench` measures the same call (this run's figures follow the table); `gateway/route`'s own `BenchmarkDecision` times `Router.Route` against 16 endpoints.\n\n")
 	b.WriteString("| prompt tokens | blocks | tokenize µs | hash µs | whole decision µs | allocs/decision | winner score (blocks) |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range ov.Decision {
@@ -236,22 +240,86 @@ func writeOverhead(b *strings.Builder, ov *Overhead, charts, rawDir string) {
 	if tab, cmd, ok := benchTable(filepath.Join(rawDir, RawName("bench/kvbench"))); ok {
 		fmt.Fprintf(b, "\n`BenchmarkDecision`, this run — `%s`:\n\n%s", cmd, tab)
 	}
+	writeProxy(b, ov, charts)
+}
+
+func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
+	m := ov.Machine
 	b.WriteString("\n### Proxy throughput: round robin vs nginx `proxy_pass` vs direct\n\n")
 	if len(ov.Proxy) == 0 {
 		fmt.Fprintf(b, "Not measured in this run: %s\n\n", ov.ProxyError)
 		return
 	}
-	fmt.Fprintf(b, "Same run, same small non-streaming request (`%s`, a ~250-byte JSON answer), `%s`. The tiny upstream is a separate process (`kvbench upstream`, 4 loopback listeners, fixed answer with a served-by receipt). nginx (%s) runs from a generated config: `worker_processes %d`, `upstream` of the same 4 listeners (round robin) with `keepalive 64`, `proxy_http_version 1.1`, access log off, `daemon off`; it is killed afterwards. The gateway runs in-process (GOMAXPROCS = cores): one rule, selector `rr`, kvExactMode 0, no debug header, Prometheus metrics on — it parses every JSON body; nginx does not. Direct is wrk straight to one upstream listener. Every round measures the three back to back, the order rotating between rounds; before measuring, each target's answer must carry the upstream's receipt (and, through the gateway, a matching `X-Kvexact-Endpoint`), and a wrk run with non-2xx responses or socket errors aborts the comparison. All on the same %d cores as wrk.\n\n",
-		smallRequest, ov.WrkCommand, ov.Nginx, m.Cores, m.Cores)
-	b.WriteString("| round | order | direct req/s | nginx req/s | gateway req/s | gateway / nginx | gateway / direct |\n|---:|---|---:|---:|---:|---:|---:|\n")
-	for i, r := range ov.Proxy {
-		fmt.Fprintf(b, "| %d | %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", i+1, r.Order, r.Direct, r.Nginx, r.Gateway, r.Gateway/r.Nginx, r.Gateway/r.Direct)
+	cmd := ov.Command
+	if cmd == "" {
+		cmd = "kvbench overhead"
 	}
+	fmt.Fprintf(b, "Command: `%s`; each measurement `%s`. Load average **%s** when the proxy measurement started (after the decision benchmarks), %s when it ended; the %d cores are shared by wrk, the upstream and the proxy (and by whatever else runs on the machine).\n\n",
+		cmd, ov.WrkCommand, orDash(ov.LoadAvg), orDash(ov.LoadAvgAfter), m.Cores)
+	warm := "no warm-up run"
+	if ov.WarmupSeconds > 0 {
+		warm = fmt.Sprintf("each target then gets one unrecorded %.0f s wrk warm-up run", ov.WarmupSeconds)
+	}
+	gwText := "The gateway runs in-process (GOMAXPROCS = cores)"
+	if ov.GatewayCommand != "" {
+		gwText = fmt.Sprintf("The gateway is a child process too, in its own process group (`%s`, binary %s, GOMAXPROCS = cores)", ov.GatewayCommand, ov.Gateway)
+	}
+	fmt.Fprintf(b, "Same small non-streaming request throughout (`%s`, a ~250-byte JSON answer). The tiny upstream is a separate process (`kvbench upstream`, 4 loopback listeners, fixed answer with a served-by receipt). nginx (%s) runs from a generated config in its own process group: `worker_processes %d`, `upstream` of the same 4 listeners (round robin) with `keepalive 64`, `proxy_http_version 1.1`, access log off, `daemon off`. %s: one rule, selector `rr`, kvExactMode 0, no debug header, no health probes, Prometheus metrics on — it parses every JSON body; nginx does not. Both proxies are stopped with their process group afterwards. Direct is wrk straight to one upstream listener. Before measuring, each target's answer must carry the upstream's receipt (and, through the gateway, a matching `X-Kvexact-Endpoint`); %s; every round measures the three back to back, the order rotating between rounds; a wrk run with non-2xx responses or socket errors aborts the comparison.\n\n",
+		smallRequest, ov.Nginx, m.Cores, gwText, warm)
+	hasCPU := false
+	for _, r := range ov.Proxy {
+		hasCPU = hasCPU || r.NginxCPUus > 0 || r.GatewayCPUus > 0
+	}
+	if hasCPU {
+		b.WriteString("**CPU µs/request** is the proxy's user + system time over the wrk run — `utime + stime` of every process in its process group (nginx master and workers; the gateway) from `/proc/PID/stat`, read before and after, in 10 ms ticks — divided by the requests wrk completed (its `N requests in` line). It counts only what the proxy spends, not wrk or the upstream, so a proxy that is slow because it is starved of CPU by the others shows a normal figure; it still moves with the machine's load (a proxy woken less often handles more requests per wake-up).\n\n")
+	}
+	cpu := func(v float64) string {
+		if !hasCPU {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
+	ratio := func(a, c float64) string {
+		if c == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", a/c)
+	}
+	b.WriteString("| round | order | direct req/s | nginx req/s | nginx CPU µs/req | gateway req/s | gateway CPU µs/req | gateway / nginx req/s | gateway / direct req/s | gateway / nginx CPU per req |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, r := range ov.Proxy {
+		cr := "—"
+		if hasCPU {
+			cr = ratio(r.GatewayCPUus, r.NginxCPUus)
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %.0f | %s | %.0f | %s | %s | %s | %s |\n", i+1, r.Order, r.Direct, r.Nginx, cpu(r.NginxCPUus), r.Gateway, cpu(r.GatewayCPUus),
+			ratio(r.Gateway, r.Nginx), ratio(r.Gateway, r.Direct), cr)
+	}
+	md := ov.Medians()
+	cpuRatio := "—"
+	if hasCPU {
+		cpuRatio = fmt.Sprintf("**%.2f**", ov.CPURatioVsNginx)
+	}
+	fmt.Fprintf(b, "| **median** | | %.0f | %.0f | %s | %.0f | %s | **%.2f** | %.2f | %s |\n", md.Direct, md.Nginx, cpu(md.NginxCPUus), md.Gateway, cpu(md.GatewayCPUus), ov.RatioVsNginx, ov.RatioVsDirect, cpuRatio)
+	b.WriteString("\nThe ratio columns' medians are medians of the per-round ratios, not ratios of the medians.\n")
 	verdict := "met"
 	if ov.RatioVsNginx < 0.7 {
 		verdict = "**missed**"
 	}
-	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.2f** (target ≥ 0.70: %s); gateway / direct = %.2f.\n\n![Proxy throughput](%s/proxy-throughput.svg)\n\n", ov.RatioVsNginx, verdict, ov.RatioVsDirect, charts)
+	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.2f** over %d rounds (target ≥ 0.70: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
+	if hasCPU {
+		fmt.Fprintf(b, " CPU per request, medians: nginx %.1f µs, gateway %.1f µs (gateway / nginx %.2f).", md.NginxCPUus, md.GatewayCPUus, ov.CPURatioVsNginx)
+	}
+	if len(ov.Proxy) < 5 {
+		fmt.Fprintf(b, " Only %d rounds: fewer than the 5 a quoted median needs.", len(ov.Proxy))
+	}
+	fmt.Fprintf(b, "\n\n![Proxy throughput](%s/proxy-throughput.svg)\n\n", charts)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
 }
 
 var benchLine = regexp.MustCompile(`^(Benchmark\S+)\s+(\d+)\s+(.*)$`)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -19,17 +18,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kvexact/kvexact/engines/sim"
-	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
-	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -37,11 +31,22 @@ import (
 type Overhead struct {
 	Decision []DecisionFigure `json:"decision"`
 	Proxy    []ProxyRound     `json:"proxy,omitempty"`
-	// Median ratios over the rounds (each round measures all three back to back).
-	RatioVsNginx  float64 `json:"ratioVsNginx,omitempty"`
-	RatioVsDirect float64 `json:"ratioVsDirect,omitempty"`
-	WrkCommand    string  `json:"wrkCommand,omitempty"`
-	Nginx         string  `json:"nginx,omitempty"`
+	// Median ratios over the rounds (each round measures all three back to back): req/s, and the
+	// gateway's CPU time per request over nginx's.
+	RatioVsNginx    float64 `json:"ratioVsNginx,omitempty"`
+	RatioVsDirect   float64 `json:"ratioVsDirect,omitempty"`
+	CPURatioVsNginx float64 `json:"cpuRatioVsNginx,omitempty"`
+	// Command is the kvbench invocation that wrote this.
+	Command        string `json:"command,omitempty"`
+	WrkCommand     string `json:"wrkCommand,omitempty"`
+	Nginx          string `json:"nginx,omitempty"`
+	Gateway        string `json:"gateway,omitempty"`        // the gateway binary measured and its build
+	GatewayCommand string `json:"gatewayCommand,omitempty"` // its arguments
+	// Load average (1, 5, 15 min) when the proxy measurement started (everything running and
+	// checked, before the warm-up runs) and when it ended.
+	LoadAvg       string  `json:"loadAvg,omitempty"`
+	WarmupSeconds float64 `json:"warmupSeconds,omitempty"` // the unrecorded wrk run per target before round 1
+	LoadAvgAfter  string  `json:"loadAvgAfter,omitempty"`
 	ProxyError    string  `json:"proxyError,omitempty"`
 	Machine       Machine `json:"machine"`
 }
@@ -189,11 +194,18 @@ func MeasureDecision(ctx context.Context, toks *tokenize.Pool, model string, siz
 // ---- proxy throughput: direct vs nginx proxy_pass vs the gateway in round-robin ----
 
 // ProxyRound is one round of the three targets measured back to back with the same load.
+// CPU figures are the proxy's user + system time (every process of its process group, from
+// /proc/PID/stat) over the wrk run, divided by the requests wrk completed.
 type ProxyRound struct {
-	Direct  float64 `json:"directRps"`
-	Nginx   float64 `json:"nginxRps"`
-	Gateway float64 `json:"gatewayRps"`
-	Order   string  `json:"order"`
+	Direct       float64 `json:"directRps"`
+	Nginx        float64 `json:"nginxRps"`
+	Gateway      float64 `json:"gatewayRps"`
+	NginxCPUus   float64 `json:"nginxCpuUsPerRequest"`
+	GatewayCPUus float64 `json:"gatewayCpuUsPerRequest"`
+	DirectN      int64   `json:"directRequests"`
+	NginxN       int64   `json:"nginxRequests"`
+	GatewayN     int64   `json:"gatewayRequests"`
+	Order        string  `json:"order"`
 }
 
 // UpstreamResponse is the tiny upstream's answer: a 1-token completion with a usage receipt.
@@ -238,19 +250,71 @@ type ProxyOptions struct {
 	UpstreamCmd []string
 	Rounds      int
 	Duration    time.Duration
+	// Warmup is the length of the one unrecorded wrk run per target before round 1 (0: none).
+	Warmup      time.Duration
 	Connections int
 	Threads     int
 	Nginx       string // nginx binary
 	Wrk         string // wrk binary
+	Gateway     string // gateway binary (cmd/gateway), see ResolveGateway
 	Log         io.Writer
 }
 
+// MissingTool names a program the proxy comparison needs and how to install it.
+type MissingTool struct {
+	Name, Flag, Path string
+	Err              error
+}
+
+func (e *MissingTool) Error() string {
+	return fmt.Sprintf("%s not found (%s %s: %v): apt-get install -y nginx-light wrk, or pass --no-proxy for decision time only", e.Name, e.Flag, e.Path, e.Err)
+}
+
+// CheckProxyTools fails early, before anything is measured, when nginx or wrk is missing or /proc
+// cannot be read for the CPU accounting.
+func CheckProxyTools(nginx, wrk string) error {
+	var errs []error
+	for _, t := range []struct{ name, flag, path string }{{"nginx", "--nginx", nginx}, {"wrk", "--wrk", wrk}} {
+		if _, err := exec.LookPath(t.path); err != nil {
+			errs = append(errs, &MissingTool{Name: t.name, Flag: t.flag, Path: t.path, Err: err})
+		}
+	}
+	if err := checkProc(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// proxyTarget is one thing wrk measures: its URL and, for a proxy, the process group whose CPU
+// time the run is charged with.
+type proxyTarget struct {
+	url  string
+	pgid int // 0: not accounted (direct)
+}
+
+// proxyRun is one wrk run against one target.
+type proxyRun struct {
+	wrkResult
+	CPUus float64 // the target's CPU µs per completed request (0 when not accounted)
+}
+
 // MeasureProxy runs wrk against the upstream directly, through nginx proxy_pass (round robin over
-// the same upstreams, keep-alive) and through the gateway (rule selector rr, mode 0), alternating
-// the three in each round and rotating the order between rounds.
+// the same upstreams, keep-alive) and through the gateway (rule selector rr, mode 0), each proxy in
+// its own process group. Each target gets one unrecorded warm-up run, then every round measures
+// the three back to back, the order rotating between rounds; the proxies' CPU time per request is
+// read from /proc around every run.
 func MeasureProxy(ctx context.Context, o ProxyOptions, ov *Overhead) error {
 	if o.Log == nil {
 		o.Log = io.Discard
+	}
+	if o.Rounds < 1 {
+		return fmt.Errorf("%d rounds: at least one is needed (five for a quotable median)", o.Rounds)
+	}
+	if err := CheckProxyTools(o.Nginx, o.Wrk); err != nil {
+		return err
+	}
+	if o.Gateway == "" {
+		return errors.New("no gateway binary (ResolveGateway)")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -279,11 +343,13 @@ func MeasureProxy(ctx context.Context, o ProxyOptions, ov *Overhead) error {
 		return errors.New("upstream: no addresses")
 	}
 
-	dir, err := os.MkdirTemp("", "kvbench-nginx-")
+	dir, err := os.MkdirTemp("", "kvbench-proxy-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+
+	// nginx: its own process group (master and workers), stopped with it at the end.
 	nport, err := freePort()
 	if err != nil {
 		return err
@@ -322,68 +388,36 @@ http {
 	if v, err := exec.Command(o.Nginx, "-v").CombinedOutput(); err == nil {
 		ov.Nginx = strings.TrimSpace(string(v))
 	}
-	ng := exec.CommandContext(ctx, o.Nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
-	ng.Stderr = o.Log
-	ng.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := ng.Start(); err != nil {
-		return fmt.Errorf("nginx: %w", err)
-	}
-	defer func() {
-		_ = syscall.Kill(-ng.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = ng.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-ng.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	}()
-
-	// The gateway: one rule, round robin over the same upstreams, no KV-exact, no debug header.
-	rule := rules.Rule{Name: "rr", Models: []string{"llama3"}, Engine: rules.EngineRef{Family: family, Release: release}, Selector: "rr"}
-	for i, a := range ups {
-		rule.Endpoints = append(rule.Endpoints, rules.Endpoint{Name: fmt.Sprintf("u%d", i), Address: "http://" + a})
-	}
-	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "bench"}, Rules: []rules.Rule{rule}}
-	if err := cfg.Normalize(); err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	g, err := gateway.New(gateway.Options{Config: cfg, Tokenizers: tokenize.NewPool(""), Registry: reg, ProbeInterval: -1, Log: quiet})
+	nginxTail := &tailBuffer{max: 4096}
+	ng := exec.Command(o.Nginx, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"), "-g", "daemon off;")
+	ng.Stderr = io.MultiWriter(o.Log, nginxTail)
+	nginxProc, err := startGroup("nginx", ng, nginxTail)
 	if err != nil {
 		return err
 	}
-	if err := g.Start(ctx); err != nil {
-		return err
-	}
-	defer g.Close()
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, Metrics: proxy.NewMetrics(reg)})
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	defer nginxProc.stop()
+
+	// The gateway: the cmd/gateway binary, one rule, round robin over the same upstreams, no
+	// KV-exact, no debug header; its own process group like nginx.
+	gw, gwAddr, err := startGateway(ctx, o.Gateway, ups, dir, o.Log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		srv.Shutdown(sctx)
-	}()
+	defer gw.stop()
+	ov.Gateway = describeBinary(o.Gateway)
+	ov.GatewayCommand = "gateway " + strings.Join(gatewayArgs("gateway.yaml"), " ")
 
-	targets := map[string]string{
-		"direct":  "http://" + ups[0],
-		"nginx":   fmt.Sprintf("http://127.0.0.1:%d", nport),
-		"gateway": "http://" + srv.Client["127.0.0.1:0"],
+	targets := map[string]proxyTarget{
+		"direct":  {url: "http://" + ups[0]},
+		"nginx":   {url: fmt.Sprintf("http://127.0.0.1:%d", nport), pgid: nginxProc.pgid},
+		"gateway": {url: "http://" + gwAddr, pgid: gw.pgid},
 	}
 	// Delivery check before measuring: every target answers 200 with the upstream's receipt.
-	for name, base := range targets {
-		if err := waitServing(ctx, base, name == "gateway"); err != nil {
+	for _, name := range []string{"direct", "nginx", "gateway"} {
+		if err := waitServing(ctx, targets[name].url, name == "gateway"); err != nil {
+			if p := map[string]*groupProc{"nginx": nginxProc, "gateway": gw}[name]; p != nil {
+				err = p.explain(err)
+			}
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -392,35 +426,107 @@ http {
 	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
 		return err
 	}
-	ov.WrkCommand = fmt.Sprintf("wrk -t%d -c%d -d%s -s post.lua <target>/v1/completions (body %s)", o.Threads, o.Connections, o.Duration, smallRequest)
+	ov.WrkCommand = fmt.Sprintf("wrk -t%d -c%d -d%s -s post.lua <target>/v1/completions (body %s)", o.Threads, o.Connections, wrkSeconds(o.Duration), smallRequest)
+	ov.LoadAvg = loadAvg()
+	fmt.Fprintf(o.Log, "proxy comparison: load average %s at the start\n", ov.LoadAvg)
+	measure := func(name string, d time.Duration) (proxyRun, error) {
+		t := targets[name]
+		var before time.Duration
+		if t.pgid != 0 {
+			var err error
+			if before, _, err = groupCPU("/proc", t.pgid); err != nil {
+				return proxyRun{}, err
+			}
+		}
+		res, err := runWrk(ctx, o, script, t.url+"/v1/completions", d)
+		if err != nil {
+			return proxyRun{}, err
+		}
+		run := proxyRun{wrkResult: res}
+		if t.pgid != 0 {
+			after, _, err := groupCPU("/proc", t.pgid)
+			if err != nil {
+				return proxyRun{}, err
+			}
+			run.CPUus = cpuPerRequest(after-before, res.Requests)
+		}
+		return run, nil
+	}
 	order := []string{"direct", "nginx", "gateway"}
+	if o.Warmup > 0 {
+		ov.WarmupSeconds, _ = strconv.ParseFloat(strings.TrimSuffix(wrkSeconds(o.Warmup), "s"), 64)
+		for _, name := range order {
+			r, err := measure(name, o.Warmup)
+			if err != nil {
+				return fmt.Errorf("warm-up %s: %w", name, err)
+			}
+			fmt.Fprintf(o.Log, "warm-up  %-8s %9.0f req/s %s (not recorded)\n", name, r.RPS, cpuNote(r))
+		}
+	}
 	for round := 0; round < o.Rounds; round++ {
 		var pr ProxyRound
 		rot := append(append([]string{}, order[round%3:]...), order[:round%3]...)
 		pr.Order = strings.Join(rot, ",")
 		for _, name := range rot {
-			rps, err := runWrk(ctx, o, script, targets[name]+"/v1/completions")
+			r, err := measure(name, o.Duration)
 			if err != nil {
 				return fmt.Errorf("round %d %s: %w", round+1, name, err)
 			}
-			fmt.Fprintf(o.Log, "round %d %-8s %9.0f req/s\n", round+1, name, rps)
+			fmt.Fprintf(o.Log, "round %d  %-8s %9.0f req/s %s\n", round+1, name, r.RPS, cpuNote(r))
 			switch name {
 			case "direct":
-				pr.Direct = rps
+				pr.Direct, pr.DirectN = r.RPS, r.Requests
 			case "nginx":
-				pr.Nginx = rps
+				pr.Nginx, pr.NginxN, pr.NginxCPUus = r.RPS, r.Requests, r.CPUus
 			case "gateway":
-				pr.Gateway = rps
+				pr.Gateway, pr.GatewayN, pr.GatewayCPUus = r.RPS, r.Requests, r.CPUus
 			}
 		}
 		ov.Proxy = append(ov.Proxy, pr)
 	}
-	var vn, vd []float64
+	ov.LoadAvgAfter = loadAvg()
+	var vn, vd, vc []float64
 	for _, r := range ov.Proxy {
 		vn, vd = append(vn, r.Gateway/r.Nginx), append(vd, r.Gateway/r.Direct)
+		if r.NginxCPUus > 0 {
+			vc = append(vc, r.GatewayCPUus/r.NginxCPUus)
+		}
 	}
-	ov.RatioVsNginx, ov.RatioVsDirect = median(vn), median(vd)
+	ov.RatioVsNginx, ov.RatioVsDirect, ov.CPURatioVsNginx = median(vn), median(vd), median(vc)
 	return nil
+}
+
+func cpuNote(r proxyRun) string {
+	if r.CPUus == 0 {
+		return fmt.Sprintf("(%d requests)", r.Requests)
+	}
+	return fmt.Sprintf("%6.1f CPU µs/request (%d requests)", r.CPUus, r.Requests)
+}
+
+// cpuPerRequest is CPU time per request in microseconds.
+func cpuPerRequest(cpu time.Duration, requests int64) float64 {
+	if requests <= 0 {
+		return 0
+	}
+	return float64(cpu) / float64(time.Microsecond) / float64(requests)
+}
+
+// ProxyMedians are the medians over the rounds of each column.
+type ProxyMedians struct {
+	Direct, Nginx, Gateway   float64 // req/s
+	NginxCPUus, GatewayCPUus float64 // CPU µs per request
+}
+
+// Medians computes the per-column medians of the proxy rounds.
+func (ov *Overhead) Medians() ProxyMedians {
+	var d, n, g, nc, gc []float64
+	for _, r := range ov.Proxy {
+		d, n, g = append(d, r.Direct), append(n, r.Nginx), append(g, r.Gateway)
+		if r.NginxCPUus > 0 || r.GatewayCPUus > 0 {
+			nc, gc = append(nc, r.NginxCPUus), append(gc, r.GatewayCPUus)
+		}
+	}
+	return ProxyMedians{Direct: median(d), Nginx: median(n), Gateway: median(g), NginxCPUus: median(nc), GatewayCPUus: median(gc)}
 }
 
 func median(v []float64) float64 {
@@ -450,7 +556,7 @@ func waitServing(ctx context.Context, base string, gw bool) error {
 			if ok {
 				return nil
 			}
-			err = fmt.Errorf("status %d, receipt %q: %s", resp.StatusCode, served, b)
+			err = fmt.Errorf("status %d, receipt %q, gateway receipt %q: %s", resp.StatusCode, served, resp.Header.Get(proxy.HeaderEndpoint), b)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return err
@@ -461,45 +567,73 @@ func waitServing(ctx context.Context, base string, gw bool) error {
 
 var (
 	reqPerSec = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reqsIn    = regexp.MustCompile(`(?m)^\s*(\d+) requests in `)
 	non2xx    = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
 	sockErr   = regexp.MustCompile(`Socket errors:.*`)
 )
 
-func runWrk(ctx context.Context, o ProxyOptions, script, url string) (float64, error) {
-	secs := int(math.Max(1, math.Round(o.Duration.Seconds())))
-	out, err := exec.CommandContext(ctx, o.Wrk, "-t"+strconv.Itoa(o.Threads), "-c"+strconv.Itoa(o.Connections), "-d"+strconv.Itoa(secs)+"s", "-s", script, url).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("wrk: %v: %s", err, out)
-	}
+// wrkResult is what a valid wrk run reports.
+type wrkResult struct {
+	RPS      float64 // Requests/sec
+	Requests int64   // "N requests in T": requests completed
+}
+
+// parseWrk reads wrk's report; a run with non-2xx responses or socket errors is invalid.
+func parseWrk(out []byte) (wrkResult, error) {
+	var r wrkResult
 	if m := non2xx.FindSubmatch(out); m != nil {
-		return 0, fmt.Errorf("wrk: %s non-2xx responses: the run is invalid", m[1])
+		return r, fmt.Errorf("wrk: %s non-2xx responses: the run is invalid", m[1])
 	}
 	if m := sockErr.Find(out); m != nil {
-		return 0, fmt.Errorf("wrk: %s: the run is invalid", m)
+		return r, fmt.Errorf("wrk: %s: the run is invalid", m)
 	}
 	m := reqPerSec.FindSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("wrk: no Requests/sec in %s", out)
+		return r, fmt.Errorf("wrk: no Requests/sec in %s", out)
 	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	var err error
+	if r.RPS, err = strconv.ParseFloat(string(m[1]), 64); err != nil {
+		return r, fmt.Errorf("wrk: Requests/sec: %v", err)
+	}
+	m = reqsIn.FindSubmatch(out)
+	if m == nil {
+		return r, fmt.Errorf("wrk: no \"N requests in\" in %s", out)
+	}
+	if r.Requests, err = strconv.ParseInt(string(m[1]), 10, 64); err != nil {
+		return r, fmt.Errorf("wrk: requests: %v", err)
+	}
+	if r.Requests == 0 {
+		return r, errors.New("wrk: 0 requests completed: the run is invalid")
+	}
+	return r, nil
+}
+
+// wrkSeconds is wrk's -d argument for d: whole seconds, at least one.
+func wrkSeconds(d time.Duration) string {
+	return strconv.Itoa(int(math.Max(1, math.Round(d.Seconds())))) + "s"
+}
+
+func runWrk(ctx context.Context, o ProxyOptions, script, url string, d time.Duration) (wrkResult, error) {
+	out, err := exec.CommandContext(ctx, o.Wrk, "-t"+strconv.Itoa(o.Threads), "-c"+strconv.Itoa(o.Connections), "-d"+wrkSeconds(d), "-s", script, url).CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(out)
 }
 
 // proxyChart is a bar chart of the median requests/s per target.
 func proxyChart(ov *Overhead) string {
-	var d, n, g []float64
-	for _, r := range ov.Proxy {
-		d, n, g = append(d, r.Direct), append(n, r.Nginx), append(g, r.Gateway)
-	}
+	md := ov.Medians()
 	bars := []struct {
 		name string
 		v    float64
 		col  string
-	}{{"direct", median(d), "#7f7f7f"}, {"nginx proxy_pass", median(n), "#1f77b4"}, {"kvexact gateway (rr)", median(g), "#d62728"}}
+	}{{"direct", md.Direct, "#7f7f7f"}, {"nginx proxy_pass", md.Nginx, "#1f77b4"}, {"kvexact gateway (rr)", md.Gateway, "#d62728"}}
 	top := 0.0
 	for _, b := range bars {
 		top = math.Max(top, b.v)
 	}
-	const W, H, ml, bw = 560.0, 240.0, 150.0, 340.0
+	const W, H, ml, bw = 560.0, 260.0, 150.0, 340.0
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="Helvetica,Arial,sans-serif" font-size="12">`+"\n", W, H, W, H)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
@@ -510,6 +644,9 @@ func proxyChart(ov *Overhead) string {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%s</text>`, ml-8, y+22, bar.name)
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.1f" height="34" fill="%s"/>`, ml, y, w, bar.col)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f">%.0f</text>`+"\n", ml+w+6, y+22, bar.v)
+	}
+	if md.NginxCPUus > 0 {
+		fmt.Fprintf(&b, `<text x="8" y="%.0f" fill="#333">CPU per request (median): nginx %.1f µs, gateway %.1f µs; load average %s</text>`+"\n", H-30, md.NginxCPUus, md.GatewayCPUus, ov.LoadAvg)
 	}
 	fmt.Fprintf(&b, `<text x="8" y="%.0f" fill="#333">gateway / nginx = %.2f, gateway / direct = %.2f (medians of per-round ratios)</text>`+"\n", H-12, ov.RatioVsNginx, ov.RatioVsDirect)
 	b.WriteString("</svg>\n")

@@ -3,7 +3,7 @@
 // decision and delivery proofs of each cell, and writes JSON results and SVG charts.
 //
 //	kvbench [--quick] [--out dir] [--charts dir]   routing quality sweep
-//	kvbench overhead [--out dir]                    decision time and proxy throughput vs nginx
+//	kvbench overhead [--out dir] [--gateway bin]    decision time and proxy throughput vs nginx
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 package main
@@ -155,18 +155,36 @@ func runOverhead(ctx context.Context, args []string) int {
 	out := fs.String("out", ".cache/bench/kvbench", "directory for overhead.json")
 	charts := fs.String("charts", "", "directory for proxy-throughput.svg (default: the --out directory)")
 	model := fs.String("model", "llama3", "tokenizer model slug")
-	rounds := fs.Int("rounds", 5, "rounds of direct / nginx / gateway")
-	dur := fs.Duration("duration", 3*time.Second, "wrk duration per measurement")
+	rounds := fs.Int("rounds", 5, "rounds of direct / nginx / gateway, the order rotating (the median ratio needs at least 5)")
+	dur := fs.Duration("duration", 3*time.Second, "wrk duration per measurement (whole seconds)")
+	warmup := fs.Duration("warmup", time.Second, "one unrecorded wrk run per target before round 1 (0: none)")
 	conns := fs.Int("c", 32, "wrk connections")
 	threads := fs.Int("t", 2, "wrk threads")
 	nginx := fs.String("nginx", "nginx", "nginx binary (Debian nginx-light)")
 	wrk := fs.String("wrk", "wrk", "wrk binary")
+	gatewayBin := fs.String("gateway", "", "`PATH` of the gateway binary to measure (default: a gateway binary beside this executable, else go build ./cmd/gateway into a temporary directory)")
 	skipProxy := fs.Bool("no-proxy", false, "decision time only")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	ov := &kvbench.Overhead{Machine: kvbench.ThisMachine(), Command: strings.TrimSpace("kvbench overhead " + strings.Join(args, " "))}
+	// The proxy comparison's prerequisites are checked before the decision benchmarks, so a missing
+	// nginx or wrk fails in a second, not after them.
+	var proxyErr error
+	var gw string
+	if !*skipProxy {
+		if proxyErr = kvbench.CheckProxyTools(*nginx, *wrk); proxyErr == nil {
+			var cleanup func()
+			gw, cleanup, proxyErr = kvbench.ResolveGateway(ctx, *gatewayBin, os.Stderr)
+			defer cleanup()
+		}
+		if proxyErr != nil {
+			fmt.Fprintf(os.Stderr, "kvbench overhead: proxy comparison cannot run: %v\n", proxyErr)
+		} else {
+			fmt.Fprintf(os.Stderr, "kvbench overhead: gateway binary %s\n", gw)
+		}
+	}
 	toks := tokenize.NewPool("")
-	ov := &kvbench.Overhead{Machine: kvbench.ThisMachine()}
 	var err error
 	if ov.Decision, err = kvbench.MeasureDecision(ctx, toks, *model, []int{1024, 8192}); err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench overhead: decision: %v\n", err)
@@ -177,18 +195,25 @@ func runOverhead(ctx context.Context, args []string) int {
 			d.PromptTokens, d.Blocks, d.TokenizeUs, d.HashUs, d.DecisionUs, d.AllocsPerOp, d.Score)
 	}
 	if !*skipProxy {
-		self, err := os.Executable()
-		if err == nil {
-			err = kvbench.MeasureProxy(ctx, kvbench.ProxyOptions{UpstreamCmd: []string{self, "upstream"}, Rounds: *rounds, Duration: *dur,
-				Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Log: os.Stderr}, ov)
+		if proxyErr == nil {
+			var self string
+			if self, proxyErr = os.Executable(); proxyErr == nil {
+				proxyErr = kvbench.MeasureProxy(ctx, kvbench.ProxyOptions{UpstreamCmd: []string{self, "upstream"}, Rounds: *rounds, Duration: *dur,
+					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr}, ov)
+			}
 		}
-		if err != nil {
-			// Reported, not hidden: the document says the comparison did not run and why.
-			ov.ProxyError = err.Error()
+		if proxyErr != nil {
+			// Reported, not hidden: the JSON and the document say the comparison did not run and why,
+			// and the command fails (exitNoProxy) once they are written.
+			ov.ProxyError = proxyErr.Error()
 			ov.Proxy = nil
-			fmt.Fprintf(os.Stderr, "kvbench overhead: proxy comparison: %v\n", err)
+			fmt.Fprintf(os.Stderr, "kvbench overhead: proxy comparison: %v\n", proxyErr)
 		} else {
-			fmt.Fprintf(os.Stderr, "gateway/nginx median ratio %.2f, gateway/direct %.2f\n", ov.RatioVsNginx, ov.RatioVsDirect)
+			m := ov.Medians()
+			fmt.Fprintf(os.Stderr, "medians of %d rounds: direct %.0f req/s; nginx %.0f req/s, %.1f CPU µs/request; gateway %.0f req/s, %.1f CPU µs/request\n",
+				len(ov.Proxy), m.Direct, m.Nginx, m.NginxCPUus, m.Gateway, m.GatewayCPUus)
+			fmt.Fprintf(os.Stderr, "gateway/nginx median ratio %.2f (CPU per request %.2f), gateway/direct %.2f; load average %s at the start, %s at the end\n",
+				ov.RatioVsNginx, ov.CPURatioVsNginx, ov.RatioVsDirect, ov.LoadAvg, ov.LoadAvgAfter)
 		}
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -207,8 +232,15 @@ func runOverhead(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "kvbench overhead: %v\n", err)
 		return 1
 	}
+	if proxyErr != nil {
+		return exitNoProxy
+	}
 	return 0
 }
+
+// exitNoProxy is kvbench overhead's exit status when the decision figures were measured and
+// written but the proxy comparison did not run (overhead.json's proxyError says why).
+const exitNoProxy = 3
 
 // runUpstream is the tiny upstream of the proxy comparison, in its own process so that neither
 // proxy shares a Go runtime with it. It prints its addresses on one line and exits when its stdin

@@ -90,3 +90,38 @@ func TestQuick(t *testing.T) {
 		}
 	}
 }
+
+// TestOverheadWithoutNginx: a missing nginx (or wrk) is named with how to install it, the decision
+// figures are still written, the JSON and the document say why the comparison did not run, and the
+// command exits 3 (scripts/bench.sh goes on to the document on that status only).
+func TestOverheadWithoutNginx(t *testing.T) {
+	if _, err := tokenize.NewPool("").Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "raw", "kvbench")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if code := runOverhead(ctx, []string{"--out", out, "--nginx", filepath.Join(dir, "no-nginx"), "--gateway", "/bin/true"}); code != exitNoProxy {
+		t.Fatalf("kvbench overhead without nginx exited %d, want %d", code, exitNoProxy)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "overhead.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ov kvbench.Overhead
+	if err := json.Unmarshal(b, &ov); err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Decision) == 0 || len(ov.Proxy) != 0 || !strings.Contains(ov.ProxyError, "nginx not found") || !strings.Contains(ov.ProxyError, "apt-get install -y nginx-light wrk") {
+		t.Errorf("%d decision figures, %d proxy rounds, proxy error %q", len(ov.Decision), len(ov.Proxy), ov.ProxyError)
+	}
+	doc := filepath.Join(dir, "BENCHMARKS.md")
+	if code := runDoc([]string{"--raw", filepath.Join(dir, "raw"), "--sections", "../../docs/benchmarks", "--charts", dir, "--out", doc}); code != 0 {
+		t.Fatalf("kvbench doc exited %d", code)
+	}
+	md, _ := os.ReadFile(doc)
+	if !strings.Contains(string(md), "Not measured in this run: nginx not found") {
+		t.Error("the document does not say why the proxy comparison did not run")
+	}
+}
