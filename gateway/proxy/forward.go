@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -102,15 +103,7 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 		}
 		l.breaker = ep.Health.Breaker
 	}
-	u := ep.Address + c.r.URL.EscapedPath()
-	if c.r.URL.RawQuery != "" {
-		u += "?" + c.r.URL.RawQuery
-	}
-	var rd io.Reader = http.NoBody
-	if len(body) > 0 || c.r.Method != http.MethodGet && c.r.Method != http.MethodHead {
-		rd = bytes.NewReader(body)
-	}
-	out, err := http.NewRequestWithContext(ctx, c.r.Method, u, rd)
+	out, err := c.upstreamRequest(ctx, ep, body)
 	if err != nil {
 		l.report(health.Canceled, 0) // a bad address is configuration, not the endpoint's health
 		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
@@ -155,6 +148,41 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 	l.report(health.TransportFailure, 0)
 	c.p.cfg.Metrics.upstreamError(c.rule, errConnect)
 	return nil, l, &connectError{ep: ep, err: err}
+}
+
+// upstreamRequest is the client's request re-addressed to ep: the endpoint's scheme and host, its
+// path (if any) joined with the client's path, the client's query. Built field by field rather than
+// through http.NewRequest, which would parse the URL again for every request.
+func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []byte) (*http.Request, error) {
+	base, err := ep.URL()
+	if err != nil {
+		return nil, err
+	}
+	if base.Scheme == "" || base.Host == "" {
+		return nil, fmt.Errorf("address %q is not an absolute URL", ep.Address)
+	}
+	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: c.r.URL.Path, RawPath: c.r.URL.RawPath, RawQuery: c.r.URL.RawQuery}
+	if p := strings.TrimSuffix(base.Path, "/"); p != "" {
+		u.Path, u.RawPath = p+u.Path, ""
+		if c.r.URL.RawPath != "" || base.RawPath != "" {
+			u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + c.r.URL.EscapedPath()
+		}
+	}
+	out, err := http.NewRequestWithContext(ctx, c.r.Method, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	out.URL, out.Host = u, base.Host
+	out.Header = make(http.Header, len(c.r.Header)+4)
+	if len(body) > 0 || c.r.Method != http.MethodGet && c.r.Method != http.MethodHead {
+		out.ContentLength = int64(len(body))
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		if len(body) == 0 {
+			out.Body, out.GetBody = http.NoBody, nil
+		}
+	}
+	return out, nil
 }
 
 // commitHeaders starts the client's response: the upstream's end-to-end headers plus the receipts.

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -97,18 +98,28 @@ func New(cfg Config) *Proxy {
 	return p
 }
 
-// DefaultTransport is the upstream transport New uses when Config.Transport is nil: engines are a
-// handful of hosts each serving hundreds of concurrent streams, so idle connections per host are
-// plentiful; compression is left to the client and the engine (DisableCompression), so bodies the
-// proxy reads itself (P/D legs) arrive as plain JSON.
-func DefaultTransport() *http.Transport {
-	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
+// DefaultTransport is the upstream transport New uses when Config.Transport is nil: gateway/h1's
+// HTTP/1.1 client, which runs each exchange on the handler's goroutine (net/http.Transport's
+// per-connection read and write loops cost as much as the proxying on small requests). Engines are
+// a handful of hosts each serving hundreds of concurrent streams, so idle connections per host are
+// plentiful. No transparent compression: bodies the proxy reads itself (P/D legs) arrive as plain
+// JSON. Requests h1 does not serve (https endpoints, Expect: 100-continue, upgrades) go to a
+// net/http.Transport with the same settings.
+func DefaultTransport() *h1.Transport {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &h1.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		Fallback: &http.Transport{
+			DialContext:           dialer.DialContext,
+			MaxIdleConns:          4096,
+			MaxIdleConnsPerHost:   1024,
+			IdleConnTimeout:       90 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true,
+			ForceAttemptHTTP2:     true,
+		},
 	}
 }
 

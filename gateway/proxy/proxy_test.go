@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -289,7 +291,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		}
 		p.front.Client().CloseIdleConnections()
 		p.front.Close()
-		p.proxy.transport.(*http.Transport).CloseIdleConnections()
+		p.proxy.transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	}()
 	noLeak(t, before)
 }
@@ -611,5 +613,29 @@ func TestUnmarshalStringMatchesJSON(t *testing.T) {
 		if (werr == nil) != (gerr == nil) || got != want {
 			t.Errorf("%s: got %q, %v; json.Unmarshal %q, %v", in, got, gerr, want, werr)
 		}
+	}
+}
+
+// The upstream URL keeps the endpoint's scheme, host and path prefix and the client's escaped path
+// and query, exactly.
+func TestUpstreamRequestURL(t *testing.T) {
+	for _, tc := range []struct{ addr, target, want string }{
+		{"http://127.0.0.1:8000", "/v1/completions?a=1", "http://127.0.0.1:8000/v1/completions?a=1"},
+		{"http://127.0.0.1:8000/", "/v1/x%2Fy?q=%20", "http://127.0.0.1:8000/v1/x%2Fy?q=%20"},
+		{"http://h:1/engine/a", "/v1/models", "http://h:1/engine/a/v1/models"},
+		{"http://h:1/en%2Fgine/", "/v1/a%2Fb", "http://h:1/en%2Fgine/v1/a%2Fb"},
+	} {
+		r := httptest.NewRequest(http.MethodPost, tc.target, nil)
+		c := &call{r: r}
+		out, err := c.upstreamRequest(context.Background(), &route.Endpoint{Name: "e", Address: tc.addr}, []byte("{}"))
+		if err != nil {
+			t.Fatalf("%s + %s: %v", tc.addr, tc.target, err)
+		}
+		if got := out.URL.String(); got != tc.want || out.Host != out.URL.Host || out.ContentLength != 2 {
+			t.Errorf("%s + %s = %s (host %s, length %d), want %s", tc.addr, tc.target, got, out.Host, out.ContentLength, tc.want)
+		}
+	}
+	if _, err := (&call{r: httptest.NewRequest("GET", "/", nil)}).upstreamRequest(context.Background(), &route.Endpoint{Address: "127.0.0.1:80"}, nil); err == nil {
+		t.Fatal("an address without a scheme was accepted")
 	}
 }

@@ -7,6 +7,7 @@
 package route
 
 import (
+	"net/url"
 	"sync/atomic"
 
 	"github.com/kvexact/kvexact/gateway/health"
@@ -38,6 +39,21 @@ type Endpoint struct {
 	queued atomic.Int64
 	served atomic.Uint64
 	fenced atomic.Pointer[string] // why KV-exact may not use this endpoint now (nil: it may)
+	url    atomic.Pointer[url.URL] // Address parsed once, on first use
+}
+
+// URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
+// not modify it.
+func (e *Endpoint) URL() (*url.URL, error) {
+	if u := e.url.Load(); u != nil {
+		return u, nil
+	}
+	u, err := url.Parse(e.Address)
+	if err != nil {
+		return nil, err
+	}
+	e.url.Store(u)
+	return u, nil
 }
 
 // Fence stops KV-exact from choosing the endpoint (a failed re-probe: its identity or tokenizer no
