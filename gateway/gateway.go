@@ -53,6 +53,11 @@ type Options struct {
 	// ReprobeInterval re-checks every certified endpoint's identity and tokenizer (default 60s;
 	// negative disables). A failure fences KV-exact for that endpoint.
 	ReprobeInterval time.Duration
+	// ErrorBody renders the errors a client listener answers before any handler sees the request
+	// (a malformed request line, oversized header fields, an unsupported Transfer-Encoding): it
+	// returns the content type and body. Nil: text/plain. The gateway binary passes
+	// proxy.ProtocolErrorBody, so those errors are OpenAI-shaped too.
+	ErrorBody func(status int, detail string) (contentType string, body []byte)
 }
 
 // Gateway is the running gateway.

@@ -42,9 +42,15 @@ func run(args []string) int {
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
+	gcFloor := fs.Int("gc-floor-mib", 64, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *gcFloor < 0 {
+		fmt.Fprintf(os.Stderr, "gateway: --gc-floor-mib: %d is negative\n", *gcFloor)
+		return 2
+	}
+	defer keepGCFloor(setGCFloor(*gcFloor << 20))
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: --log-level: %v\n", err)
@@ -57,7 +63,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
 	}
-	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, ErrorBody: proxy.ProtocolErrorBody}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
 	}

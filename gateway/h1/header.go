@@ -21,11 +21,7 @@ var ErrHeaderTooLarge = errors.New("h1: header block too large")
 func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if err == nil {
-		if len(line)+1 > *budget { // +1: the LF is already in line
-			return nil, ErrHeaderTooLarge
-		}
-		*budget -= len(line) + 1
-		return trimEOL(line), nil
+		return chargeLine(trimEOL(line), budget)
 	}
 	if err != bufio.ErrBufferFull {
 		if err == io.EOF && len(line) > 0 {
@@ -43,7 +39,7 @@ func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 		line, err = br.ReadSlice('\n')
 		long = append(long, line...)
 		if err == nil {
-			break
+			return chargeLine(trimEOL(long), budget)
 		}
 		if err != bufio.ErrBufferFull {
 			if err == io.EOF {
@@ -52,11 +48,15 @@ func readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if len(long)+1 > *budget {
+}
+
+// chargeLine charges a line and its CRLF against the budget.
+func chargeLine(line []byte, budget *int) ([]byte, error) {
+	if len(line)+2 > *budget {
 		return nil, ErrHeaderTooLarge
 	}
-	*budget -= len(long) + 1
-	return trimEOL(long), nil
+	*budget -= len(line) + 2
+	return line, nil
 }
 
 // trimEOL strips the trailing LF and, if present, the CR before it.
@@ -72,7 +72,7 @@ func trimEOL(line []byte) []byte {
 // values are gathered in one buffer so the whole block costs one string.
 type headerEntry struct {
 	key        string
-	start, end int32
+	start, end int
 }
 
 // readHeader reads header fields up to the empty line into h with canonical
@@ -141,7 +141,7 @@ func readHeader(br *bufio.Reader, h http.Header, budget *int) error {
 		value := trimOWS(line[colon+1:])
 		start := len(vals)
 		vals = append(vals, value...)
-		entries = append(entries, headerEntry{canonicalKey(name), int32(start), int32(len(vals))})
+		entries = append(entries, headerEntry{canonicalKey(name), start, len(vals)})
 	}
 	if len(entries) == 0 {
 		return nil
@@ -259,18 +259,25 @@ func canonicalKey(name []byte) string {
 // a header may inject a field or end the header block.
 func appendHeader(b []byte, h http.Header) []byte {
 	for k, vv := range h {
-		if !isToken(k) {
+		b = appendFieldLines(b, k, vv)
+	}
+	return b
+}
+
+// appendFieldLines writes "k: v\r\n" for each value, with appendHeader's
+// skipping rules.
+func appendFieldLines(b []byte, k string, vv []string) []byte {
+	if !isToken(k) {
+		return b
+	}
+	for _, v := range vv {
+		if hasCRLF(v) {
 			continue
 		}
-		for _, v := range vv {
-			if hasCRLF(v) {
-				continue
-			}
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
 	}
 	return b
 }

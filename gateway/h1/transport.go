@@ -289,16 +289,19 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err, cc.nread == 0 && isConnReset(err))
 	}
 	resp.Request = req
-	b := &body{cc: cc, stop: stop, ctx: ctx, closeAfter: resp.Close || req.Close}
+	cc.attachBody(req, resp, stop)
+	return resp, nil
+}
+
+// attachBody gives resp the body its framing says it has; a response without one releases the
+// connection at once.
+func (cc *clientConn) attachBody(req *http.Request, resp *http.Response, stop func() bool) {
+	b := &body{cc: cc, stop: stop, ctx: req.Context(), closeAfter: resp.Close || req.Close}
 	switch {
-	case !bodyAllowed(req.Method, resp.StatusCode):
+	case !bodyAllowed(req.Method, resp.StatusCode), resp.ContentLength == 0:
 		resp.Body = http.NoBody
 		b.release(true)
-		return resp, nil
-	case resp.ContentLength == 0:
-		resp.Body = http.NoBody
-		b.release(true)
-		return resp, nil
+		return
 	case resp.TransferEncoding != nil:
 		b.chunked = httputil.NewChunkedReader(cc.br)
 	case resp.ContentLength > 0:
@@ -307,7 +310,6 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 		b.untilClose = true
 	}
 	resp.Body = b
-	return resp, nil
 }
 
 func (cc *clientConn) interrupt() {

@@ -57,12 +57,9 @@ func (l *leg) report(o health.Outcome, status int) {
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// copyHeaders copies src into dst without hop-by-hop headers (including those Connection names).
-func copyHeaders(dst, src http.Header) { copyHeadersTo(dst, src, false) }
-
-// copyHeadersTo is copyHeaders; with share, dst takes src's value slices instead of copies (for an
-// upstream response's headers, which nothing reads or edits once they are committed: net/http
-// snapshots the handler's header map at WriteHeader).
+// copyHeadersTo copies src into dst without hop-by-hop headers (including those Connection names).
+// With share, dst takes src's value slices instead of copies: for headers nothing edits in place
+// afterwards (an upstream response's, committed at once; a client request's, read-only here).
 func copyHeadersTo(dst, src http.Header, share bool) {
 	var named []string
 	for _, v := range src.Values("Connection") {
@@ -108,7 +105,9 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 		l.report(health.Canceled, 0) // a bad address is configuration, not the endpoint's health
 		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
 	}
-	copyHeaders(out.Header, c.r.Header)
+	// The client's header values are shared, not copied: nothing edits them in place after this,
+	// except a Rewrite hook, which gets copies.
+	copyHeadersTo(out.Header, c.r.Header, c.p.cfg.Rewrite == nil)
 	out.Header.Del("Content-Length")
 	out.Header.Del("Host")
 	out.Header.Del("Expect") // the body is already read: no 100-continue round trip upstream

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -110,7 +111,7 @@ func (k fixedKeyer) Keys(context.Context, *route.Request) ([]uint64, route.Miss,
 // pool is a proxy in front of one rule's router.
 type pool struct {
 	proxy *Proxy
-	front *httptest.Server
+	front *frontServer
 	rt    *route.Router
 	eps   []*route.Endpoint
 	inv   *inventory.Index
@@ -170,9 +171,41 @@ func newPool(t testing.TB, family string, mode int, specs []epSpec, keyer route.
 		cfgMod(&cfg)
 	}
 	p := New(cfg)
-	front := httptest.NewServer(p.Handler("test"))
-	t.Cleanup(front.Close)
+	front := newFrontServer(t, p.Handler("test"))
 	return &pool{proxy: p, front: front, rt: rt, eps: eps, inv: inv, reg: reg, rule: r}
+}
+
+// frontServer serves the proxy on 127.0.0.1 with the server the gateway's client listeners run
+// (gateway/h1), so these tests exercise the production path.
+type frontServer struct {
+	URL    string
+	srv    *h1.Server
+	client *http.Client
+	once   sync.Once
+}
+
+func newFrontServer(t testing.TB, h http.Handler) *frontServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &frontServer{URL: "http://" + l.Addr().String(), srv: &h1.Server{Handler: h, Log: quietLog()},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
+	go f.srv.Serve(l)
+	t.Cleanup(f.Close)
+	return f
+}
+
+// Client is a client for the front (its idle connections are closed with it).
+func (f *frontServer) Client() *http.Client { return f.client }
+
+// Close stops the front and drops the client's idle connections.
+func (f *frontServer) Close() {
+	f.once.Do(func() {
+		f.client.CloseIdleConnections()
+		f.srv.Close()
+	})
 }
 
 func (p *pool) ep(name string) *route.Endpoint {

@@ -1,0 +1,193 @@
+package h1
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"time"
+)
+
+// serveOne reads one request, runs the handler and completes the response.
+// It reports whether the connection can serve another request.
+func (c *conn) serveOne() bool {
+	// The request is assembled on the stack and copied once by WithContext,
+	// the only way to give it a context.
+	var tmpl http.Request
+	ex := &exchange{c: c}
+	if err := readRequest(c.br, c.srv.maxHeaderBytes(), &tmpl, &ex.info); err != nil {
+		var re *requestError
+		if errors.As(err, &re) {
+			c.answerError(re.status, re.detail)
+		}
+		return false
+	}
+	// A body that is not all in the buffer may take its time: no deadline while the handler
+	// reads it. (The disconnect watch clears the deadline itself when it starts.)
+	if !c.rdl.IsZero() && (ex.info.bodyKind == bodyChunked || ex.info.bodyKind == bodyLength && tmpl.ContentLength > int64(c.br.Buffered())) {
+		c.setReadDeadline(time.Time{})
+	}
+	tmpl.RemoteAddr = c.remoteAddr
+	if ex.info.bodyKind == bodyNone {
+		tmpl.Body = http.NoBody
+		ex.bodyEOF = true
+	} else {
+		ex.body.init(c.br, ex.info.bodyKind, tmpl.ContentLength, c.srv.maxHeaderBytes())
+		ex.body.ex = ex
+		tmpl.Body = &ex.body
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	ex.cancel = cancel
+	ex.req = tmpl.WithContext(ctx)
+
+	h := c.srv.Handler
+	if ex.info.optionsStar {
+		h = optionsStar
+	}
+	c.startWatch(ex)
+	p := run(h, ex, ex.req)
+	c.stopWatch()
+	ex.done.Store(true)
+	cancel()
+	keep := false
+	if p != nil {
+		ex.abort(p)
+	} else {
+		keep = ex.finish()
+	}
+	c.mu.Lock()
+	c.active = nil
+	c.mu.Unlock()
+	return keep
+}
+
+// run calls the handler and returns what it panicked with, if anything.
+func run(h http.Handler, w http.ResponseWriter, r *http.Request) (p any) {
+	defer func() { p = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
+}
+
+// optionsStar answers "OPTIONS *" (RFC 9110 §9.3.7), as net/http does.
+var optionsStar = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusOK)
+})
+
+// The disconnect watch. A request that runs past DisconnectCheckAfter gets
+// one background read on its connection (a Peek into the connection's
+// bufio.Reader, so bytes of a pipelined request are kept, not lost); EOF or
+// an error cancels the request's context.
+//
+// The timer is one per connection and is not reset per request: resetting a
+// timer to fire earlier than everything else pending wakes the runtime's
+// network poller, which cost more than the rest of a small request. Instead
+// each request records its start, and a firing timer re-arms itself for the
+// remaining time of the request then running, or lapses between requests.
+type watchState uint8
+
+const (
+	watchOff     watchState = iota
+	watchArmed              // a request runs; its watch is due at reqStart+d
+	watchPending            // due, but the request body is not read yet
+	watchRunning            // the background read is under way
+)
+
+// watchStopDeadline is a read deadline that interrupts a blocked read at once.
+var watchStopDeadline = time.Unix(1, 0)
+
+func (c *conn) startWatch(ex *exchange) {
+	d := c.srv.disconnectCheckAfter()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active = ex
+	c.watch = watchArmed
+	if d < 0 {
+		c.fireLocked()
+		return
+	}
+	c.reqStart = time.Now()
+	switch {
+	case c.timerPending:
+		// It fires within d and re-arms for this request.
+	case c.watchTimer == nil:
+		c.timerPending = true
+		c.watchTimer = time.AfterFunc(d, c.fire)
+	default:
+		c.timerPending = true
+		c.watchTimer.Reset(d)
+	}
+}
+
+// fire runs on the timer's goroutine.
+func (c *conn) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timerPending = false
+	if c.watch != watchArmed {
+		return // between requests, or this request's watch already started
+	}
+	if left := c.srv.disconnectCheckAfter() - time.Since(c.reqStart); left > 0 {
+		c.timerPending = true // a later request than the one the timer was set for
+		c.watchTimer.Reset(left)
+		return
+	}
+	c.fireLocked()
+}
+
+// fireLocked starts the background read if the request body is done, or
+// leaves it to bodyDone.
+func (c *conn) fireLocked() {
+	ex := c.active
+	if !ex.bodyEOF {
+		c.watch = watchPending
+		return
+	}
+	c.startWatchReadLocked(ex)
+}
+
+// startWatchReadLocked starts the background read, without a deadline: a stream may outlive any
+// idle deadline and must stay watched. stopWatch, which changes the state under mu after this,
+// interrupts the read with a past deadline.
+func (c *conn) startWatchReadLocked(ex *exchange) {
+	c.watch = watchRunning
+	if !c.rdl.IsZero() {
+		c.setReadDeadline(time.Time{})
+	}
+	go c.watchRead(ex)
+}
+
+// bodyDone is called when the request body was read to its end.
+func (c *conn) bodyDone(ex *exchange) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ex.bodyEOF = true
+	if c.watch == watchPending && c.active == ex {
+		c.startWatchReadLocked(ex)
+	}
+}
+
+func (c *conn) watchRead(ex *exchange) {
+	// The handler does not touch br any more (its body is done), and the
+	// serving goroutine waits in stopWatch before it reads again.
+	_, err := c.br.Peek(1)
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		c.peerGone.Store(true)
+		ex.cancel()
+	}
+	c.watchDone <- struct{}{}
+}
+
+// stopWatch ends the watch of the current request and waits for its read.
+// The read deadline it leaves is reset by the next awaitRequest. A pending
+// timer is left to lapse.
+func (c *conn) stopWatch() {
+	c.mu.Lock()
+	st := c.watch
+	c.watch = watchOff
+	c.mu.Unlock()
+	if st == watchRunning {
+		c.setReadDeadline(watchStopDeadline)
+		<-c.watchDone
+	}
+}
