@@ -396,32 +396,46 @@ func appendHeaderExcept(b []byte, h http.Header) []byte {
 	return b
 }
 
-// countingWriter remembers whether the destination failed (a connection error, retryable) as
-// opposed to the source (a body error, not retryable).
-type countingWriter struct {
-	w   io.Writer
-	err error
+// limitedWriter writes at most n bytes to w; a source that has more fails with ErrBodyLength. It
+// remembers whether w failed (a connection error, retryable) as opposed to the source (a body
+// error, not retryable).
+type limitedWriter struct {
+	w    io.Writer
+	n    int64
+	werr error
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.n {
+		return 0, ErrBodyLength
+	}
+	n, err := l.w.Write(p)
+	l.n -= int64(n)
 	if err != nil {
-		c.err = err
+		l.werr = err
 	}
 	return n, err
 }
 
+// writeExactly copies exactly n body bytes. A body that can write itself (the proxy's bytes, behind
+// io.NopCloser) goes straight into the buffered writer; any other is read into the writer's buffer.
 func writeExactly(bw *bufio.Writer, body io.Reader, n int64) error {
-	cw := &countingWriter{w: bw}
-	copied, err := io.Copy(cw, io.LimitReader(body, n))
-	if cw.err != nil {
-		return cw.err
+	lw := &limitedWriter{w: bw, n: n}
+	var err error
+	if wt, ok := body.(io.WriterTo); ok {
+		_, err = wt.WriteTo(lw)
+	} else {
+		_, err = io.Copy(lw, io.LimitReader(body, n))
 	}
-	if err != nil {
+	switch {
+	case lw.werr != nil:
+		return lw.werr
+	case errors.Is(err, ErrBodyLength):
+		return &bodyError{fmt.Errorf("%w: more than the declared %d bytes", ErrBodyLength, n)}
+	case err != nil:
 		return &bodyError{fmt.Errorf("h1: reading the request body: %w", err)}
-	}
-	if copied != n {
-		return &bodyError{fmt.Errorf("%w: declared %d, got %d", ErrBodyLength, n, copied)}
+	case lw.n != 0:
+		return &bodyError{fmt.Errorf("%w: declared %d, got %d", ErrBodyLength, n, n-lw.n)}
 	}
 	return nil
 }

@@ -463,6 +463,17 @@ func TestTransportRequestChecks(t *testing.T) {
 	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrBodyLength) {
 		t.Fatalf("short body: %v", err)
 	}
+	// ... as does a longer one, and a short one that cannot write itself.
+	req, _ = http.NewRequest("POST", srv.URL, strings.NewReader("abcdef"))
+	req.ContentLength = 3
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrBodyLength) {
+		t.Fatalf("long body: %v", err)
+	}
+	req, _ = http.NewRequest("POST", srv.URL, struct{ io.Reader }{strings.NewReader("ab")})
+	req.ContentLength = 5
+	if _, err := tr.RoundTrip(req); !errors.Is(err, ErrBodyLength) {
+		t.Fatalf("short reader body: %v", err)
+	}
 	// https goes to the fallback, or fails naming why.
 	req, _ = http.NewRequest("GET", "https://127.0.0.1:1/", nil)
 	if _, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), `scheme "https"`) {

@@ -41,7 +41,7 @@ type wireBody struct {
 // Content-Type is accepted (some clients omit it); the body must still parse as JSON.
 func checkJSONType(r *http.Request) *apiError {
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
+	if ct == "" || ct == "application/json" { // the common case, without a parameter map
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
