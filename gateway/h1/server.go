@@ -1,8 +1,8 @@
 package h1
 
 import (
-	"bytes"
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"

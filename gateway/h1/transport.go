@@ -391,7 +391,7 @@ func appendHeaderExcept(b []byte, h http.Header) []byte {
 		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue
 		}
-		b = appendField(b, k, vv)
+		b = appendFieldLines(b, k, vv)
 	}
 	return b
 }
@@ -738,22 +738,4 @@ func hostPort(u *url.URL) string {
 		return u.Host
 	}
 	return net.JoinHostPort(u.Hostname(), "80")
-}
-
-// appendField writes "Key: value\r\n" for each value; a key that is not a token or a value with CR
-// or LF is skipped, so nothing in a header can inject a field or end the block.
-func appendField(b []byte, k string, vv []string) []byte {
-	if !isToken(k) {
-		return b
-	}
-	for _, v := range vv {
-		if hasCRLF(v) {
-			continue
-		}
-		b = append(b, k...)
-		b = append(b, ": "...)
-		b = append(b, v...)
-		b = append(b, "\r\n"...)
-	}
-	return b
 }

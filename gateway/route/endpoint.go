@@ -38,7 +38,7 @@ type Endpoint struct {
 	active atomic.Int64
 	queued atomic.Int64
 	served atomic.Uint64
-	fenced atomic.Pointer[string] // why KV-exact may not use this endpoint now (nil: it may)
+	fenced atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
 	url    atomic.Pointer[url.URL] // Address parsed once, on first use
 }
 
