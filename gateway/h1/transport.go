@@ -139,8 +139,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		// A pooled connection the upstream had already closed fails before any byte of the answer:
-		// the request never reached a handler, so it is sent again once, on a fresh connection.
+		// A pooled connection the upstream had already closed (uvicorn drops idle ones after 5 s)
+		// fails before any byte of the answer: the request is sent again once, on a fresh
+		// connection. net/http learns of such closes from its per-connection read loop, which
+		// this transport does not run. The same failure from an upstream that took the request
+		// and died before answering also retries once: at worst an engine computes it twice.
 		var se *staleConnError
 		if errors.As(err, &se) && attempt == 0 && replayable(req) {
 			if req.GetBody != nil {
