@@ -107,9 +107,9 @@ func bodyAllowedForStatus(code int) bool {
 // Header implements http.ResponseWriter.
 func (ex *exchange) Header() http.Header {
 	if ex.header == nil {
-		// Sized for a proxied answer (the upstream's fields plus the gateway's receipts), so
-		// that filling it does not grow the map twice.
-		ex.header = make(http.Header, 16)
+		// One group of eight: a proxied answer (the upstream's fields plus the gateway's
+		// receipts) usually fits without growing the map, and a larger hint costs a table.
+		ex.header = make(http.Header, 8)
 	}
 	return ex.header
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,33 +54,33 @@ func (l *leg) report(o health.Outcome, status int) {
 	l.breaker.Report(o, status)
 }
 
-// hopHeaders are meaningful for one connection only and never forwarded (RFC 9110 §7.6.1).
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+// isHopHeader: fields meaningful for one connection only, never forwarded (RFC 9110 §7.6.1).
+func isHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
 
 // copyHeadersTo copies src into dst without hop-by-hop headers (including those Connection names).
 // With share, dst takes src's value slices instead of copies: for headers nothing edits in place
 // afterwards (an upstream response's, committed at once; a client request's, read-only here).
 func copyHeadersTo(dst, src http.Header, share bool) {
 	var named []string
-	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
+	for _, v := range src["Connection"] {
+		for v != "" {
+			var f string
+			f, v, _ = strings.Cut(v, ",")
 			if f = strings.TrimSpace(f); f != "" {
 				named = append(named, http.CanonicalHeaderKey(f))
 			}
 		}
 	}
-outer:
 	for k, vv := range src {
-		for _, h := range hopHeaders {
-			if k == h {
-				continue outer
-			}
-		}
-		for _, h := range named {
-			if k == h {
-				continue outer
-			}
+		if isHopHeader(k) || slices.Contains(named, k) {
+			continue
 		}
 		if share {
 			dst[k] = vv
