@@ -101,9 +101,9 @@ func unsupported(req *http.Request) string {
 		return "scheme " + strconv.Quote(req.URL.Scheme)
 	case req.Method == http.MethodConnect:
 		return "CONNECT"
-	case req.Header.Get("Upgrade") != "":
+	case len(req.Header["Upgrade"]) > 0: // canonical keys: no Get, which canonicalizes per call
 		return "protocol upgrades"
-	case req.Header.Get("Expect") != "":
+	case len(req.Header["Expect"]) > 0:
 		return "Expect"
 	case req.URL.Host == "" && req.Host == "":
 		return "a request without a host"

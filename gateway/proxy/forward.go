@@ -174,13 +174,13 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 	}
 	out.URL, out.Host = u, base.Host
 	out.Header = make(http.Header, len(c.r.Header)+4)
-	if len(body) > 0 || c.r.Method != http.MethodGet && c.r.Method != http.MethodHead {
+	switch {
+	case len(body) > 0:
 		out.ContentLength = int64(len(body))
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		if len(body) == 0 {
-			out.Body, out.GetBody = http.NoBody, nil
-		}
+	case c.r.Method != http.MethodGet && c.r.Method != http.MethodHead:
+		out.Body = http.NoBody // an empty POST still says Content-Length: 0
 	}
 	return out, nil
 }
