@@ -89,6 +89,12 @@ func (t *Transport) dial(ctx context.Context, addr string) (*clientConn, error) 
 	}
 	cc := &clientConn{t: t, addr: addr, nc: nc, bw: bufio.NewWriterSize(nc, 4<<10)}
 	cc.br = bufio.NewReaderSize(cc, 4<<10)
+	cc.recent, cc.interruptFn = true, cc.interrupt
+	if sc, ok := nc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			cc.rc, cc.flushFn = rc, cc.flushInRead
+		}
+	}
 	return cc, nil
 }
 
@@ -202,6 +208,7 @@ func (t *Transport) getConn(ctx context.Context, addr string, fresh bool) (*clie
 			t.idle[addr] = list
 			t.mu.Unlock()
 			cc.reused = true
+			cc.recent = now.Sub(cc.idleAt) < waitFirstIdle
 			return cc, nil
 		}
 		if t.idle != nil {
@@ -240,7 +247,17 @@ type clientConn struct {
 	bw     *bufio.Writer
 	idleAt time.Time
 	reused bool  // it served an exchange before this one
+	recent bool  // reused after less than waitFirstIdle idle (or fresh): see flush
 	nread  int64 // bytes read in the current exchange (0: the upstream sent nothing yet)
+
+	interruptFn func() // cc.interrupt, made once: a method value costs an allocation
+
+	// rc, flushFn and the two fields after them serve flush's wait-first path; rc is nil when the
+	// connection has no file descriptor to wait on.
+	rc       syscall.RawConn
+	flushFn  func(uintptr) bool // cc.flushInRead
+	flushed  bool
+	flushErr error
 
 	// interrupted is set by the request context's AfterFunc, which also poisons the deadline.
 	interrupted atomic.Bool
@@ -265,7 +282,7 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	cc.nread = 0
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, cc.interrupt)
+		stop = context.AfterFunc(ctx, cc.interruptFn)
 	}
 	fail := func(err error, stale bool) (*http.Response, error) {
 		if stop != nil {
@@ -280,7 +297,11 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if err := cc.writeRequest(req); err != nil {
+	whole, err := cc.writeRequest(req)
+	if err == nil {
+		err = cc.flush(whole)
+	}
+	if err != nil {
 		var be *bodyError
 		if errors.As(err, &be) {
 			return fail(be.err, false)
@@ -325,19 +346,20 @@ type bodyError struct{ err error }
 
 func (e *bodyError) Error() string { return e.err.Error() }
 
-// writeRequest writes the request line, headers and body, then flushes.
-func (cc *clientConn) writeRequest(req *http.Request) error {
+// writeRequest writes the request line, headers and body into the connection's buffer (which
+// flushes on its own only when full). whole reports that all of it is still in the buffer, unsent.
+func (cc *clientConn) writeRequest(req *http.Request) (whole bool, err error) {
 	bw := cc.bw
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if strings.ContainsAny(host, "\r\n ") {
-		return &bodyError{fmt.Errorf("h1: invalid Host %q", host)}
+		return false, &bodyError{fmt.Errorf("h1: invalid Host %q", host)}
 	}
 	uri := req.URL.RequestURI()
 	if strings.ContainsAny(uri, "\r\n ") {
-		return &bodyError{fmt.Errorf("h1: invalid request target %q", uri)}
+		return false, &bodyError{fmt.Errorf("h1: invalid request target %q", uri)}
 	}
 	b := bw.AvailableBuffer()
 	b = append(b, req.Method...)
@@ -369,22 +391,67 @@ func (cc *clientConn) writeRequest(req *http.Request) error {
 	}
 	b = appendHeaderExcept(b, req.Header)
 	b = append(b, "\r\n"...)
+	// Nothing was buffered before this request, so the buffer holds all of it exactly when its
+	// length is the head's plus the body's.
+	size := int64(len(b))
 	if _, err := bw.Write(b); err != nil {
-		return err
+		return false, err
 	}
 	if hasBody {
 		var err error
 		if chunked {
 			err = writeChunked(bw, req.Body)
+			size = -1
 		} else {
 			err = writeExactly(bw, req.Body, n)
+			size += n
 		}
 		req.Body.Close()
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
-	return bw.Flush()
+	return int64(bw.Buffered()) == size, nil
+}
+
+// waitFirstIdle bounds how long a pooled connection may have been idle for flush to take its
+// wait-first path: upstreams close idle connections after seconds, not within a few hundred
+// milliseconds of an answer that did not announce the close.
+const waitFirstIdle = 250 * time.Millisecond
+
+// flush sends the buffered request. When the whole request is in the buffer, the connection is
+// fresh or was idle only briefly and no unread byte is buffered, it also waits until the reply is
+// readable, so that readResponse's first read finds data: a read attempted at once, as net.Conn
+// does, nearly always fails with EAGAIN and parks — a wasted system call on every exchange.
+//
+// The wait must not miss readiness that came before it. RawConn.Read forgets earlier readiness
+// before its first callback, so the flush runs inside that callback: the upstream cannot answer
+// a request it has not received, so every byte of the answer arrives after the point that forgot
+// older readiness, and is seen. What could have arrived earlier is an idle connection's close (an
+// old FIN): that is why a long-idle connection takes the ordinary path, and why a request written
+// partly before (a body larger than the buffer, which the upstream may answer early) does too. A
+// connection the upstream closed answers the flush with a reset, which also ends the wait.
+func (cc *clientConn) flush(whole bool) error {
+	if cc.rc == nil || !whole || !cc.recent || cc.br.Buffered() > 0 {
+		return cc.bw.Flush()
+	}
+	cc.flushed, cc.flushErr = false, nil
+	_ = cc.rc.Read(cc.flushFn) // a failed wait (deadline, interrupt, close) shows again in the read
+	if !cc.flushed {
+		return cc.bw.Flush() // RawConn.Read failed before calling back: let the flush report it
+	}
+	return cc.flushErr
+}
+
+// flushInRead is flush's RawConn.Read callback: the first call flushes and asks to wait for
+// readability (unless the flush failed), the second reports it.
+func (cc *clientConn) flushInRead(uintptr) bool {
+	if cc.flushed {
+		return true
+	}
+	cc.flushed = true
+	cc.flushErr = cc.bw.Flush()
+	return cc.flushErr != nil
 }
 
 // appendHeaderExcept appends req's header fields except those the transport writes itself.

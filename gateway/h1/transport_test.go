@@ -623,3 +623,92 @@ func BenchmarkTransport(b *testing.B) {
 		run(b, tr)
 	})
 }
+
+// TestTransportFlushWaitsForReply: a request written whole is flushed inside a readiness wait,
+// which returns only once the reply can be read (so the read that follows does not fail with
+// EAGAIN first); a request that does not fit the buffer is flushed without waiting, since the
+// upstream may answer before it has all of it.
+func TestTransportFlushWaitsForReply(t *testing.T) {
+	gotRequest := make(chan struct{}, 1)
+	release, stop := make(chan struct{}), make(chan struct{})
+	rs := newRawServer(t, func(n int64, c net.Conn, br *bufio.Reader) {
+		for {
+			_, body, err := readRawRequest(br)
+			if err != nil {
+				return
+			}
+			gotRequest <- struct{}{}
+			select {
+			case <-release:
+			case <-stop: // the test failed: do not hold the server's cleanup
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+	})
+	t.Cleanup(func() { close(stop) }) // runs before the server's cleanup waits for it
+	tr := &Transport{}
+	defer tr.CloseIdleConnections()
+	cc, err := tr.getConn(context.Background(), rs.l.Addr().String(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.nc.Close()
+	if cc.rc == nil || !cc.recent {
+		t.Fatalf("a fresh TCP connection has no wait-first path (rc %v, recent %v)", cc.rc, cc.recent)
+	}
+
+	for _, tc := range []struct {
+		name string
+		body string
+		wait bool
+	}{
+		{"whole request", "small", true},
+		{"larger than the buffer", strings.Repeat("x", 8<<10), false},
+	} {
+		req, _ := http.NewRequest("POST", rs.url()+"/", strings.NewReader(tc.body))
+		whole, err := cc.writeRequest(req)
+		if err != nil || whole != tc.wait {
+			t.Fatalf("%s: writeRequest = %v, %v; want whole=%v", tc.name, whole, err, tc.wait)
+		}
+		flushed := make(chan error, 1)
+		go func() { flushed <- cc.flush(whole) }()
+		<-gotRequest
+		select {
+		case err := <-flushed:
+			if tc.wait {
+				t.Fatalf("%s: flush returned (%v) before the upstream answered", tc.name, err)
+			}
+		case <-time.After(100 * time.Millisecond):
+			if !tc.wait {
+				t.Fatalf("%s: flush waited for the answer", tc.name)
+			}
+		}
+		release <- struct{}{}
+		if tc.wait {
+			if err := <-flushed; err != nil {
+				t.Fatalf("%s: flush: %v", tc.name, err)
+			}
+		}
+		resp, err := cc.readResponse(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		cc.attachBody(req, resp, nil)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || string(b) != tc.body {
+			t.Fatalf("%s: body %d bytes, %v", tc.name, len(b), err)
+		}
+		cc = mustIdle(t, tr, rs)
+	}
+}
+
+// mustIdle takes the connection the last exchange returned to the pool.
+func mustIdle(t *testing.T, tr *Transport, rs *rawServer) *clientConn {
+	t.Helper()
+	cc, err := tr.getConn(context.Background(), rs.l.Addr().String(), false)
+	if err != nil || !cc.reused {
+		t.Fatalf("the connection did not go back to the pool (%v)", err)
+	}
+	return cc
+}

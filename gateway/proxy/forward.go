@@ -90,10 +90,30 @@ func copyHeadersTo(dst, src http.Header, share bool) {
 	}
 }
 
+// outbound is one upstream request and its leg, allocated together.
+type outbound struct {
+	leg  leg
+	url  url.URL
+	body bodyReader
+	vals [2]string // X-Request-Id and X-Forwarded-For values
+}
+
+// bodyReader is a request body over bytes the proxy holds: an io.ReadCloser that can also write
+// itself out (io.WriterTo), which lets the upstream transport copy it without a buffer.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
 // send issues one upstream request with body to ep, after the breaker admits it. internal legs
 // (whose answer the proxy reads itself) ask for an uncompressed body.
 func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, internal bool) (*http.Response, *leg, error) {
-	l := &leg{ep: ep}
+	return c.sendOn(new(outbound), ctx, ep, body, internal)
+}
+
+// sendOn is send with the request's objects in o, which must not be in use.
+func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body []byte, internal bool) (*http.Response, *leg, error) {
+	o.leg = leg{ep: ep}
+	l := &o.leg
 	if ep.Health != nil && ep.Health.Breaker != nil {
 		if !ep.Health.Breaker.Acquire() {
 			c.p.cfg.Metrics.upstreamError(c.rule, errBreakerOpen)
@@ -101,30 +121,33 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 		}
 		l.breaker = ep.Health.Breaker
 	}
-	out, err := c.upstreamRequest(ctx, ep, body)
+	out, err := c.upstreamRequest(ctx, ep, body, o)
 	if err != nil {
 		l.report(health.Canceled, 0) // a bad address is configuration, not the endpoint's health
 		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
 	}
 	// The client's header values are shared, not copied: nothing edits them in place after this,
 	// except a Rewrite hook, which gets copies.
-	copyHeadersTo(out.Header, c.r.Header, c.p.cfg.Rewrite == nil)
-	out.Header.Del("Content-Length")
-	out.Header.Del("Host")
-	out.Header.Del("Expect") // the body is already read: no 100-continue round trip upstream
-	out.Header.Set(HeaderRequestID, c.id)
-	if len(body) > 0 && out.Header.Get("Content-Type") == "" {
-		out.Header.Set("Content-Type", "application/json")
+	h := out.Header
+	copyHeadersTo(h, c.r.Header, c.p.cfg.Rewrite == nil)
+	delete(h, "Content-Length")
+	delete(h, "Host")
+	delete(h, "Expect") // the body is already read: no 100-continue round trip upstream
+	o.vals[0] = c.id
+	h[HeaderRequestID] = o.vals[0:1:1]
+	if len(body) > 0 && header(h, "Content-Type") == "" {
+		h["Content-Type"] = []string{"application/json"}
 	}
 	if internal {
-		out.Header.Del("Accept-Encoding")
-		out.Header.Set("Accept", "application/json")
+		delete(h, "Accept-Encoding")
+		h["Accept"] = []string{"application/json"}
 	}
 	if ip, _, err := net.SplitHostPort(c.r.RemoteAddr); err == nil {
-		if prior := c.r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+		if prior := c.r.Header["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		out.Header.Set("X-Forwarded-For", ip)
+		o.vals[1] = ip
+		h["X-Forwarded-For"] = o.vals[1:2:2]
 	}
 	if c.p.cfg.Rewrite != nil {
 		c.p.cfg.Rewrite(out, ep)
@@ -153,7 +176,7 @@ func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, intern
 // upstreamRequest is the client's request re-addressed to ep: the endpoint's scheme and host, its
 // path (if any) joined with the client's path, the client's query. Built field by field rather than
 // through http.NewRequest, which would parse the URL again for every request.
-func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []byte) (*http.Request, error) {
+func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []byte, o *outbound) (*http.Request, error) {
 	base, err := ep.URL()
 	if err != nil {
 		return nil, err
@@ -161,24 +184,31 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 	if base.Scheme == "" || base.Host == "" {
 		return nil, fmt.Errorf("address %q is not an absolute URL", ep.Address)
 	}
-	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: c.r.URL.Path, RawPath: c.r.URL.RawPath, RawQuery: c.r.URL.RawQuery}
+	u := &o.url
+	*u = url.URL{Scheme: base.Scheme, Host: base.Host, Path: c.r.URL.Path, RawPath: c.r.URL.RawPath, RawQuery: c.r.URL.RawQuery}
 	if p := strings.TrimSuffix(base.Path, "/"); p != "" {
 		u.Path, u.RawPath = p+u.Path, ""
 		if c.r.URL.RawPath != "" || base.RawPath != "" {
 			u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + c.r.URL.EscapedPath()
 		}
 	}
+	// The one way to give a request its context without a second copy; its URL argument is empty
+	// (a cheap parse) and replaced below.
 	out, err := http.NewRequestWithContext(ctx, c.r.Method, "", nil)
 	if err != nil {
 		return nil, err
 	}
 	out.URL, out.Host = u, base.Host
-	out.Header = make(http.Header, len(c.r.Header)+4)
 	switch {
 	case len(body) > 0:
 		out.ContentLength = int64(len(body))
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		o.body.Reset(body)
+		out.Body = &o.body
+		out.GetBody = func() (io.ReadCloser, error) {
+			r := new(bodyReader)
+			r.Reset(body)
+			return r, nil
+		}
 	case c.r.Method != http.MethodGet && c.r.Method != http.MethodHead:
 		out.Body = http.NoBody // an empty POST still says Content-Length: 0
 	}
@@ -190,16 +220,16 @@ func (c *call) commitHeaders(status int, h http.Header) {
 	dst := c.w.Header()
 	copyHeadersTo(dst, h, true)
 	if v := dst[HeaderRequestID]; len(v) != 1 || v[0] != c.id {
-		dst[HeaderRequestID] = []string{c.id} // the upstream's own X-Request-Id does not reach the client
+		dst[HeaderRequestID] = c.value(valRequestID, c.id) // the upstream's own X-Request-Id does not reach the client
 	}
 	if c.rt != nil {
-		dst.Set(HeaderRule, c.rule)
+		dst[HeaderRule] = c.value(valRule, c.rule)
 	}
 	if c.server != nil {
-		dst.Set(HeaderEndpoint, c.server.Name)
+		dst[HeaderEndpoint] = c.value(valEndpoint, c.server.Name)
 	}
 	if c.prefill != nil {
-		dst.Set(HeaderPrefill, c.prefill.Name)
+		dst[HeaderPrefill] = c.value(valPrefill, c.prefill.Name)
 	}
 	if c.p.cfg.DebugHeader && c.d != nil {
 		if b, err := json.Marshal(c.d); err == nil {
@@ -259,9 +289,10 @@ func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) r
 	defer bufPool.Put(bp)
 	buf := *bp
 	// Event framing is only visible in an uncompressed stream; a compressed one is relayed as is.
-	sse := isSSE(resp.Header) && resp.Header.Get("Content-Encoding") == ""
-	flush := isSSE(resp.Header) || c.body != nil && c.body.stream
-	rc := http.NewResponseController(c.w)
+	eventStream := isSSE(resp.Header)
+	sse := eventStream && header(resp.Header, "Content-Encoding") == ""
+	flush := eventStream || c.body != nil && c.body.stream
+	rc := flusher{c.w}
 	var pending []byte // SSE: bytes after the last complete event, held until the event completes
 	started := false
 	for {
@@ -349,7 +380,29 @@ func (c *call) serverName() string {
 }
 
 func isSSE(h http.Header) bool {
-	return strings.HasPrefix(strings.TrimSpace(strings.ToLower(h.Get("Content-Type"))), "text/event-stream")
+	ct := strings.TrimLeft(header(h, "Content-Type"), " \t")
+	return len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
+}
+
+// flusher flushes a ResponseWriter as http.ResponseController does (FlushError, else Flush, else
+// http.ErrNotSupported), without allocating a controller per request.
+type flusher struct{ w http.ResponseWriter }
+
+func (f flusher) Flush() error {
+	w := f.w
+	for {
+		switch t := w.(type) {
+		case interface{ FlushError() error }:
+			return t.FlushError()
+		case http.Flusher:
+			t.Flush()
+			return nil
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return http.ErrNotSupported
+		}
+	}
 }
 
 // eventEnd returns the length of b's prefix made of complete SSE events (0 when none is complete).

@@ -135,12 +135,13 @@ type handler struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := r.Header.Get(HeaderRequestID)
+	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), start: time.Now(), listener: h.listener, rule: "none"}
+	id := header(r.Header, HeaderRequestID)
 	if id == "" || len(id) > 256 {
 		id = newRequestID()
 	}
-	w.Header().Set(HeaderRequestID, id)
-	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), id: id, start: time.Now(), listener: h.listener, rule: "none"}
+	c.id = id
+	w.Header()[HeaderRequestID] = c.value(valRequestID, id)
 	switch path := r.URL.Path; {
 	case path == "/v1/completions" || path == "/v1/chat/completions":
 		if r.Method != http.MethodPost {
@@ -171,7 +172,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return "kvx-" + hex.EncodeToString(b[:])
+	var out [4 + 32]byte
+	copy(out[:], "kvx-")
+	hex.Encode(out[4:], b[:])
+	return string(out[:])
 }
 
 // call is one client request in flight.
@@ -186,9 +190,9 @@ type call struct {
 
 	rule   string
 	rt     *route.Router
-	body   *parsed // nil on pass-through paths
+	body   *parsed // nil on pass-through paths; else &pb
 	raw    []byte
-	req    *route.Request
+	req    *route.Request  // &rreq
 	d      *route.Decision // the decision serving now
 	tier   string
 	status int // status sent to the client (499: the client left first)
@@ -198,6 +202,29 @@ type call struct {
 	committed bool
 	abortConn bool
 	inflight  bool
+
+	// Storage of the request's own objects, so that a request costs one allocation for them.
+	pb   parsed
+	rreq route.Request
+	out  outbound        // the upstream request of a single (non-P/D) attempt
+	vals [numVals]string // single header values, handed out by value
+}
+
+// Header values the proxy sets, each a one-element slice of call.vals: a slice literal per
+// header would be an allocation each.
+const (
+	valRequestID = iota
+	valRule
+	valEndpoint
+	valPrefill
+	numVals
+)
+
+// value stores v in slot i and returns it as a header value ([]string{v}, capacity 1 so that an
+// append copies rather than writes into the next slot).
+func (c *call) value(i int, v string) []string {
+	c.vals[i] = v
+	return c.vals[i : i+1 : i+1]
 }
 
 // fail answers with an OpenAI-shaped error unless the response has started.
@@ -223,25 +250,29 @@ func (c *call) finish() {
 // readBody reads the whole body within the size limit.
 func (c *call) readBody() ([]byte, *apiError) {
 	max := c.p.cfg.MaxBodyBytes
-	tooBig := &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
-		Message: "the request body exceeds " + strconv.FormatInt(max, 10) + " bytes"}
-	if c.r.ContentLength > max {
-		return nil, tooBig
+	tooBig := func() *apiError {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
+			Message: "the request body exceeds " + strconv.FormatInt(max, 10) + " bytes"}
 	}
-	rd := http.MaxBytesReader(c.w, c.r.Body, max)
 	var b []byte
 	var err error
-	if n := c.r.ContentLength; n > 0 {
-		// The server never yields more than Content-Length: one allocation of the right size.
+	switch n := c.r.ContentLength; {
+	case n > max:
+		return nil, tooBig()
+	case n > 0:
+		// Servers never yield more than Content-Length: one allocation of the right size, and no
+		// limit reader.
 		b = make([]byte, n)
-		_, err = io.ReadFull(rd, b)
-	} else {
-		b, err = io.ReadAll(rd)
+		_, err = io.ReadFull(c.r.Body, b)
+	case n == 0:
+		return nil, nil
+	default:
+		b, err = io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, max))
 	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooBig
+			return nil, tooBig()
 		}
 		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
 	}
@@ -280,14 +311,14 @@ func (c *call) generate(chat bool) {
 		c.fail(e)
 		return
 	}
-	pb, e := parseBody(raw, chat)
-	if e != nil {
+	pb := &c.pb
+	if e := pb.parse(raw, chat); e != nil {
 		c.fail(e)
 		return
 	}
 	// One source for the model: the body. A header that disagrees is rejected rather than letting
 	// routing and the engine read different models (routing-semantics §7.3).
-	if hm := c.r.Header.Get("X-Model"); hm != "" && hm != pb.model {
+	if hm := header(c.r.Header, "X-Model"); hm != "" && hm != pb.model {
 		c.fail(badRequest("model", "model_mismatch", "the X-Model header %s and the body's model %s disagree", quote(hm), quote(pb.model)))
 		return
 	}
@@ -295,7 +326,8 @@ func (c *call) generate(chat bool) {
 		c.fail(e)
 		return
 	}
-	c.body, c.raw, c.req = pb, raw, pb.routeRequest(c.r)
+	pb.fillRouteRequest(&c.rreq, c.r)
+	c.body, c.raw, c.req = pb, raw, &c.rreq
 	c.run()
 }
 
@@ -309,14 +341,15 @@ func (c *call) passThrough() {
 	}
 	model := sniffModel(c.r, raw)
 	if model == "" {
-		model = c.r.Header.Get("X-Model")
+		model = header(c.r.Header, "X-Model")
 	}
 	if e := c.resolve(model); e != nil {
 		c.fail(e)
 		return
 	}
 	c.raw = raw
-	c.req = &route.Request{Model: model, ConversationID: c.r.Header.Get("X-Conversation-Id")}
+	c.rreq = route.Request{Model: model, ConversationID: header(c.r.Header, "X-Conversation-Id")}
+	c.req = &c.rreq
 	c.run()
 }
 
@@ -375,7 +408,13 @@ func (c *call) try(d *route.Decision) (*route.Endpoint, error) {
 
 // single forwards the request unchanged to ep and relays the answer.
 func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
-	resp, l, err := c.send(c.ctx, ep, c.raw, false)
+	// The first attempt's request lives in the call. A retry gets its own: a transport may still
+	// hold a failed request's body for a moment after RoundTrip returned (net/http's does).
+	o := &c.out
+	if o.leg.ep != nil {
+		o = new(outbound)
+	}
+	resp, l, err := c.sendOn(o, c.ctx, ep, c.raw, false)
 	if err != nil {
 		return c.sendFailed(ep, err)
 	}

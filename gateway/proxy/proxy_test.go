@@ -627,7 +627,7 @@ func TestUpstreamRequestURL(t *testing.T) {
 	} {
 		r := httptest.NewRequest(http.MethodPost, tc.target, nil)
 		c := &call{r: r}
-		out, err := c.upstreamRequest(context.Background(), &route.Endpoint{Name: "e", Address: tc.addr}, []byte("{}"))
+		out, err := c.upstreamRequest(context.Background(), &route.Endpoint{Name: "e", Address: tc.addr}, []byte("{}"), new(outbound))
 		if err != nil {
 			t.Fatalf("%s + %s: %v", tc.addr, tc.target, err)
 		}
@@ -635,7 +635,7 @@ func TestUpstreamRequestURL(t *testing.T) {
 			t.Errorf("%s + %s = %s (host %s, length %d), want %s", tc.addr, tc.target, got, out.Host, out.ContentLength, tc.want)
 		}
 	}
-	if _, err := (&call{r: httptest.NewRequest("GET", "/", nil)}).upstreamRequest(context.Background(), &route.Endpoint{Address: "127.0.0.1:80"}, nil); err == nil {
+	if _, err := (&call{r: httptest.NewRequest("GET", "/", nil)}).upstreamRequest(context.Background(), &route.Endpoint{Address: "127.0.0.1:80"}, nil, new(outbound)); err == nil {
 		t.Fatal("an address without a scheme was accepted")
 	}
 }

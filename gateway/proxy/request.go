@@ -3,10 +3,14 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/json/jsontext"
 	"errors"
+	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/kvexact/kvexact/gateway/route"
@@ -28,19 +32,113 @@ type parsed struct {
 	affinity string
 }
 
-// wireBody names the fields the proxy reads; everything else passes through untouched.
+// wireBody holds the raw JSON values of the top-level members the proxy reads; everything else
+// passes through untouched.
 type wireBody struct {
-	Model    json.RawMessage `json:"model"`
-	Stream   json.RawMessage `json:"stream"`
-	User     json.RawMessage `json:"user"`
-	Prompt   json.RawMessage `json:"prompt"`
-	Messages json.RawMessage `json:"messages"`
+	Model, Stream, User, Prompt, Messages json.RawMessage
+}
+
+// bodyScanner is a pooled JSON token reader for request bodies.
+type bodyScanner struct {
+	buf bytes.Buffer
+	dec *jsontext.Decoder
+}
+
+// Duplicate member names are allowed (the engines' JSON readers keep the last one, and so do we);
+// invalid UTF-8 inside strings is accepted as encoding/json does (strings read later replace it).
+var scanOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+var bodyScanners = sync.Pool{New: func() any {
+	s := new(bodyScanner)
+	s.dec = jsontext.NewDecoder(&s.buf, scanOptions...)
+	return s
+}}
+
+// scanBody checks that raw is exactly one JSON object and collects the raw values of the members
+// named model, stream, user, prompt and messages (names match exactly, as the engines' JSON readers
+// do; the last of duplicates wins). The values are slices of raw. It walks the tokens once without
+// building anything: a body is forwarded as it came, so only these five values matter here.
+func scanBody(raw []byte, wb *wireBody) error {
+	s := bodyScanners.Get().(*bodyScanner)
+	defer func() {
+		s.buf = bytes.Buffer{}
+		s.dec.Reset(&s.buf, scanOptions...)
+		bodyScanners.Put(s)
+	}()
+	// A bytes.Buffer is read in place: the decoder does not copy the body.
+	s.buf = *bytes.NewBuffer(raw)
+	d := s.dec
+	d.Reset(&s.buf, scanOptions...)
+	if k := d.PeekKind(); k != '{' {
+		if _, err := d.ReadValue(); err != nil {
+			return err
+		}
+		return errNotObject
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return err
+	}
+	for d.PeekKind() != '}' {
+		name, err := d.ReadValue()
+		if err != nil {
+			return err
+		}
+		dst := wb.member(name)
+		if dst == nil {
+			if err := d.SkipValue(); err != nil {
+				return err
+			}
+			continue
+		}
+		v, err := d.ReadValue()
+		if err != nil {
+			return err
+		}
+		end := int(d.InputOffset())
+		*dst = raw[end-len(v) : end : end]
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return err
+	}
+	if _, err := d.ReadValue(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("unexpected data after the top-level object at byte offset %d", d.InputOffset())
+		}
+		return err
+	}
+	return nil
+}
+
+var errNotObject = errors.New("the request body must be a JSON object")
+
+// member returns where the value of the member with the quoted name goes, nil for members the
+// proxy does not read.
+func (wb *wireBody) member(quoted []byte) *json.RawMessage {
+	name := quoted
+	if bytes.IndexByte(quoted, '\\') >= 0 { // an escaped name: compare its decoded text
+		name, _ = jsontext.AppendUnquote(nil, quoted)
+	} else {
+		name = quoted[1 : len(quoted)-1]
+	}
+	switch string(name) {
+	case "model":
+		return &wb.Model
+	case "stream":
+		return &wb.Stream
+	case "user":
+		return &wb.User
+	case "prompt":
+		return &wb.Prompt
+	case "messages":
+		return &wb.Messages
+	}
+	return nil
 }
 
 // checkJSONType answers 415 for a body that is declared as something other than JSON. A missing
 // Content-Type is accepted (some clients omit it); the body must still parse as JSON.
 func checkJSONType(r *http.Request) *apiError {
-	ct := r.Header.Get("Content-Type")
+	ct := header(r.Header, "Content-Type")
 	if ct == "" || ct == "application/json" { // the common case, without a parameter map
 		return nil
 	}
@@ -56,44 +154,52 @@ func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // parseBody reads an OpenAI completions (chat=false) or chat completions body.
 func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
-	var wb wireBody
-	if err := json.Unmarshal(raw, &wb); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "" {
-			return nil, badRequest("", "invalid_json", "the request body must be a JSON object")
-		}
-		return nil, badRequest("", "invalid_json", "the request body is not valid JSON: %v", err)
+	p := new(parsed)
+	if e := p.parse(raw, chat); e != nil {
+		return nil, e
 	}
-	p := &parsed{raw: raw, chat: chat}
+	return p, nil
+}
+
+// parse fills p from raw (p is zero).
+func (p *parsed) parse(raw []byte, chat bool) *apiError {
+	var wb wireBody
+	if err := scanBody(raw, &wb); err != nil {
+		if err == errNotObject {
+			return badRequest("", "invalid_json", "%s", err.Error())
+		}
+		return badRequest("", "invalid_json", "the request body is not valid JSON: %v", err)
+	}
+	p.raw, p.chat = raw, chat
 	if isNull(wb.Model) {
-		return nil, badRequest("model", "missing_model", "you must provide a model parameter")
+		return badRequest("model", "missing_model", "you must provide a model parameter")
 	}
 	if err := unmarshalString(wb.Model, &p.model); err != nil {
-		return nil, badRequest("model", "invalid_type", "model must be a string")
+		return badRequest("model", "invalid_type", "model must be a string")
 	}
 	if p.model == "" {
-		return nil, badRequest("model", "missing_model", "you must provide a model parameter")
+		return badRequest("model", "missing_model", "you must provide a model parameter")
 	}
 	if !isNull(wb.Stream) {
 		if err := json.Unmarshal(wb.Stream, &p.stream); err != nil {
-			return nil, badRequest("stream", "invalid_type", "stream must be a boolean")
+			return badRequest("stream", "invalid_type", "stream must be a boolean")
 		}
 	}
 	if !isNull(wb.User) {
 		if err := unmarshalString(wb.User, &p.user); err != nil {
-			return nil, badRequest("user", "invalid_type", "user must be a string")
+			return badRequest("user", "invalid_type", "user must be a string")
 		}
 	}
 	if chat {
 		if e := p.readMessages(wb.Messages); e != nil {
-			return nil, e
+			return e
 		}
-		return p, nil
+		return nil
 	}
 	if e := p.readPrompt(wb.Prompt); e != nil {
-		return nil, e
+		return e
 	}
-	return p, nil
+	return nil
 }
 
 func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
@@ -212,16 +318,31 @@ func (p *parsed) readMessages(m json.RawMessage) *apiError {
 
 // routeRequest is what the router sees.
 func (p *parsed) routeRequest(r *http.Request) *route.Request {
-	return &route.Request{
+	rr := new(route.Request)
+	p.fillRouteRequest(rr, r)
+	return rr
+}
+
+func (p *parsed) fillRouteRequest(rr *route.Request, r *http.Request) {
+	*rr = route.Request{
 		Model:          p.model,
 		Chat:           p.chat,
 		Body:           p.raw,
 		Prompt:         p.prompt,
 		PromptTokens:   p.tokens,
 		AffinityText:   p.affinity,
-		ConversationID: r.Header.Get("X-Conversation-Id"),
+		ConversationID: header(r.Header, "X-Conversation-Id"),
 		User:           p.user,
 	}
+}
+
+// header is h.Get(key) for a key already in canonical form: a map index without
+// canonicalizing the key on every call.
+func header(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // sniffModel reads a top-level "model" string from a JSON body of a path the proxy does not parse

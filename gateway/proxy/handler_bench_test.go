@@ -1,0 +1,47 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// cannedTransport answers every request with the same small completion, in memory.
+type cannedTransport struct{ body []byte }
+
+func (t cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	h := http.Header{"Content-Type": {"application/json"}, "Content-Length": {"120"}, "Date": {"Sun, 29 Nov 2026 20:00:00 GMT"}, "Server": {"uvicorn"}}
+	return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(bytes.NewReader(t.body)), ContentLength: int64(len(t.body)), Request: r}, nil
+}
+
+// discardWriter is a ResponseWriter that keeps nothing.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkHandler measures the proxy handler alone (no sockets): one small round-robin completion
+// per op, answered in memory.
+func BenchmarkHandler(b *testing.B) {
+	p := newPool(b, "vllm", 0, []epSpec{{name: "a", addr: "http://127.0.0.1:1"}}, nil, nil, func(c *Config) {
+		c.Transport = cannedTransport{body: []byte(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{}}`)}
+	})
+	h := p.proxy.Handler("test")
+	body := `{"model":"m","prompt":"Say hello.","max_tokens":1}`
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := http.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
+		r.Header = http.Header{"Content-Type": {"application/json"}, "User-Agent": {"wrk"}}
+		r.ContentLength = int64(len(body))
+		r.RemoteAddr = "127.0.0.1:5555"
+		w := &discardWriter{h: http.Header{}}
+		h.ServeHTTP(w, r)
+	}
+}
