@@ -278,7 +278,10 @@ type conn struct {
 	bw         *bufio.Writer
 	state      atomic.Int32
 	peerGone   atomic.Bool // the disconnect watch saw EOF or an error
-	linger     bool        // unread input remains: shut the write side and drain before closing
+	// baseCancelable: ctx can end on its own (a BaseContext that does), so its requests' contexts
+	// can be canceled without exchange.cancel (see watchUpstream).
+	baseCancelable bool
+	linger         bool // unread input remains: shut the write side and drain before closing
 	// rdl is the read deadline last set (zero: none). Setting one is a runtime timer update, so
 	// the serving goroutine skips sets that would not change it meaningfully (setReadDeadline);
 	// the disconnect watch clears it under mu before its read, and stopWatch poisons it.
@@ -302,6 +305,7 @@ func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
 		ctx:        context.WithValue(base, http.LocalAddrContextKey, rwc.LocalAddr()),
 		watchDone:  make(chan struct{}, 1),
 	}
+	c.baseCancelable = base.Done() != nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {

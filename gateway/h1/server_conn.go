@@ -37,8 +37,9 @@ func (c *conn) serveOne() bool {
 		tmpl.Body = &ex.body
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	ex.cancel = cancel
-	ex.req = tmpl.WithContext(ctx)
+	ex.ctx = requestContext{Context: ctx, ex: ex}
+	ex.cancelCtx = cancel
+	ex.req = tmpl.WithContext(&ex.ctx)
 
 	h := c.srv.Handler
 	if ex.info.optionsStar {
@@ -48,7 +49,7 @@ func (c *conn) serveOne() bool {
 	p := run(h, ex, ex.req)
 	c.stopWatch()
 	ex.done.Store(true)
-	cancel()
+	ex.cancel()
 	keep := false
 	if p != nil {
 		ex.abort(p)
@@ -59,6 +60,58 @@ func (c *conn) serveOne() bool {
 	c.active = nil
 	c.mu.Unlock()
 	return keep
+}
+
+// requestContext is a request's context: a context.WithCancel of the connection's context that
+// also knows its exchange, so that a Transport exchange running under it (same package) can have
+// the server interrupt its upstream connection on cancellation, instead of registering a
+// context.AfterFunc per request (an allocation, a map entry and a removal each time).
+type requestContext struct {
+	context.Context
+	ex *exchange
+}
+
+// cancel cancels the request's context and interrupts the upstream connection registered with
+// watchUpstream, if any.
+func (ex *exchange) cancel() {
+	ex.upMu.Lock()
+	ex.canceled = true
+	up := ex.upstream
+	ex.upstream = nil
+	ex.upMu.Unlock()
+	ex.cancelCtx()
+	if up != nil {
+		up.interrupt()
+	}
+}
+
+// watchUpstream registers cc to be interrupted when the request is canceled. It reports false
+// when it cannot stand in for context.AfterFunc: the request is already canceled, another upstream
+// exchange is registered, or the context can also be canceled from above (a BaseContext that ends),
+// which this watch would not see.
+func (ex *exchange) watchUpstream(cc *clientConn) bool {
+	if ex.c.baseCancelable {
+		return false
+	}
+	ex.upMu.Lock()
+	defer ex.upMu.Unlock()
+	if ex.canceled || ex.upstream != nil {
+		return false
+	}
+	ex.upstream = cc
+	return true
+}
+
+// unwatchUpstream ends watchUpstream's registration; false means cancel already took it (and
+// interrupted cc), like a context.AfterFunc stop that comes too late.
+func (ex *exchange) unwatchUpstream(cc *clientConn) bool {
+	ex.upMu.Lock()
+	defer ex.upMu.Unlock()
+	if ex.upstream != cc {
+		return false
+	}
+	ex.upstream = nil
+	return true
 }
 
 // run calls the handler and returns what it panicked with, if anything.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,12 +18,18 @@ import (
 // allocation for both. It is never reused: a handler that keeps it after
 // returning gets errors, not the next request's connection state.
 type exchange struct {
-	c      *conn
-	req    *http.Request
-	info   reqInfo
-	body   reqBody
-	cancel context.CancelFunc
-	done   atomic.Bool // the handler returned
+	c         *conn
+	req       *http.Request
+	info      reqInfo
+	body      reqBody
+	ctx       requestContext
+	cancelCtx context.CancelFunc
+	done      atomic.Bool // the handler returned
+
+	// The upstream exchange to interrupt on cancellation (see watchUpstream).
+	upMu     sync.Mutex
+	upstream *clientConn
+	canceled bool
 
 	header http.Header // allocated on first Header()
 

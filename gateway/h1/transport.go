@@ -280,11 +280,19 @@ func (e *staleConnError) Unwrap() error { return e.err }
 func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	cc.nread = 0
+	// A cancellation interrupts the exchange. Under an h1.Server request's own context the server
+	// does that itself (watchUpstream); otherwise a context.AfterFunc does.
+	var ex *exchange
 	var stop func() bool
-	if ctx.Done() != nil {
+	if rc, ok := ctx.(*requestContext); ok && rc.ex.watchUpstream(cc) {
+		ex = rc.ex
+	} else if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, cc.interruptFn)
 	}
 	fail := func(err error, stale bool) (*http.Response, error) {
+		if ex != nil {
+			ex.unwatchUpstream(cc)
+		}
 		if stop != nil {
 			stop()
 		}
@@ -313,14 +321,14 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 		return fail(err, cc.nread == 0 && isConnReset(err))
 	}
 	resp.Request = req
-	cc.attachBody(req, resp, stop)
+	cc.attachBody(req, resp, ex, stop)
 	return resp, nil
 }
 
 // attachBody gives resp the body its framing says it has; a response without one releases the
 // connection at once.
-func (cc *clientConn) attachBody(req *http.Request, resp *http.Response, stop func() bool) {
-	b := &body{cc: cc, stop: stop, ctx: req.Context(), closeAfter: resp.Close || req.Close}
+func (cc *clientConn) attachBody(req *http.Request, resp *http.Response, ex *exchange, stop func() bool) {
+	b := &body{cc: cc, ex: ex, stop: stop, ctx: req.Context(), closeAfter: resp.Close || req.Close}
 	switch {
 	case !bodyAllowed(req.Method, resp.StatusCode), resp.ContentLength == 0:
 		resp.Body = http.NoBody
@@ -668,7 +676,8 @@ func bodyAllowed(method string, status int) bool {
 type body struct {
 	cc         *clientConn
 	ctx        context.Context
-	stop       func() bool // unregisters the context watch; false if it already fired
+	ex         *exchange   // the server exchange watching the context, if any (see watchUpstream)
+	stop       func() bool // else the context.AfterFunc's stop; false if it already fired
 	chunked    io.Reader   // chunked framing
 	remaining  int64       // Content-Length framing: bytes left
 	untilClose bool        // no framing: the body ends when the upstream closes
@@ -765,7 +774,7 @@ func (b *body) Close() error {
 func (b *body) release(reuse bool) {
 	b.done = true
 	cc := b.cc
-	if b.stop != nil && !b.stop() {
+	if b.ex != nil && !b.ex.unwatchUpstream(cc) || b.stop != nil && !b.stop() {
 		reuse = false // the context fired: the connection's deadline is poisoned
 	}
 	if b.reading || cc.interrupted.Load() || b.closeAfter || cc.br.Buffered() > 0 {

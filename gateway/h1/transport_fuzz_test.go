@@ -46,7 +46,7 @@ func FuzzReadResponse(f *testing.F) {
 		if resp.TransferEncoding != nil && resp.ContentLength != -1 {
 			t.Fatalf("chunked with ContentLength %d", resp.ContentLength)
 		}
-		cc.attachBody(req, resp, nil)
+		cc.attachBody(req, resp, nil, nil)
 		got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		if err == nil && resp.ContentLength >= 0 && !head && int64(len(got)) != resp.ContentLength && len(got) < 1<<20 {

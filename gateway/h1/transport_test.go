@@ -694,7 +694,7 @@ func TestTransportFlushWaitsForReply(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		cc.attachBody(req, resp, nil)
+		cc.attachBody(req, resp, nil, nil)
 		b, err := io.ReadAll(resp.Body)
 		if err != nil || string(b) != tc.body {
 			t.Fatalf("%s: body %d bytes, %v", tc.name, len(b), err)
