@@ -104,6 +104,9 @@ func run(args []string) int {
 	p := proxy.New(proxy.Config{
 		Resolve: func(listener, model string) (*route.Router, error) {
 			r, err := g.Resolve(listener, model)
+			if err == nil {
+				return r, nil
+			}
 			var unknown *gateway.UnknownModelError
 			if errors.As(err, &unknown) {
 				return nil, &proxy.ModelNotFound{Listener: listener, Model: model}

@@ -221,6 +221,9 @@ var commonKeys = func() map[string]string {
 		"Openai-Organization", "Openai-Project", "Anthropic-Version",
 		"Api-Key", "X-Api-Key", "Last-Modified", "Etag", "Vary",
 		"Content-Security-Policy", "Set-Cookie", "Location",
+		// kvexact's own receipts (the simulated engines send X-Kvexact-Served-By).
+		"X-Kvexact-Endpoint", "X-Kvexact-Prefill", "X-Kvexact-Rule", "X-Kvexact-Decision",
+		"X-Kvexact-Served-By", "X-Model", "X-Conversation-Id",
 	} {
 		m[k] = k
 	}

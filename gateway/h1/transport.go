@@ -320,15 +320,16 @@ func (cc *clientConn) roundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return fail(err, cc.nread == 0 && isConnReset(err))
 	}
-	resp.Request = req
+	resp.resp.Request = req
 	cc.attachBody(req, resp, ex, stop)
-	return resp, nil
+	return &resp.resp, nil
 }
 
 // attachBody gives resp the body its framing says it has; a response without one releases the
 // connection at once.
-func (cc *clientConn) attachBody(req *http.Request, resp *http.Response, ex *exchange, stop func() bool) {
-	b := &body{cc: cc, ex: ex, stop: stop, ctx: req.Context(), closeAfter: resp.Close || req.Close}
+func (cc *clientConn) attachBody(req *http.Request, r *responseWithBody, ex *exchange, stop func() bool) {
+	resp, b := &r.resp, &r.body
+	*b = body{cc: cc, ex: ex, stop: stop, ctx: req.Context(), closeAfter: resp.Close || req.Close}
 	switch {
 	case !bodyAllowed(req.Method, resp.StatusCode), resp.ContentLength == 0:
 		resp.Body = http.NoBody
@@ -498,6 +499,15 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 // writeExactly copies exactly n body bytes. A body that can write itself (the proxy's bytes, behind
 // io.NopCloser) goes straight into the buffered writer; any other is read into the writer's buffer.
 func writeExactly(bw *bufio.Writer, body io.Reader, n int64) error {
+	// A body that knows its length and writes itself (a bytes.Reader or the proxy's bodies) needs
+	// no limiting writer when the length is the declared one.
+	if lb, ok := body.(interface {
+		io.WriterTo
+		Len() int
+	}); ok && int64(lb.Len()) == n {
+		_, err := lb.WriteTo(bw)
+		return err // only the writer can fail: a connection error
+	}
 	lw := &limitedWriter{w: bw, n: n}
 	var err error
 	if wt, ok := body.(io.WriterTo); ok {
@@ -547,18 +557,19 @@ func writeChunked(bw *bufio.Writer, body io.Reader) error {
 
 // readResponse reads the status line and header fields, skipping interim 1xx responses
 // (RFC 9110 §15.2), and sets the body framing fields (RFC 9112 §6.3).
-func (cc *clientConn) readResponse(req *http.Request) (*http.Response, error) {
+func (cc *clientConn) readResponse(req *http.Request) (*responseWithBody, error) {
 	budget := cc.t.headerBudget()
 	for {
 		line, err := readLine(cc.br, &budget)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := parseStatusLine(line)
+		r, err := parseStatusLine(line)
 		if err != nil {
 			return nil, err
 		}
-		resp.Header = make(http.Header, 8)
+		resp := &r.resp
+		resp.Header = make(http.Header, 8) // one group: an engine's answer has a handful of fields
 		if err := readHeader(cc.br, resp.Header, &budget); err != nil {
 			return nil, fmt.Errorf("h1: response from %s: %w", cc.addr, err)
 		}
@@ -571,18 +582,26 @@ func (cc *clientConn) readResponse(req *http.Request) (*http.Response, error) {
 		if err := setFraming(resp, req.Method); err != nil {
 			return nil, fmt.Errorf("h1: response from %s: %w", cc.addr, err)
 		}
-		return resp, nil
+		return r, nil
 	}
 }
 
-// parseStatusLine parses "HTTP/1.x SSS reason".
-func parseStatusLine(line []byte) (*http.Response, error) {
+// parseStatusLine parses "HTTP/1.x SSS reason". The response comes with room for its body
+// (attachBody), one allocation for both.
+func parseStatusLine(line []byte) (*responseWithBody, error) {
+	if string(line) == "HTTP/1.1 200 OK" { // the usual answer: no parse, no string
+		r := new(responseWithBody)
+		r.resp = http.Response{Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, StatusCode: 200, Status: "200 OK"}
+		return r, nil
+	}
 	s := string(line)
 	proto, rest, ok := strings.Cut(s, " ")
 	if !ok || len(rest) < 3 || (len(rest) > 3 && rest[3] != ' ') {
 		return nil, fmt.Errorf("h1: malformed status line %q", s)
 	}
-	resp := &http.Response{Proto: proto, ProtoMajor: 1}
+	r := new(responseWithBody)
+	resp := &r.resp
+	*resp = http.Response{Proto: proto, ProtoMajor: 1}
 	switch proto {
 	case "HTTP/1.1":
 		resp.ProtoMinor = 1
@@ -602,7 +621,7 @@ func parseStatusLine(line []byte) (*http.Response, error) {
 		return nil, fmt.Errorf("h1: status line %q: status code %d is below 100", s, code)
 	}
 	resp.StatusCode, resp.Status = code, rest
-	return resp, nil
+	return r, nil
 }
 
 // setFraming decides how the body is delimited and whether the connection survives it.
@@ -648,6 +667,13 @@ func parseContentLength(vv []string) (int64, error) {
 	if len(vv) == 0 {
 		return -1, nil
 	}
+	if len(vv) == 1 && strings.IndexByte(vv[0], ',') < 0 { // the usual single value
+		m, err := strconv.ParseUint(strings.TrimSpace(vv[0]), 10, 63)
+		if err != nil {
+			return 0, fmt.Errorf("Content-Length %q is not a number", strings.TrimSpace(vv[0]))
+		}
+		return int64(m), nil
+	}
 	var n int64 = -1
 	for _, v := range vv {
 		for _, f := range strings.Split(v, ",") {
@@ -663,6 +689,12 @@ func parseContentLength(vv []string) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// responseWithBody is a response and its body, allocated together.
+type responseWithBody struct {
+	resp http.Response
+	body body
 }
 
 // bodyAllowed: responses to HEAD, 1xx, 204 and 304 have no body (RFC 9112 §6.3 rule 1).

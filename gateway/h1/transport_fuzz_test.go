@@ -36,17 +36,18 @@ func FuzzReadResponse(f *testing.F) {
 			method = http.MethodHead
 		}
 		req, _ := http.NewRequest(method, "http://fuzz/", nil)
-		resp, err := cc.readResponse(req)
+		r, err := cc.readResponse(req)
 		if err != nil {
 			return
 		}
+		resp := &r.resp
 		if resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols || resp.StatusCode > 999 {
 			t.Fatalf("accepted status %d", resp.StatusCode)
 		}
 		if resp.TransferEncoding != nil && resp.ContentLength != -1 {
 			t.Fatalf("chunked with ContentLength %d", resp.ContentLength)
 		}
-		cc.attachBody(req, resp, nil, nil)
+		cc.attachBody(req, r, nil, nil)
 		got, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		if err == nil && resp.ContentLength >= 0 && !head && int64(len(got)) != resp.ContentLength && len(got) < 1<<20 {

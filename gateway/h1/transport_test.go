@@ -690,12 +690,12 @@ func TestTransportFlushWaitsForReply(t *testing.T) {
 				t.Fatalf("%s: flush: %v", tc.name, err)
 			}
 		}
-		resp, err := cc.readResponse(req)
+		r, err := cc.readResponse(req)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		cc.attachBody(req, resp, nil, nil)
-		b, err := io.ReadAll(resp.Body)
+		cc.attachBody(req, r, nil, nil)
+		b, err := io.ReadAll(r.resp.Body)
 		if err != nil || string(b) != tc.body {
 			t.Fatalf("%s: body %d bytes, %v", tc.name, len(b), err)
 		}

@@ -93,9 +93,23 @@ func copyHeadersTo(dst, src http.Header, share bool) {
 // outbound is one upstream request and its leg, allocated together.
 type outbound struct {
 	leg  leg
+	req  http.Request // the template WithContext copies
 	url  url.URL
 	body bodyReader
 	vals [2]string // X-Request-Id and X-Forwarded-For values
+}
+
+// validMethod: a method is a token (RFC 9110 §9.1); the server already checked the client's.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // bodyReader is a request body over bytes the proxy holds: an io.ReadCloser that can also write
@@ -192,13 +206,14 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 			u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + c.r.URL.EscapedPath()
 		}
 	}
-	// The one way to give a request its context without a second copy; its URL argument is empty
-	// (a cheap parse) and replaced below.
-	out, err := http.NewRequestWithContext(ctx, c.r.Method, "", nil)
-	if err != nil {
-		return nil, err
+	if !validMethod(c.r.Method) {
+		return nil, fmt.Errorf("invalid method %q", c.r.Method)
 	}
-	out.URL, out.Host = u, base.Host
+	// The request is assembled in o and copied once by WithContext, the only way to give it its
+	// context (NewRequestWithContext would also parse a URL and make a header map to replace).
+	o.req = http.Request{Method: c.r.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(c.r.Header)+3), Host: base.Host}
+	out := o.req.WithContext(ctx)
 	switch {
 	case len(body) > 0:
 		out.ContentLength = int64(len(body))

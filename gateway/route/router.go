@@ -112,6 +112,7 @@ type Decision struct {
 	released atomic.Bool
 	rt       *Router // set by take: Release gives the load units back through it
 	dry      bool
+	candBuf  [8]*Endpoint // backs a pool's candidate list: no allocation for up to 8 endpoints
 }
 
 // Release gives back the decision's load units (idempotent).
@@ -227,7 +228,11 @@ func (rt *Router) Explain(ctx context.Context, req *Request) (*Decision, error) 
 
 // candidates returns the non-excluded endpoints with the given roles.
 func (rt *Router) candidates(retry inventory.Mask, roles ...Role) []*Endpoint {
-	var out []*Endpoint
+	return rt.appendCandidates(nil, retry, roles...)
+}
+
+// appendCandidates appends the non-excluded endpoints with the given roles to out.
+func (rt *Router) appendCandidates(out []*Endpoint, retry inventory.Mask, roles ...Role) []*Endpoint {
 	for _, e := range rt.eps {
 		if !hasRole(e.Role, roles) || e.excluded(retry) != health.NotExcluded {
 			continue
@@ -248,8 +253,8 @@ func hasRole(r Role, roles []Role) bool {
 
 // routePool is mode 3 (and mode 0 on a role-less rule): KV-exact, then the rule's selector.
 func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.Mask, dry bool) (*Decision, error) {
-	cands := rt.candidates(retry, RoleNormal)
 	d := &Decision{dry: dry}
+	cands := rt.appendCandidates(d.candBuf[:0], retry, RoleNormal)
 	if rt.rule.KVExactMode == 3 {
 		if w := rt.kvExact(ctx, req, d, retry, RoleNormal); w != nil {
 			d.Target, d.Tier = w, TierKVExact
