@@ -2,10 +2,11 @@ package proxy
 
 import (
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/internal/cowmap"
 )
 
 // Metrics are the proxy's series, labelled by rule. A nil *Metrics records nothing.
@@ -18,9 +19,9 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec // rule
 	ttfb      *prometheus.HistogramVec // rule
 
-	// rules caches each rule's children of the per-request series (rule name → *ruleMetrics), so
-	// a request pays a map load instead of WithLabelValues' label hashing, checks and lock.
-	rules sync.Map
+	// rules caches each rule's children of the per-request series, so that a request pays a map
+	// index instead of WithLabelValues' label hashing, checks and lock.
+	rules cowmap.Map[string, *ruleMetrics]
 }
 
 // ruleMetrics are one rule's children of the series every request touches.
@@ -28,7 +29,7 @@ type ruleMetrics struct {
 	duration prometheus.Observer
 	ttfb     prometheus.Observer
 	inflight prometheus.Gauge
-	requests sync.Map // requestKey → prometheus.Counter
+	requests cowmap.Map[requestKey, prometheus.Counter]
 }
 
 type requestKey struct {
@@ -38,22 +39,15 @@ type requestKey struct {
 
 // rule returns the rule's cached children, creating them on first use.
 func (m *Metrics) rule(name string) *ruleMetrics {
-	if v, ok := m.rules.Load(name); ok {
-		return v.(*ruleMetrics)
-	}
-	rm := &ruleMetrics{duration: m.duration.WithLabelValues(name), ttfb: m.ttfb.WithLabelValues(name), inflight: m.inflight.WithLabelValues(name)}
-	v, _ := m.rules.LoadOrStore(name, rm)
-	return v.(*ruleMetrics)
+	return m.rules.LoadOrCreate(name, func(name string) *ruleMetrics {
+		return &ruleMetrics{duration: m.duration.WithLabelValues(name), ttfb: m.ttfb.WithLabelValues(name), inflight: m.inflight.WithLabelValues(name)}
+	})
 }
 
 func (rm *ruleMetrics) request(m *Metrics, rule string, status int, tier string) prometheus.Counter {
-	k := requestKey{status, tier}
-	if v, ok := rm.requests.Load(k); ok {
-		return v.(prometheus.Counter)
-	}
-	c := m.requests.WithLabelValues(rule, strconv.Itoa(status), tier)
-	rm.requests.Store(k, c)
-	return c
+	return rm.requests.LoadOrCreate(requestKey{status, tier}, func(k requestKey) prometheus.Counter {
+		return m.requests.WithLabelValues(rule, strconv.Itoa(k.status), k.tier)
+	})
 }
 
 // Upstream error kinds (label "kind" of kvexact_proxy_upstream_errors_total).
@@ -95,7 +89,7 @@ func (m *Metrics) Forget(rule string) {
 	if m == nil {
 		return
 	}
-	m.rules.Delete(rule)
+	m.rules.DeleteFunc(func(name string, _ *ruleMetrics) bool { return name == rule })
 	l := prometheus.Labels{"rule": rule}
 	m.requests.DeletePartialMatch(l)
 	m.upstream.DeletePartialMatch(l)

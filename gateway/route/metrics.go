@@ -1,9 +1,9 @@
 package route
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/internal/cowmap"
 )
 
 // counters caches the children of a CounterVec labelled (rule, x): WithLabelValues hashes and
@@ -11,29 +11,20 @@ import (
 // (decisions, misses) need not pay once a series exists.
 type counters struct {
 	vec *prometheus.CounterVec
-	m   sync.Map // labelPair → prometheus.Counter
+	m   cowmap.Map[labelPair, prometheus.Counter]
 }
 
 type labelPair struct{ rule, x string }
 
 func (c *counters) get(rule, x string) prometheus.Counter {
-	k := labelPair{rule, x}
-	if v, ok := c.m.Load(k); ok {
-		return v.(prometheus.Counter)
-	}
-	ctr := c.vec.WithLabelValues(rule, x)
-	c.m.Store(k, ctr)
-	return ctr
+	return c.m.LoadOrCreate(labelPair{rule, x}, func(k labelPair) prometheus.Counter {
+		return c.vec.WithLabelValues(k.rule, k.x)
+	})
 }
 
 // forget drops a rule's cached children (before its series are deleted).
 func (c *counters) forget(rule string) {
-	c.m.Range(func(k, _ any) bool {
-		if k.(labelPair).rule == rule {
-			c.m.Delete(k)
-		}
-		return true
-	})
+	c.m.DeleteFunc(func(k labelPair, _ prometheus.Counter) bool { return k.rule == rule })
 }
 
 // Metrics are the routing counters, labelled by rule (and endpoint or reason).
@@ -45,7 +36,7 @@ type Metrics struct {
 	seeds     *prometheus.CounterVec // rule, endpoint
 	zeroHits  *prometheus.CounterVec // rule
 
-	decisionsC, missesC counters
+	decisionsC, missesC, hitsC counters
 }
 
 // NewMetrics registers the routing metrics on reg.
@@ -59,14 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		zeroHits:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_zero_hit_watchdog_total", Help: "Lookups at or past 50 consecutive zero-overlap results against a non-empty inventory (a parity leg probably differs)."}, []string{"rule"}),
 	}
 	reg.MustRegister(m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits)
-	m.decisionsC.vec, m.missesC.vec = m.decisions, m.misses
+	m.decisionsC.vec, m.missesC.vec, m.hitsC.vec = m.decisions, m.misses, m.hits
 	return m
 }
 
 func (m *Metrics) decided(rule string, d *Decision) {
 	m.decisionsC.get(rule, d.Tier).Inc()
 	if d.Tier == TierKVExact {
-		m.hits.WithLabelValues(rule, d.Target.Name).Inc()
+		m.hitsC.get(rule, d.Target.Name).Inc()
 		if d.Spill {
 			m.spills.WithLabelValues(rule, d.Target.Name).Inc()
 		}
@@ -86,6 +77,7 @@ func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() 
 func (m *Metrics) Forget(rule string) {
 	m.decisionsC.forget(rule)
 	m.missesC.forget(rule)
+	m.hitsC.forget(rule)
 	for _, v := range []*prometheus.CounterVec{m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
