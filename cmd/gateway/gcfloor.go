@@ -10,6 +10,11 @@ import "runtime"
 // goal from without being touched, so it is neither resident nor scanned. Once the real heap is
 // larger (tokenizers and inventories of a KV-exact gateway are hundreds of MiB), the floor no longer
 // changes anything.
+//
+// Bigger is not better: between collections the heap grows into fresh memory (page faults, spans
+// cut from the page heap, cold caches) for as long as the goal allows. On the proxy benchmark a
+// 16 MiB floor cost least; 64 MiB cost ≈ 10 % more CPU per request and 256 MiB nearly twice as
+// much (docs/benchmarks/proxy.md).
 
 // setGCFloor allocates the floor (nil for 0 bytes).
 func setGCFloor(bytes int) []byte {

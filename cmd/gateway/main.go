@@ -42,7 +42,7 @@ func run(args []string) int {
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
-	gcFloor := fs.Int("gc-floor-mib", 64, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
+	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
