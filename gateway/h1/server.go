@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -282,6 +283,12 @@ type conn struct {
 	// can be canceled without exchange.cancel (see watchUpstream).
 	baseCancelable bool
 	linger         bool // unread input remains: shut the write side and drain before closing
+	// rc waits for readability without reading (flushThenAwait); nil when rwc has no descriptor.
+	rc           syscall.RawConn
+	waitFn       func(uintptr) bool // c.waitStep, made once
+	pendingFlush bool               // the previous response is still in bw (finish left it to awaitRequest)
+	waitPhase    int                // waitStep's progress: 0 not called, 1 flushed and waiting, 2 woken, 3 closing
+	waitErr      error              // the flush's error inside waitStep
 	// rdl is the read deadline last set (zero: none). Setting one is a runtime timer update, so
 	// the serving goroutine skips sets that would not change it meaningfully (setReadDeadline);
 	// the disconnect watch clears it under mu before its read, and stopWatch poisons it.
@@ -295,6 +302,10 @@ type conn struct {
 	timerPending bool          // watchTimer is scheduled
 	reqStart     time.Time     // when the active request's handler started
 	watchDone    chan struct{} // one token per watch run
+	waiting      bool          // in flushThenAwait's wait (see checkWaitingLocked)
+	waitStart    time.Time
+	waitChecked  bool // the timer looked at this wait's input already
+	poked        bool // it found input pending and ended the wait
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
@@ -306,6 +317,11 @@ func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
 		watchDone:  make(chan struct{}, 1),
 	}
 	c.baseCancelable = base.Done() != nil
+	if sc, ok := rwc.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc, c.waitFn = rc, c.waitStep
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing.Load() {
@@ -332,11 +348,14 @@ func (c *conn) serve() {
 		if !c.serveOne() {
 			return
 		}
-		c.state.Store(stateIdle)
-		if c.srv.closing.Load() { // pairs with Shutdown's CAS on the state
-			return
-		}
 	}
+}
+
+// goIdle marks the connection idle between requests once the previous response is out, and
+// reports false when the server is closing (the connection then closes).
+func (c *conn) goIdle() bool {
+	c.state.Store(stateIdle)
+	return !c.srv.closing.Load() // pairs with Shutdown's CAS on the state
 }
 
 // awaitRequest waits (up to the idle timeout) for the next request's first
@@ -351,9 +370,18 @@ func (c *conn) awaitRequest() bool {
 		if c.rdl.IsZero() || c.rdl.After(want) || want.Sub(c.rdl) > time.Second {
 			c.setReadDeadline(want)
 		}
+		if c.pendingFlush && c.rc != nil {
+			if !c.flushThenAwait() {
+				return false
+			}
+		} else if !c.flushPending() || !c.goIdle() {
+			return false
+		}
 		if _, err := c.br.Peek(1); err != nil {
 			return false
 		}
+	} else if !c.flushPending() || !c.goIdle() {
+		return false
 	}
 	if !c.state.CompareAndSwap(stateIdle, stateActive) {
 		return false // Shutdown closed us while idle
@@ -364,6 +392,110 @@ func (c *conn) awaitRequest() bool {
 		c.setReadDeadline(time.Now().Add(rht))
 	}
 	return true
+}
+
+// flushPending sends the previous response if awaitRequest was left to flush it.
+func (c *conn) flushPending() bool {
+	if !c.pendingFlush {
+		return true
+	}
+	c.pendingFlush = false
+	return c.bw.Flush() == nil
+}
+
+// flushThenAwait sends the previous response and waits until the next request can be read, so
+// that the read that follows finds it: a read attempted at once, as net.Conn does, fails with
+// EAGAIN and parks on nearly every keep-alive request — a wasted system call each time.
+//
+// The flush runs inside RawConn.Read's callback. RawConn.Read forgets earlier readiness before its
+// first callback; a client that waits for our answer sends its next request after the flush, so
+// that readiness is seen. What could have come before — a pipelined request or a close that
+// arrived while the handler ran — would wait unseen: the watch timer covers that case (fire calls
+// checkWaiting), which looks once, disconnectCheckAfter into the wait, whether input is pending,
+// and ends the wait if so. Such input is served late by up to that delay, never lost.
+func (c *conn) flushThenAwait() bool {
+	c.waitPhase = 0
+	err := c.rc.Read(c.waitFn)
+	c.mu.Lock()
+	poked := c.poked
+	c.waiting, c.poked = false, false
+	c.mu.Unlock()
+	switch {
+	case c.waitPhase == 0: // RawConn.Read failed before calling back: flush the plain way
+		return c.flushPending() && c.goIdle()
+	case c.waitErr != nil || c.waitPhase == 3: // the flush failed, or the server is closing
+		return false
+	case err != nil && !poked:
+		return false // idle timeout, or Shutdown/Close closed us
+	case poked:
+		c.rwc.SetReadDeadline(c.rdl) // undo the poke's past deadline
+	}
+	return true
+}
+
+// waitStep is flushThenAwait's RawConn.Read callback.
+func (c *conn) waitStep(uintptr) bool {
+	switch c.waitPhase {
+	case 0:
+		c.waitPhase, c.pendingFlush = 1, false
+		if c.waitErr = c.bw.Flush(); c.waitErr != nil {
+			return true
+		}
+		if !c.goIdle() {
+			c.waitPhase = 3
+			return true
+		}
+		c.mu.Lock()
+		c.waiting, c.waitChecked, c.waitStart = true, false, time.Now()
+		c.armLocked(c.srv.disconnectCheckAfter())
+		c.mu.Unlock()
+		return false
+	default:
+		c.waitPhase = 2
+		return true
+	}
+}
+
+// checkWaitingLocked is the watch timer's look at a connection in flushThenAwait's wait: once per
+// wait, after disconnectCheckAfter, it peeks whether input is pending and, if so, ends the wait
+// with a past read deadline (flushThenAwait undoes it). It reports whether the wait needed it.
+func (c *conn) checkWaitingLocked() bool {
+	if !c.waiting || c.waitChecked {
+		return false
+	}
+	d := c.srv.disconnectCheckAfter()
+	if left := d - time.Since(c.waitStart); left > 0 {
+		c.armLocked(left)
+		return true
+	}
+	c.waitChecked = true
+	pending := false
+	c.rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		pending = n > 0 || err == nil || err != syscall.EAGAIN // data, EOF or an error
+	})
+	if pending {
+		c.poked = true
+		c.rwc.SetReadDeadline(watchStopDeadline)
+	}
+	return true
+}
+
+// armLocked makes sure the watch timer fires within d.
+func (c *conn) armLocked(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case c.timerPending:
+	case c.watchTimer == nil:
+		c.timerPending = true
+		c.watchTimer = time.AfterFunc(d, c.fire)
+	default:
+		c.timerPending = true
+		c.watchTimer.Reset(d)
+	}
 }
 
 // setReadDeadline sets the connection's read deadline and remembers it.

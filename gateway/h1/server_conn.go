@@ -177,6 +177,9 @@ func (c *conn) fire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.timerPending = false
+	if c.checkWaitingLocked() {
+		return // between requests, in flushThenAwait's wait
+	}
 	if c.watch != watchArmed {
 		return // between requests, or this request's watch already started
 	}

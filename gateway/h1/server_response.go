@@ -369,6 +369,12 @@ func (ex *exchange) finish() bool {
 	if ex.bodyAllowed && !ex.noBody && ex.declaredCL >= 0 && ex.written < ex.declaredCL {
 		ex.closeAfter = true // the declared framing is broken: only a close ends it
 	}
+	if err == nil && !discard && !ex.closeAfter && !c.peerGone.Load() {
+		// The connection stays for the next request: awaitRequest flushes, so that it can wait
+		// for that request without a read that fails first (see flushThenAwait).
+		c.pendingFlush = true
+		return true
+	}
 	if err == nil {
 		err = c.bw.Flush()
 	}

@@ -1290,3 +1290,64 @@ func readBenchResponse(br *bufio.Reader, want int) error {
 	_, err := br.Discard(n)
 	return err
 }
+
+// TestInputDuringHandler: a keep-alive response is flushed inside a wait for the next request
+// that does not see input which arrived while the handler ran (its readiness came before the
+// wait). The watch timer's look covers that: a request pipelined during the handler is served,
+// and a client that half-closed during the handler gets its answer and then the close, each
+// within a few check delays rather than at the idle timeout.
+func TestInputDuringHandler(t *testing.T) {
+	entered := make(chan string, 4)
+	proceed := make(chan struct{}, 4)
+	st := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- r.URL.Path
+		<-proceed
+		io.WriteString(w, "ok "+r.URL.Path)
+	}), func(s *Server) {
+		s.IdleTimeout = time.Minute
+		// Longer than the handlers below run: the disconnect watch, whose read would pick the
+		// input up, must not start.
+		s.DisconnectCheckAfter = 200 * time.Millisecond
+	})
+
+	t.Run("pipelined", func(t *testing.T) {
+		rc := dialRaw(t, st.addr)
+		rc.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-entered
+		rc.send("GET /b HTTP/1.1\r\nHost: x\r\n\r\n") // arrives while /a's handler runs
+		time.Sleep(20 * time.Millisecond)
+		proceed <- struct{}{}
+		start := time.Now()
+		if _, body := rc.read("GET"); body != "ok /a" {
+			t.Fatalf("first answer %q", body)
+		}
+		select {
+		case p := <-entered:
+			if p != "/b" {
+				t.Fatalf("second request %q", p)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request pipelined during the handler was not served (its readiness was lost)")
+		}
+		proceed <- struct{}{}
+		if _, body := rc.read("GET"); body != "ok /b" {
+			t.Fatalf("second answer %q", body)
+		}
+		t.Logf("pipelined request answered %v after the first was released", time.Since(start))
+	})
+
+	t.Run("half-closed", func(t *testing.T) {
+		rc := dialRaw(t, st.addr)
+		rc.send("GET /c HTTP/1.1\r\nHost: x\r\n\r\n")
+		<-entered
+		rc.c.(*net.TCPConn).CloseWrite() // the FIN arrives while the handler runs
+		time.Sleep(20 * time.Millisecond)
+		proceed <- struct{}{}
+		if _, body := rc.read("GET"); body != "ok /c" {
+			t.Fatalf("answer %q", body)
+		}
+		if !waitClosed(rc, 10*time.Second) {
+			t.Fatal("the server kept a half-closed connection open after answering")
+		}
+	})
+}
