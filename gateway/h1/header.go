@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // ErrHeaderTooLarge: the request/status line plus header fields exceed the budget.
@@ -286,12 +287,7 @@ func appendFieldLines(b []byte, k string, vv []string) []byte {
 }
 
 func hasCRLF(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\r' || s[i] == '\n' {
-			return true
-		}
-	}
-	return false
+	return strings.IndexByte(s, '\n') >= 0 || strings.IndexByte(s, '\r') >= 0
 }
 
 // headerValuesContainToken reports whether any comma-separated element of vv

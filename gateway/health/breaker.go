@@ -5,6 +5,7 @@ package health
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,6 +52,10 @@ type Breaker struct {
 	cfg BreakerConfig
 	now func() time.Time
 
+	// calm mirrors "closed, with no failure or 5xx streak being counted": the state every
+	// request of a healthy endpoint finds, answered without taking mu.
+	calm atomic.Bool
+
 	mu           sync.Mutex
 	state        State
 	failures     int
@@ -74,7 +79,9 @@ func NewBreaker(cfg BreakerConfig, now func() time.Time) *Breaker {
 	if cfg.OpenFor <= 0 {
 		cfg.OpenFor = 30 * time.Second
 	}
-	return &Breaker{cfg: cfg, now: now}
+	b := &Breaker{cfg: cfg, now: now}
+	b.calm.Store(true)
+	return b
 }
 
 // advance moves Open to HalfOpen once OpenFor has passed. Callers hold mu.
@@ -82,6 +89,11 @@ func (b *Breaker) advance() {
 	if b.state == Open && b.now().Sub(b.openedAt) >= b.cfg.OpenFor {
 		b.state, b.trials = HalfOpen, 0
 	}
+}
+
+// publish updates calm after a change under mu.
+func (b *Breaker) publish() {
+	b.calm.Store(b.state == Closed && b.failures == 0 && b.originStreak == 0)
 }
 
 // State returns the current state (moving Open to HalfOpen when due).
@@ -94,6 +106,9 @@ func (b *Breaker) State() State {
 
 // Available reports whether a request could be sent now, without taking a trial slot.
 func (b *Breaker) Available() bool {
+	if b.calm.Load() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
@@ -109,6 +124,9 @@ func (b *Breaker) Available() bool {
 // Acquire admits one request: always when closed, as a trial when half-open (up to the limit),
 // never when open. Every admitted request must end with exactly one Report.
 func (b *Breaker) Acquire() bool {
+	if b.calm.Load() {
+		return true // closed admits without counting
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance()
@@ -138,8 +156,12 @@ const (
 
 // Report records the outcome of an admitted request; status is the origin status (0 without one).
 func (b *Breaker) Report(o Outcome, status int) {
+	if b.calm.Load() && (o == Canceled || o == Success && status < 400) {
+		return // changes nothing: closed stays closed with nothing counted
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.publish()
 	b.advance()
 	wasTrial := b.state == HalfOpen && b.trials > 0
 	if wasTrial {
