@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -137,6 +138,10 @@ var optionsStar = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 // network poller, which cost more than the rest of a small request. Instead
 // each request records its start, and a firing timer re-arms itself for the
 // remaining time of the request then running, or lapses between requests.
+//
+// The timer has a second job between requests: flushThenAwait's wait cannot see
+// input that arrived while the handler ran, so the timer looks for it once
+// (checkWaitingLocked).
 type watchState uint8
 
 const (
@@ -160,16 +165,7 @@ func (c *conn) startWatch(ex *exchange) {
 		return
 	}
 	c.reqStart = time.Now()
-	switch {
-	case c.timerPending:
-		// It fires within d and re-arms for this request.
-	case c.watchTimer == nil:
-		c.timerPending = true
-		c.watchTimer = time.AfterFunc(d, c.fire)
-	default:
-		c.timerPending = true
-		c.watchTimer.Reset(d)
-	}
+	c.armLocked(d) // a pending timer fires within d and re-arms for this request
 }
 
 // fire runs on the timer's goroutine.
@@ -245,5 +241,109 @@ func (c *conn) stopWatch() {
 	if st == watchRunning {
 		c.setReadDeadline(watchStopDeadline)
 		<-c.watchDone
+	}
+}
+
+// flushPending sends the previous response if awaitRequest was left to flush it.
+func (c *conn) flushPending() bool {
+	if !c.pendingFlush {
+		return true
+	}
+	c.pendingFlush = false
+	return c.bw.Flush() == nil
+}
+
+// flushThenAwait sends the previous response and waits until the next request can be read, so
+// that the read that follows finds it: a read attempted at once, as net.Conn does, fails with
+// EAGAIN and parks on nearly every keep-alive request — a wasted system call each time.
+//
+// The flush runs inside RawConn.Read's callback. RawConn.Read forgets earlier readiness before its
+// first callback; a client that waits for our answer sends its next request after the flush, so
+// that readiness is seen. What could have come before — a pipelined request or a close that
+// arrived while the handler ran — would wait unseen: the watch timer covers that case (fire calls
+// checkWaiting), which looks once, disconnectCheckAfter into the wait, whether input is pending,
+// and ends the wait if so. Such input is served late by up to that delay, never lost.
+func (c *conn) flushThenAwait() bool {
+	c.waitPhase = 0
+	err := c.rc.Read(c.waitFn)
+	c.mu.Lock()
+	poked := c.poked
+	c.waiting, c.poked = false, false
+	c.mu.Unlock()
+	switch {
+	case c.waitPhase == 0: // RawConn.Read failed before calling back: flush the plain way
+		return c.flushPending() && c.goIdle()
+	case c.waitErr != nil || c.waitPhase == 3: // the flush failed, or the server is closing
+		return false
+	case err != nil && !poked:
+		return false // idle timeout, or Shutdown/Close closed us
+	case poked:
+		c.rwc.SetReadDeadline(c.rdl) // undo the poke's past deadline
+	}
+	return true
+}
+
+// waitStep is flushThenAwait's RawConn.Read callback.
+func (c *conn) waitStep(uintptr) bool {
+	switch c.waitPhase {
+	case 0:
+		c.waitPhase, c.pendingFlush = 1, false
+		if c.waitErr = c.bw.Flush(); c.waitErr != nil {
+			return true
+		}
+		if !c.goIdle() {
+			c.waitPhase = 3
+			return true
+		}
+		c.mu.Lock()
+		c.waiting, c.waitChecked, c.waitStart = true, false, time.Now()
+		c.armLocked(c.srv.disconnectCheckAfter())
+		c.mu.Unlock()
+		return false
+	default:
+		c.waitPhase = 2
+		return true
+	}
+}
+
+// checkWaitingLocked is the watch timer's look at a connection in flushThenAwait's wait: once per
+// wait, after disconnectCheckAfter, it peeks whether input is pending and, if so, ends the wait
+// with a past read deadline (flushThenAwait undoes it). It reports whether the wait needed it.
+func (c *conn) checkWaitingLocked() bool {
+	if !c.waiting || c.waitChecked {
+		return false
+	}
+	d := c.srv.disconnectCheckAfter()
+	if left := d - time.Since(c.waitStart); left > 0 {
+		c.armLocked(left)
+		return true
+	}
+	c.waitChecked = true
+	pending := false
+	c.rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		pending = n > 0 || err == nil || err != syscall.EAGAIN // data, EOF or an error
+	})
+	if pending {
+		c.poked = true
+		c.rwc.SetReadDeadline(watchStopDeadline)
+	}
+	return true
+}
+
+// armLocked makes sure the watch timer fires within d.
+func (c *conn) armLocked(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case c.timerPending:
+	case c.watchTimer == nil:
+		c.timerPending = true
+		c.watchTimer = time.AfterFunc(d, c.fire)
+	default:
+		c.timerPending = true
+		c.watchTimer.Reset(d)
 	}
 }
