@@ -66,6 +66,11 @@ type Server struct {
 	// a read and a deadline poke; 10 ms is nothing next to a generation);
 	// negative means watch from the start. The watch starts only once the
 	// request body has been read to its end (or there is none).
+	//
+	// It also bounds how late a keep-alive connection notices input that
+	// arrived while its previous handler ran (a pipelined request, a
+	// half-close): the wait for the next request does not see it until the
+	// connection's timer looks, this long into the wait.
 	DisconnectCheckAfter time.Duration
 
 	// BaseContext, when set, returns the base context of the requests

@@ -261,7 +261,7 @@ func (c *conn) flushPending() bool {
 // first callback; a client that waits for our answer sends its next request after the flush, so
 // that readiness is seen. What could have come before — a pipelined request or a close that
 // arrived while the handler ran — would wait unseen: the watch timer covers that case (fire calls
-// checkWaiting), which looks once, disconnectCheckAfter into the wait, whether input is pending,
+// checkWaitingLocked), which looks once, disconnectCheckAfter into the wait, whether input is pending,
 // and ends the wait if so. Such input is served late by up to that delay, never lost.
 func (c *conn) flushThenAwait() bool {
 	c.waitPhase = 0
@@ -308,7 +308,8 @@ func (c *conn) waitStep(uintptr) bool {
 
 // checkWaitingLocked is the watch timer's look at a connection in flushThenAwait's wait: once per
 // wait, after disconnectCheckAfter, it peeks whether input is pending and, if so, ends the wait
-// with a past read deadline (flushThenAwait undoes it). It reports whether the wait needed it.
+// with a past read deadline (flushThenAwait undoes it). It reports whether the timer fired for
+// such a wait (and has nothing else to do).
 func (c *conn) checkWaitingLocked() bool {
 	if !c.waiting || c.waitChecked {
 		return false
@@ -322,8 +323,8 @@ func (c *conn) checkWaitingLocked() bool {
 	pending := false
 	c.rc.Control(func(fd uintptr) {
 		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		pending = n > 0 || err == nil || err != syscall.EAGAIN // data, EOF or an error
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		pending = err != syscall.EAGAIN // data, EOF (n == 0) or an error: for the reader to see
 	})
 	if pending {
 		c.poked = true
