@@ -37,6 +37,8 @@ func TestBadInput(t *testing.T) {
 	}
 	cases := []tcase{
 		{"malformed json", "/v1/completions", "application/json", `{"model":"m",`, 400, "", "invalid_json", nil},
+		{"empty body", "/v1/completions", "application/json", ``, 400, "", "invalid_json", nil},
+		{"data after the object", "/v1/completions", "application/json", `{"model":"m","prompt":"x"} {}`, 400, "", "invalid_json", nil},
 		{"not an object", "/v1/completions", "application/json", `[1,2]`, 400, "", "invalid_json", nil},
 		{"missing model", "/v1/completions", "application/json", `{"prompt":"hi"}`, 400, "model", "missing_model", nil},
 		{"empty model", "/v1/chat/completions", "application/json", `{"model":"","messages":[{"role":"user","content":"hi"}]}`, 400, "model", "missing_model", nil},

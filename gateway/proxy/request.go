@@ -164,6 +164,9 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 // parse fills p from raw (p is zero).
 func (p *parsed) parse(raw []byte, chat bool) *apiError {
 	var wb wireBody
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return badRequest("", "invalid_json", "the request body is empty; send a JSON object")
+	}
 	if err := scanBody(raw, &wb); err != nil {
 		if err == errNotObject {
 			return badRequest("", "invalid_json", "%s", err.Error())
