@@ -307,6 +307,7 @@ type conn struct {
 	timerPending bool          // watchTimer is scheduled
 	reqStart     time.Time     // when the active request's handler started
 	watchDone    chan struct{} // one token per watch run
+	idleSince    time.Time     // serving goroutine only: when awaitRequest began
 	waiting      bool          // in flushThenAwait's wait (see checkWaitingLocked)
 	waitStart    time.Time
 	waitChecked  bool // the timer looked at this wait's input already
@@ -368,7 +369,9 @@ func (c *conn) goIdle() bool {
 // false when the connection should close instead.
 func (c *conn) awaitRequest() bool {
 	if c.br.Buffered() == 0 {
-		want := time.Now().Add(c.srv.idleTimeout())
+		now := time.Now()
+		c.idleSince = now // flushThenAwait's wait starts now too: one clock read for both
+		want := now.Add(c.srv.idleTimeout())
 		// An idle deadline a recent request set is kept: closing an idle connection up to a
 		// second early is harmless, and keep-alive clients would otherwise pay a timer update
 		// for every request.

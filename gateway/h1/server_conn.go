@@ -296,7 +296,7 @@ func (c *conn) waitStep(uintptr) bool {
 			return true
 		}
 		c.mu.Lock()
-		c.waiting, c.waitChecked, c.waitStart = true, false, time.Now()
+		c.waiting, c.waitChecked, c.waitStart = true, false, c.idleSince
 		c.armLocked(c.srv.disconnectCheckAfter())
 		c.mu.Unlock()
 		return false

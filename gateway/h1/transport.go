@@ -366,12 +366,19 @@ func (cc *clientConn) writeRequest(req *http.Request) (whole bool, err error) {
 	if strings.ContainsAny(host, "\r\n ") {
 		return false, &bodyError{fmt.Errorf("h1: invalid Host %q", host)}
 	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet // as in net/http (a RoundTripper must not edit the request)
+	}
+	if !isToken(method) {
+		return false, &bodyError{fmt.Errorf("h1: invalid method %q", method)}
+	}
 	uri := req.URL.RequestURI()
 	if strings.ContainsAny(uri, "\r\n ") {
 		return false, &bodyError{fmt.Errorf("h1: invalid request target %q", uri)}
 	}
 	b := bw.AvailableBuffer()
-	b = append(b, req.Method...)
+	b = append(b, method...)
 	b = append(b, ' ')
 	b = append(b, uri...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
@@ -384,7 +391,7 @@ func (cc *clientConn) writeRequest(req *http.Request) (whole bool, err error) {
 	switch {
 	case !hasBody:
 		// RFC 9110 §8.6: a POST/PUT/PATCH without a body still says so; GET and friends do not.
-		if req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch {
+		if method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
 			b = append(b, "Content-Length: 0\r\n"...)
 		}
 	case n > 0:

@@ -457,6 +457,12 @@ func TestTransportRequestChecks(t *testing.T) {
 	if resp, _ := do(t, tr, "GET", srv.URL, nil, "X-Evil", "a\r\nInjected: yes"); resp.StatusCode != 200 {
 		t.Fatalf("header injection reached the upstream (status %d)", resp.StatusCode)
 	}
+	// A method that is not a token (a space, a CR LF) is refused before anything is written.
+	req0, _ := http.NewRequest("GET", srv.URL, nil)
+	req0.Method = "GET / HTTP/1.1\r\nX-Evil: 1\r\n\r\nGET"
+	if _, err := tr.RoundTrip(req0); err == nil || !strings.Contains(err.Error(), "invalid method") {
+		t.Fatalf("a method with CR LF: %v", err)
+	}
 	// A body shorter than declared fails without being retried.
 	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader("abc"))
 	req.ContentLength = 10

@@ -99,19 +99,6 @@ type outbound struct {
 	vals [2]string // X-Request-Id and X-Forwarded-For values
 }
 
-// validMethod: a method is a token (RFC 9110 §9.1); the server already checked the client's.
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if c := m[i]; c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // bodyReader is a request body over bytes the proxy holds: an io.ReadCloser that can also write
 // itself out (io.WriterTo), which lets the upstream transport copy it without a buffer.
 type bodyReader struct{ bytes.Reader }
@@ -205,9 +192,6 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 		if c.r.URL.RawPath != "" || base.RawPath != "" {
 			u.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + c.r.URL.EscapedPath()
 		}
-	}
-	if !validMethod(c.r.Method) {
-		return nil, fmt.Errorf("invalid method %q", c.r.Method)
 	}
 	// The request is assembled in o and copied once by WithContext, the only way to give it its
 	// context (NewRequestWithContext would also parse a URL and make a header map to replace).

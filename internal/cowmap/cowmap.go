@@ -24,9 +24,9 @@ func (c *Map[K, V]) Load(k K) (V, bool) {
 	return zero, false
 }
 
-// LoadOrCreate returns the value stored for k, storing make(k) first if there is none. make runs
-// at most once per missing key, under the writers' lock.
-func (c *Map[K, V]) LoadOrCreate(k K, make func(K) V) V {
+// LoadOrCreate returns the value stored for k, storing create(k) first if there is none. create
+// runs at most once per missing key, under the writers' lock.
+func (c *Map[K, V]) LoadOrCreate(k K, create func(K) V) V {
 	if v, ok := c.Load(k); ok {
 		return v
 	}
@@ -35,7 +35,7 @@ func (c *Map[K, V]) LoadOrCreate(k K, make func(K) V) V {
 	if v, ok := c.Load(k); ok {
 		return v
 	}
-	v := make(k)
+	v := create(k)
 	c.write(func(m map[K]V) { m[k] = v })
 	return v
 }
