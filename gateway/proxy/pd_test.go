@@ -281,6 +281,11 @@ func (s *sgRooms) decode(canceled chan<- struct{}) handleFunc {
 		select {
 		case <-rm.held:
 		case <-r.Context().Done():
+			// Cancelled before this handler saw the prefill arrive (a fast prefill failure can
+			// beat it): the decode leg was aborted all the same.
+			if canceled != nil {
+				close(canceled)
+			}
 			return
 		}
 		if canceled != nil { // the KV never arrives: wait to be cancelled
