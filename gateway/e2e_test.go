@@ -20,7 +20,6 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -40,7 +39,7 @@ type pool struct {
 	model   string
 	cleanup []func()
 	// transport is the proxy's upstream transport (so tests can drop its idle connections).
-	transport *h1.Transport
+	transport *http.Transport
 }
 
 type poolSpec struct {

@@ -63,7 +63,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
 	}
-	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, ErrorBody: proxy.ProtocolErrorBody}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
 	}
@@ -119,6 +119,7 @@ func run(args []string) int {
 		Log:          log,
 		Metrics:      proxy.NewMetrics(g.Registry()),
 	})
+	g.OnRuleRemoved(p.Forget)
 	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)

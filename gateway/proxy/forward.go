@@ -153,7 +153,12 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	if c.p.cfg.Rewrite != nil {
 		c.p.cfg.Rewrite(out, ep)
 	}
-	resp, err := c.p.transport.RoundTrip(out)
+	t, err := c.transport()
+	if err != nil {
+		l.report(health.Canceled, 0) // configuration, not the endpoint's health
+		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
+	}
+	resp, err := t.RoundTrip(out)
 	if err == nil {
 		return resp, l, nil
 	}

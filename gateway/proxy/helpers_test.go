@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvexact/kvexact/gateway/h1"
+	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -176,10 +176,10 @@ func newPool(t testing.TB, family string, mode int, specs []epSpec, keyer route.
 }
 
 // frontServer serves the proxy on 127.0.0.1 with the server the gateway's client listeners run
-// (gateway/h1), so these tests exercise the production path.
+// (gateway.NewHTTPServer, default limits), so these tests exercise the production path.
 type frontServer struct {
 	URL    string
-	srv    *h1.Server
+	srv    *http.Server
 	client *http.Client
 	once   sync.Once
 }
@@ -190,7 +190,7 @@ func newFrontServer(t testing.TB, h http.Handler) *frontServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &frontServer{URL: "http://" + l.Addr().String(), srv: &h1.Server{Handler: h, Log: quietLog()},
+	f := &frontServer{URL: "http://" + l.Addr().String(), srv: gateway.NewHTTPServer(h, rules.Server{}, nil, quietLog()),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
 	go f.srv.Serve(l)
 	t.Cleanup(f.Close)

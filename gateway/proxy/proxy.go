@@ -16,17 +16,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/cowmap"
 )
 
 // Response headers the proxy sets.
@@ -59,8 +58,8 @@ type Config struct {
 	// PrefillTimeout bounds a P/D prefill (context) leg; past it the client gets 504
 	// pd_prefill_timeout. 0 means no bound beyond the client's own.
 	PrefillTimeout time.Duration
-	// Transport sends upstream requests. Nil: a transport tuned for many concurrent streams to a few
-	// hosts, with no environment proxy and no transparent compression.
+	// Transport sends every upstream request when set (tests, benchmarks). Nil: each rule gets its
+	// own transport from its upstream settings (NewTransport).
 	Transport http.RoundTripper
 	Log       *slog.Logger
 	Metrics   *Metrics
@@ -78,9 +77,10 @@ type Config struct {
 
 // Proxy serves OpenAI requests for the rules Config.Resolve knows.
 type Proxy struct {
-	cfg       Config
-	transport http.RoundTripper
-	log       *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// transports holds each rule's upstream transport, by rule version (see transportOf).
+	transports cowmap.Map[*rules.Rule, ruleTransport]
 }
 
 // New builds a proxy.
@@ -88,39 +88,11 @@ func New(cfg Config) *Proxy {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
-	p := &Proxy{cfg: cfg, transport: cfg.Transport, log: cfg.Log}
-	if p.transport == nil {
-		p.transport = DefaultTransport()
-	}
+	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
 	return p
-}
-
-// DefaultTransport is the upstream transport New uses when Config.Transport is nil: gateway/h1's
-// HTTP/1.1 client, which runs each exchange on the handler's goroutine (net/http.Transport's
-// per-connection read and write loops cost as much as the proxying on small requests). Engines are
-// a handful of hosts each serving hundreds of concurrent streams, so idle connections per host are
-// plentiful. No transparent compression: bodies the proxy reads itself (P/D legs) arrive as plain
-// JSON. Requests h1 does not serve (https endpoints, Expect: 100-continue, upgrades) go to a
-// net/http.Transport with the same settings.
-func DefaultTransport() *h1.Transport {
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &h1.Transport{
-		DialContext:         dialer.DialContext,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		Fallback: &http.Transport{
-			DialContext:           dialer.DialContext,
-			MaxIdleConns:          4096,
-			MaxIdleConnsPerHost:   1024,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true,
-			ForceAttemptHTTP2:     true,
-		},
-	}
 }
 
 // Handler serves one client listener: /v1/completions, /v1/chat/completions, /v1/models (and

@@ -293,7 +293,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		}
 		p.front.Client().CloseIdleConnections()
 		p.front.Close()
-		p.proxy.transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+		p.proxy.CloseIdleConnections()
 	}()
 	noLeak(t, before)
 }
