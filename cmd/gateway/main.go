@@ -113,11 +113,13 @@ func run(args []string) int {
 			}
 			return r, err
 		},
-		Routers:      g.Routers,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		DebugHeader:  cfg.DebugHeader,
-		Log:          log,
-		Metrics:      proxy.NewMetrics(g.Registry()),
+		Routers:         g.Routers,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxHeaderFields: cfg.Server.MaxHeaderFields,
+		BodyTimeout:     time.Duration(cfg.Server.BodyTimeout),
+		DebugHeader:     cfg.DebugHeader,
+		Log:             log,
+		Metrics:         proxy.NewMetrics(g.Registry()),
 	})
 	g.OnRuleRemoved(p.Forget)
 	srv, err := g.Serve(p.Handler, proxy.ParseRequest)

@@ -179,6 +179,7 @@ func newPool(t testing.TB, family string, mode int, specs []epSpec, keyer route.
 // (gateway.NewHTTPServer, default limits), so these tests exercise the production path.
 type frontServer struct {
 	URL    string
+	Addr   string // host:port, for raw-socket tests
 	srv    *http.Server
 	client *http.Client
 	once   sync.Once
@@ -186,11 +187,17 @@ type frontServer struct {
 
 func newFrontServer(t testing.TB, h http.Handler) *frontServer {
 	t.Helper()
+	return newFrontServerWith(t, h, rules.Server{})
+}
+
+// newFrontServerWith is newFrontServer with the listener settings sc (zero fields: defaults).
+func newFrontServerWith(t testing.TB, h http.Handler, sc rules.Server) *frontServer {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &frontServer{URL: "http://" + l.Addr().String(), srv: gateway.NewHTTPServer(h, rules.Server{}, nil, quietLog()),
+	f := &frontServer{URL: "http://" + l.Addr().String(), Addr: l.Addr().String(), srv: gateway.NewHTTPServer(h, sc, nil, quietLog()),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
 	go f.srv.Serve(l)
 	t.Cleanup(f.Close)

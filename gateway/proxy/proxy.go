@@ -16,6 +16,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,6 +54,11 @@ type Config struct {
 	Routers func(listener string) []*route.Router
 	// MaxBodyBytes caps request bodies (413 above it). 0 means 16 MiB.
 	MaxBodyBytes int64
+	// MaxHeaderFields caps a request's header field lines (431 above it). 0 means 100.
+	MaxHeaderFields int
+	// BodyTimeout bounds the time from the handler's start to the request body's last byte (408
+	// and a closed connection past it). 0 means 60s.
+	BodyTimeout time.Duration
 	// DebugHeader adds X-Kvexact-Decision to responses.
 	DebugHeader bool
 	// PrefillTimeout bounds a P/D prefill (context) leg; past it the client gets 504
@@ -88,6 +94,12 @@ func New(cfg Config) *Proxy {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
+	if cfg.MaxHeaderFields <= 0 {
+		cfg.MaxHeaderFields = 100
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
+	}
 	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -114,6 +126,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.id = id
 	w.Header()[HeaderRequestID] = c.value(valRequestID, id)
+	if e := c.limit(); e != nil {
+		c.fail(e)
+		c.finish()
+		return
+	}
 	switch path := r.URL.Path; {
 	case path == "/v1/completions" || path == "/v1/chat/completions":
 		if r.Method != http.MethodPost {
@@ -133,12 +150,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.passThrough()
 	}
 	c.finish()
-	if c.abortConn {
-		// The upstream body broke off after a non-SSE response had started: the only honest signal
-		// left is to cut the client's connection (what httputil.ReverseProxy does too). net/http
-		// recovers this sentinel without logging.
-		panic(http.ErrAbortHandler)
-	}
+	c.end()
 }
 
 func newRequestID() string {
@@ -172,8 +184,13 @@ type call struct {
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	server    *route.Endpoint // receipt: the endpoint whose response is relayed
 	committed bool
-	abortConn bool
+	// truncated: the response started but did not reach its end (the client left, or the upstream
+	// broke off); the connection must be cut so that the client cannot take it for complete.
+	truncated bool
+	gone      bool // the client left (context canceled by net/http) while the relay ran
 	inflight  bool
+	// bodyDeadline: the body read deadline is armed (limit) and not yet cleared.
+	bodyDeadline bool
 
 	// Storage of the request's own objects, so that a request costs one allocation for them.
 	pb   parsed
@@ -219,36 +236,61 @@ func (c *call) finish() {
 	c.p.cfg.Metrics.done(c.rule, c.status, c.tier, time.Since(c.start))
 }
 
-// readBody reads the whole body within the size limit.
+// readBody reads the whole body within the size limit and the body deadline, as it arrives: the
+// buffer grows with the bytes received, never to a declared Content-Length up front (a client
+// declaring 16 MiB and sending one byte costs 16 KiB, not 16 MiB).
 func (c *call) readBody() ([]byte, *apiError) {
-	max := c.p.cfg.MaxBodyBytes
+	limit := c.p.cfg.MaxBodyBytes
 	tooBig := func() *apiError {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
-			Message: "the request body exceeds " + strconv.FormatInt(max, 10) + " bytes"}
+			Message: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
-	var b []byte
-	var err error
-	switch n := c.r.ContentLength; {
-	case n > max:
+	n := c.r.ContentLength
+	switch {
+	case n > limit:
 		return nil, tooBig()
-	case n > 0:
-		// Servers never yield more than Content-Length: one allocation of the right size, and no
-		// limit reader.
-		b = make([]byte, n)
-		_, err = io.ReadFull(c.r.Body, b)
-	case n == 0:
+	case n == 0 || c.r.Body == nil || c.r.Body == http.NoBody:
 		return nil, nil
-	default:
-		b, err = io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, max))
 	}
+	const firstChunk = 16 << 10
+	b := make([]byte, 0, min(limit, firstChunk, max(n, 512)))
+	b, err := readAll(b, http.MaxBytesReader(c.w, c.r.Body, limit))
 	if err != nil {
+		// The deadline stays armed: net/http discards an unread rest of the body after the
+		// handler, and must not wait for it.
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooBig()
 		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.w.Header().Set("Connection", "close")
+			c.p.cfg.Metrics.clientError(c.rule, clientBodyTimeout)
+			c.p.log.Info("client body too slow", "timeout", c.p.cfg.BodyTimeout, "received", len(b), "request_id", c.id)
+			return nil, &apiError{Status: http.StatusRequestTimeout, Type: typeInvalid, Code: "request_timeout",
+				Message: "the request body did not arrive within " + c.p.cfg.BodyTimeout.String()}
+		}
 		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
 	}
+	c.endBodyDeadline()
 	return b, nil
+}
+
+// readAll appends r's bytes to b until EOF, growing b as data arrives (io.ReadAll, from a buffer).
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // resolve finds the model's router.
