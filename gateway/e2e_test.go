@@ -53,6 +53,7 @@ type poolSpec struct {
 	replay          bool
 	simMod          func(i int, c *sim.Config)
 	reprobe         time.Duration // 0: off
+	cfgMod          func(c *rules.Config)
 }
 
 func strp(s string) *string { return &s }
@@ -126,6 +127,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		rule.Endpoints = append(rule.Endpoints, ep)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if spec.cfgMod != nil {
+		spec.cfgMod(cfg)
+	}
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +168,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		}
 		return r, nil
 	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
+	g.OnRuleRemoved(px.Forget)
 	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,9 @@ func New(cfg Config) *Proxy {
 }
 
 // Handler serves one client listener: /v1/completions, /v1/chat/completions, /v1/models (and
-// /v1/models/{id}); every other path is forwarded to an endpoint of the rule serving its model.
+// /v1/models/{id}); the rest of the OpenAI surface (embeddings, responses) and the paths a rule
+// lists under passthrough are forwarded to an endpoint of the rule serving the body's model;
+// anything else is 404 unknown_url (surface.go).
 func (p *Proxy) Handler(listener string) http.Handler {
 	return &handler{p: p, listener: listener}
 }
@@ -345,9 +347,13 @@ func (c *call) generate(chat bool) {
 	c.run()
 }
 
-// passThrough forwards any other path to one endpoint of the rule serving the request's model (the
+// passThrough forwards another path of the API surface or a passthrough path to one endpoint of the rule serving the request's model (the
 // body's "model", else X-Model, else the listener's wildcard rule).
 func (c *call) passThrough() {
+	if path := c.r.URL.Path; !inAPISurface(path) && !c.anyPasses(path) {
+		c.fail(unknownPath(c.r))
+		return
+	}
 	raw, e := c.readBody()
 	if e != nil {
 		c.fail(e)
@@ -359,6 +365,10 @@ func (c *call) passThrough() {
 	}
 	if e := c.resolve(model); e != nil {
 		c.fail(e)
+		return
+	}
+	if !forwardable(c.rt, c.r) {
+		c.fail(unknownPath(c.r))
 		return
 	}
 	c.raw = raw

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -201,6 +202,10 @@ type Rule struct {
 	CHWBL CHWBL `yaml:"chwbl" json:"chwbl"`
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
+	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
+	// "/v1/responses/*" for every path below /v1/responses). Only the OpenAI API surface is
+	// forwarded otherwise; engine admin routes can never be listed.
+	Passthrough []string `yaml:"passthrough" json:"passthrough,omitempty"`
 	// Upstream tunes the rule's connections to its endpoints (one HTTP transport per rule).
 	Upstream Upstream `yaml:"upstream" json:"upstream"`
 	// Endpoints serve the rule's models.
@@ -536,8 +541,8 @@ func (r *Rule) Contract() *contracts.Contract {
 // Normalize fills the rule's defaults and validates it; on error the rule may be half-filled, so
 // callers validate a copy (see Store).
 func (r *Rule) Normalize() error {
-	if r.Name == "" {
-		return fieldErr("name", "required")
+	if err := checkName("name", r.Name); err != nil {
+		return err
 	}
 	if r.Engine.Family == "" {
 		return fieldErr("engine.family", "required, one of %s", strings.Join(contracts.Families, ", "))
@@ -716,6 +721,9 @@ func (r *Rule) Normalize() error {
 	if r.CHWBL.PrefixChars < 1 {
 		return fieldErr("chwbl.prefixChars", "%d must be positive", r.CHWBL.PrefixChars)
 	}
+	if err := checkPassthrough(r.Passthrough); err != nil {
+		return err
+	}
 	if err := r.Upstream.validate(); err != nil {
 		return prefix("upstream", err)
 	}
@@ -736,8 +744,14 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 		return fieldErr("address", "%q must start with http:// or https://", ep.Address)
 	}
 	ep.Address = strings.TrimRight(ep.Address, "/")
+	if u, err := url.Parse(ep.Address); err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fieldErr("address", "%q is not a base URL (scheme://host[:port][/path], no credentials, query or fragment)", ep.Address)
+	}
 	if ep.Name == "" {
 		ep.Name = ep.Address
+	}
+	if err := checkName("name", ep.Name); err != nil {
+		return err
 	}
 	if ep.Role == "" {
 		ep.Role = "normal"
