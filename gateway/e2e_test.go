@@ -20,7 +20,6 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -40,7 +39,7 @@ type pool struct {
 	model   string
 	cleanup []func()
 	// transport is the proxy's upstream transport (so tests can drop its idle connections).
-	transport *h1.Transport
+	transport *http.Transport
 }
 
 type poolSpec struct {
@@ -54,6 +53,7 @@ type poolSpec struct {
 	replay          bool
 	simMod          func(i int, c *sim.Config)
 	reprobe         time.Duration // 0: off
+	cfgMod          func(c *rules.Config)
 }
 
 func strp(s string) *string { return &s }
@@ -127,6 +127,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		rule.Endpoints = append(rule.Endpoints, ep)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if spec.cfgMod != nil {
+		spec.cfgMod(cfg)
+	}
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +168,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		}
 		return r, nil
 	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
+	g.OnRuleRemoved(px.Forget)
 	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)

@@ -53,11 +53,6 @@ type Options struct {
 	// ReprobeInterval re-checks every certified endpoint's identity and tokenizer (default 60s;
 	// negative disables). A failure fences KV-exact for that endpoint.
 	ReprobeInterval time.Duration
-	// ErrorBody renders the errors a client listener answers before any handler sees the request
-	// (a malformed request line, oversized header fields, an unsupported Transfer-Encoding): it
-	// returns the content type and body. Nil: text/plain. The gateway binary passes
-	// proxy.ProtocolErrorBody, so those errors are OpenAI-shaped too.
-	ErrorBody func(status int, detail string) (contentType string, body []byte)
 }
 
 // Gateway is the running gateway.
@@ -76,6 +71,7 @@ type Gateway struct {
 	mu       sync.RWMutex
 	runtimes map[string]*ruleRuntime // by rule name
 	certs    []*certificate.Certificate
+	removed  []func(rule string) // OnRuleRemoved hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -250,7 +246,21 @@ func (g *Gateway) remove(name string) {
 			g.ingestM.Forget(name, e.Name)
 		}
 		g.statusM.forget(name)
+		g.mu.RLock()
+		hooks := g.removed
+		g.mu.RUnlock()
+		for _, f := range hooks {
+			f(name)
+		}
 	}
+}
+
+// OnRuleRemoved registers f to run after a rule was deleted and its runtime stopped: what the
+// gateway's callers keep per rule (the proxy's series and transports) goes with it.
+func (g *Gateway) OnRuleRemoved(f func(rule string)) {
+	g.mu.Lock()
+	g.removed = append(g.removed, f)
+	g.mu.Unlock()
 }
 
 func (rt *ruleRuntime) stop() {

@@ -17,7 +17,7 @@ mkdir -p "$out/kvbench" docs/bench
 } | tee "$out/machine.txt"
 benchtime=${BENCHTIME:-1s}
 if [ -z "${SKIP_GO_BENCH:-}" ]; then
-  for pkg in gateway/hashcore gateway/inventory gateway/tokenize gateway/ingest gateway/route gateway/proxy gateway/h1 \
+  for pkg in gateway/hashcore gateway/inventory gateway/tokenize gateway/ingest gateway/route gateway/proxy \
              engines/vllm engines/sglang engines/trtllm engines/sim bench/kvbench; do
     file="$out/$(echo "$pkg" | tr / _).txt"
     if ! list=$(go test -list 'Benchmark.*' "./$pkg" 2>&1); then

@@ -24,7 +24,7 @@ var sectionPackages = map[string][]string{
 	"tokenizer.md":    {"gateway/tokenize"},
 	"ingest.md":       {"gateway/ingest"},
 	"decoders.md":     {"engines/vllm", "engines/sglang", "engines/trtllm"},
-	"proxy.md":        {"gateway/proxy", "gateway/h1"},
+	"proxy.md":        {"gateway/proxy"},
 	"simulator.md":    {"engines/sim"},
 	"route.md":        {"gateway/route"},
 }

@@ -63,7 +63,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
 	}
-	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, ErrorBody: proxy.ProtocolErrorBody}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
 	}
@@ -113,12 +113,15 @@ func run(args []string) int {
 			}
 			return r, err
 		},
-		Routers:      g.Routers,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		DebugHeader:  cfg.DebugHeader,
-		Log:          log,
-		Metrics:      proxy.NewMetrics(g.Registry()),
+		Routers:         g.Routers,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxHeaderFields: cfg.Server.MaxHeaderFields,
+		BodyTimeout:     time.Duration(cfg.Server.BodyTimeout),
+		DebugHeader:     cfg.DebugHeader,
+		Log:             log,
+		Metrics:         proxy.NewMetrics(g.Registry()),
 	})
+	g.OnRuleRemoved(p.Forget)
 	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)

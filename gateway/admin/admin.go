@@ -148,12 +148,14 @@ func Handler(b Backend, token string) http.Handler {
 }
 
 // requireToken answers 401 (and nothing else) unless the request carries "Authorization: Bearer
-// <token>". An empty configured token locks the API entirely.
+// <token>": the scheme case-insensitive (RFC 9110 §11.1), the token compared in constant time. An
+// empty configured token locks the API entirely.
 func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got = strings.TrimLeft(got, " ")
+		if token == "" || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kvexact-admin"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
