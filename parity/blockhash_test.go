@@ -58,7 +58,7 @@ func TestBlockHashVectors(t *testing.T) {
 		})
 	}
 	// The suite must cover every engine-produced binding, not silently shrink.
-	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "sglang/"} {
+	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "vllm/sha256_msgpack", "vllm/xxhash_msgpack", "sglang/"} {
 		if !engines[want] {
 			t.Errorf("no engine-produced vector file for %s under %s", want, dir)
 		}
@@ -92,6 +92,8 @@ func TestBlockHashVectorsCount(t *testing.T) {
 		want["vllm/v0.25.1/"+a] = 72
 		want["vllm/v0.28.0/"+a] = 74
 	}
+	want["vllm/main-msgpack/sha256_msgpack"] = 74
+	want["vllm/main-msgpack/xxhash_msgpack"] = 74
 	want["sglang/v0.5.18/page_hash"] = 61
 	for k, n := range want {
 		if counts[k] != n {
