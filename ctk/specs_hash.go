@@ -340,9 +340,9 @@ func sortedKeys(m map[int]uint64) []int {
 
 // keysFor computes the engine keys of want under algorithm a with the staged block size and seed.
 func (r *endpointRun) keysFor(a string) ([]uint64, error) {
-	var seed *string
-	if r.st.Contract.Hash.Seed == "pythonhashseed" {
-		seed = r.st.Seed
+	seed, err := r.st.Contract.EngineSeed(a, r.st.Seed)
+	if err != nil {
+		return nil, err
 	}
 	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(a), BlockSize: r.st.BlockSize, Seed: seed}, hashcore.Default())
 	if err != nil {
@@ -384,8 +384,9 @@ func (r *endpointRun) specKeys(t *T) {
 	case r.st.Binding == "router":
 		t.Skipf("the pool stages the router binding")
 		return
-	case ct.Hash.Seed == "pythonhashseed" && r.st.Seed == nil:
-		t.Skipf("the pool stages no seed: vLLM roots its keys at H(PYTHONHASHSEED), so the engine binding needs the engine's PYTHONHASHSEED as the pool's seed")
+	}
+	if _, err := ct.EngineSeed(r.st.Algorithm, r.st.Seed); err != nil {
+		t.Skipf("the pool stages no seed and the engine binding cannot follow: %v", err)
 		return
 	}
 	if !r.needProbe(t) {
@@ -433,7 +434,12 @@ func (r *endpointRun) specKeys(t *T) {
 	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.Algorithm != "" && cfg.Algorithm != r.st.Algorithm {
 		stated = fmt.Sprintf("; the engine's %s states algorithm %s", cfg.Source, cfg.Algorithm)
 	}
-	t.Failf(LegSeed, "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED",
+	hint := "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED"
+	if r.st.Seed == nil {
+		seed, _ := ct.EngineSeed(r.st.Algorithm, nil)
+		hint = fmt.Sprintf("the pool stages no seed, so the gateway used %s %s's default seed %q: unset PYTHONHASHSEED on the engine, or set seed in the pool and the rule to the engine's PYTHONHASHSEED", ct.Family, ct.Versions.String(), *seed)
+	}
+	t.Failf(LegSeed, hint,
 		"tokens and block size match, but no vLLM algorithm reproduces the engine's keys with the staged seed: %s%s", why, stated)
 }
 

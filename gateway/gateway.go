@@ -322,12 +322,12 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	return rt, g.startSources(rt, binding)
 }
 
-// seedFor returns the seed hashcore wants: vLLM's PYTHONHASHSEED, none for the others.
+// seedFor returns the seed hashcore wants: the one the engine roots in (the rule's PYTHONHASHSEED,
+// else the release's default seed for the algorithm), none for the others; nil where the engine's
+// roots are random, which hashcore then refuses with the reason.
 func seedFor(ct *contracts.Contract, r *rules.Rule) *string {
-	if ct.Hash.Seed == "pythonhashseed" {
-		return r.Seed
-	}
-	return nil
+	seed, _ := ct.EngineSeed(r.HashAlgorithm, r.Seed)
+	return seed
 }
 
 // certify decides, from the certificates, which endpoints may run KV-exact and with which binding.

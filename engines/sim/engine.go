@@ -102,8 +102,11 @@ func New(cfg Config) (*Engine, error) {
 	e.engineID = hex.EncodeToString(idb[:])
 	switch cfg.Family {
 	case "vllm":
-		seed := cfg.Seed
+		seed, rootErr := cfg.contract.EngineSeed(cfg.Algorithm, cfg.Seed)
 		e.seedDesc = "PYTHONHASHSEED set"
+		if cfg.Seed == nil && rootErr == nil {
+			e.seedDesc = "PYTHONHASHSEED unset: the release's default seed"
+		}
 		if seed == nil {
 			// vLLM draws os.urandom(32) as its root when PYTHONHASHSEED is unset. The hash core
 			// roots at H(seed string), so a random 32-byte seed string gives an equally

@@ -182,7 +182,8 @@ type Rule struct {
 	HashAlgorithm string `yaml:"hashAlgorithm" json:"hashAlgorithm,omitempty"`
 	// Binding is auto (default), engine or router (DESIGN.md, Key bindings).
 	Binding string `yaml:"binding" json:"binding,omitempty"`
-	// Seed is vLLM's PYTHONHASHSEED string; "" is a valid seed, absent means unknown.
+	// Seed is vLLM's PYTHONHASHSEED string; "" is a valid seed; absent means unset on the engines (the
+	// release's default seed where its contract has one for the algorithm, else no engine binding).
 	Seed *string `yaml:"seed" json:"seed,omitempty"`
 	// MinMatchTokens is the shallow guard (default 16, 0 disables, at most 4096).
 	MinMatchTokens *int `yaml:"minMatchTokens" json:"minMatchTokens,omitempty"`
@@ -651,8 +652,8 @@ func (r *Rule) Normalize() error {
 		}
 		switch ct.Hash.Seed {
 		case "pythonhashseed":
-			if r.Binding == "engine" && r.Seed == nil {
-				return fieldErr("seed", "required for the engine binding: without PYTHONHASHSEED, vLLM roots its block hashes in random bytes per process, so no gateway can compute them (set seed to the engine's PYTHONHASHSEED; \"\" is a valid seed)")
+			if _, err := ct.EngineSeed(r.HashAlgorithm, r.Seed); r.Binding == "engine" && err != nil {
+				return fieldErr("seed", "required for the engine binding: %v", err)
 			}
 		case "none":
 			if r.Seed != nil {
