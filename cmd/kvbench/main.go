@@ -60,6 +60,7 @@ func runSweep(ctx context.Context, args []string) int {
 	workloads := fs.String("workloads", "", "comma-separated workloads (default: all)")
 	loads := fs.String("loads", "", "comma-separated offered loads, fractions of the uncached pool capacity (default: the plan's)")
 	noLaws := fs.Bool("no-laws", false, "skip the load-law variants")
+	policies := fs.String("policies", "", "comma-separated policy names to run, of the plan's (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -93,6 +94,26 @@ func runSweep(ctx context.Context, args []string) int {
 			}
 			plan.Loads = append(plan.Loads, v)
 		}
+	}
+	if *policies != "" {
+		want := strings.Split(*policies, ",")
+		var keep []kvbench.Policy
+		for _, p := range plan.Policies {
+			for _, w := range want {
+				if p.Name == strings.TrimSpace(w) {
+					keep = append(keep, p)
+				}
+			}
+		}
+		if len(keep) == 0 {
+			var names []string
+			for _, p := range plan.Policies {
+				names = append(names, p.Name)
+			}
+			fmt.Fprintf(os.Stderr, "kvbench: --policies: none of %q is one of: %s\n", *policies, strings.Join(names, ", "))
+			return 2
+		}
+		plan.Policies = keep
 	}
 	if *noLaws {
 		plan.LawPolicies, plan.LawWorkloads, plan.LawLoads = nil, nil, nil
