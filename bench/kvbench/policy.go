@@ -2,6 +2,7 @@ package kvbench
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -22,6 +23,8 @@ type Policy struct {
 	Peer string `json:"peer,omitempty"`
 	// Binding is the KV-exact rule's key binding ("": the pool's engine binding).
 	Binding string `json:"binding,omitempty"`
+	// Predict is the KV-exact rule's predictOnRoute TTL (0: off).
+	Predict time.Duration `json:"predict,omitempty"`
 }
 
 // clientSide policies decide in the client and send through one listener per engine.
@@ -49,6 +52,18 @@ func KVExact(scoring, law string) Policy {
 	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law}
 }
 
+// PolicyKVXPredict is the default KV-exact policy with predict-on-route.
+const PolicyKVXPredict = "kv-exact overlap/hard +predict"
+
+// KVExactPredict is KV-exact (overlap, hard) with predict-on-route at a 2 s TTL: long enough to
+// cover an engine's event latency, short enough that a prediction the engine never confirms
+// (evicted, or never cached) stops counting soon.
+func KVExactPredict() Policy {
+	p := KVExact("overlap", "hard")
+	p.Name, p.Predict = PolicyKVXPredict, 2*time.Second
+	return p
+}
+
 // MainPolicies run on every workload and load: the three baselines, KV-exact with each scoring under
 // the default law, the peers' strategies, and the oracle.
 func MainPolicies() []Policy {
@@ -58,6 +73,7 @@ func MainPolicies() []Policy {
 		{Name: PolicyCHWBL, Selector: "chwbl"},
 		KVExact("overlap", "hard"),
 		KVExact("prefix", "hard"),
+		KVExactPredict(),
 	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true})
 }
 

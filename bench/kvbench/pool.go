@@ -111,6 +111,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if pol.Exact {
 		rule.KVExactMode = 3
 		rule.Binding = "engine"
+		rule.PredictOnRoute = rules.Duration(pol.Predict)
 		if pol.Binding != "" {
 			rule.Binding = pol.Binding
 		}

@@ -58,6 +58,11 @@ type Evidence struct {
 	// expected and the cached tokens the backend reported.
 	PredictedTokens int64 `json:"predictedTokens"`
 	ActualTokens    int64 `json:"actualTokens"`
+	// PredictedHits: KV-exact decisions that needed predict-on-route blocks; they are kept out of
+	// ConfirmedHits and FalseHits, and PredictedConfirmed counts those whose receipt shows cached
+	// tokens.
+	PredictedHits      int `json:"predictedHits,omitempty"`
+	PredictedConfirmed int `json:"predictedConfirmed,omitempty"`
 }
 
 // Cell is one (workload, policy, load) measurement.
@@ -274,7 +279,12 @@ func judge(c *Cell, pol Policy, rs []Result) {
 			}
 			ev.PredictedTokens += int64(r.Predicted)
 			ev.ActualTokens += int64(r.Cached)
-			if r.Status == http.StatusOK && r.Err == "" {
+			if r.PredictedHit {
+				ev.PredictedHits++
+				if r.Status == http.StatusOK && r.Err == "" && r.Cached > 0 {
+					ev.PredictedConfirmed++
+				}
+			} else if r.Status == http.StatusOK && r.Err == "" {
 				if r.Cached > 0 {
 					ev.ConfirmedHits++
 				} else {
