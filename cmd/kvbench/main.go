@@ -6,6 +6,8 @@
 //	kvbench overhead [--out dir] [--gateway bin]    decision time and proxy throughput vs nginx
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
+//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400]
+//	                                                decision time, memory per key at pool scale
 package main
 
 import (
@@ -41,6 +43,8 @@ func run(args []string) int {
 			return runUpstream(ctx, args[1:])
 		case "drive":
 			return drive(args[1:])
+		case "scale":
+			return runScale(ctx, args[1:])
 		case "status":
 			return status(args[1:])
 		}
@@ -299,4 +303,70 @@ func runDoc(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+func runScale(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kvbench scale", flag.ContinueOnError)
+	out := fs.String("out", ".cache/bench/kvbench", "directory for scale.json and scale.md")
+	model := fs.String("model", "llama3", "tokenizer model slug")
+	def := kvbench.DefaultScalePlan()
+	eps := fs.String("endpoints", ints(def.Endpoints), "comma-separated endpoint counts (at most 256)")
+	resident := fs.String("resident", ints(def.Resident), "comma-separated resident key counts (100000000 needs about 3 GiB)")
+	prompts := fs.String("prompts", ints(def.Prompts), "comma-separated prompt sizes, tokens")
+	repeats := fs.Int("repeats", def.Repeats, "decisions timed per cell (at most; --budget bounds the time)")
+	budget := fs.Duration("budget", def.Budget, "time spent per cell at most (at least 5 decisions)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	plan := kvbench.ScalePlan{Repeats: *repeats, Budget: *budget}
+	for _, f := range []struct {
+		name, v string
+		dst     *[]int
+		lim     int
+	}{{"endpoints", *eps, &plan.Endpoints, 256}, {"resident", *resident, &plan.Resident, 1 << 30}, {"prompts", *prompts, &plan.Prompts, 1 << 20}} {
+		for _, x := range strings.Split(f.v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil || n <= 0 || n > f.lim {
+				fmt.Fprintf(os.Stderr, "kvbench scale: --%s: %q is not a whole number in 1..%d\n", f.name, x, f.lim)
+				return 2
+			}
+			*f.dst = append(*f.dst, n)
+		}
+	}
+	toks := tokenize.NewPool("")
+	sc, err := kvbench.MeasureScale(ctx, toks, *model, plan, func(v any) {
+		switch c := v.(type) {
+		case kvbench.ScaleInventory:
+			fmt.Fprintf(os.Stderr, "inventory %d endpoints, %d keys: %.1f B/key, %.2f M stores/s\n", c.Endpoints, c.Resident, c.BytesPerKey, c.StoreOpsPerSec/1e6)
+		case kvbench.ScaleCell:
+			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens: p50 %.2f ms p99 %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
+				c.Endpoints, c.Resident, c.PromptTokens, c.Decision.P50, c.Decision.P99, c.Tokenize.P50, c.Decisions)
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	sc.Command = strings.TrimSpace("kvbench scale " + strings.Join(args, " "))
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	b, _ := json.MarshalIndent(sc, "", "  ")
+	if err := os.WriteFile(filepath.Join(*out, "scale.json"), b, 0o644); err == nil {
+		err = os.WriteFile(filepath.Join(*out, "scale.md"), []byte(kvbench.ScaleTable(sc)), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func ints(v []int) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, strconv.Itoa(x))
+	}
+	return strings.Join(s, ",")
 }

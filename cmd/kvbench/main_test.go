@@ -125,3 +125,32 @@ func TestOverheadWithoutNginx(t *testing.T) {
 		t.Error("the document does not say why the proxy comparison did not run")
 	}
 }
+
+// TestScaleSmoke runs kvbench scale on a tiny plan: every decision must be the KV-exact hit on the
+// endpoint holding the prompt (MeasureScale fails otherwise), and the JSON and table come out.
+func TestScaleSmoke(t *testing.T) {
+	if _, err := tokenize.NewPool("").Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	dir := t.TempDir()
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "3", "--resident", "20000", "--prompts", "256", "--repeats", "5"}); code != 0 {
+		t.Fatalf("kvbench scale exited %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc kvbench.Scale
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Cells) != 1 || sc.Cells[0].Decisions != 5 || sc.Cells[0].Score != sc.Cells[0].Blocks || sc.Cells[0].Blocks < 16 {
+		t.Fatalf("cells %+v", sc.Cells)
+	}
+	if len(sc.Inventories) != 1 || sc.Inventories[0].BytesPerKey <= 0 || sc.Inventories[0].StoreOpsPerSec <= 0 {
+		t.Fatalf("inventories %+v", sc.Inventories)
+	}
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "300"}); code != 2 {
+		t.Fatalf("--endpoints 300 exited %d, want 2 (the limit is 256)", code)
+	}
+}
