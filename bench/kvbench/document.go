@@ -66,6 +66,12 @@ func WriteDocument(rawDir, sectionsDir, chartsDir, out string) error {
 	b.WriteString("Contents: [1. Routing quality](#1-routing-quality-kvbench) · [2. Overhead](#2-overhead) · [3. Component benchmarks](#3-component-benchmarks)\n\n")
 	writeRouting(&b, rep, rel)
 	writeOverhead(&b, ov, rel, rawDir)
+	if sc, err := os.ReadFile(filepath.Join(rawDir, "kvbench", "scale.md")); err == nil {
+		// kvbench scale's table (docs/benchmarks/peers.md has the peer figures it is set against).
+		b.WriteString("## 2b. Pool scale (kvbench scale)\n\n")
+		b.Write(sc)
+		b.WriteString("\n")
+	}
 	if err := writeSections(&b, rawDir, sectionsDir); err != nil {
 		return err
 	}
