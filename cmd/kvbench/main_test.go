@@ -36,8 +36,8 @@ func TestQuick(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Cells) != 3 {
-		t.Fatalf("%d cells, want 3 (round-robin, kv-exact, oracle)", len(rep.Cells))
+	if len(rep.Cells) != 5 {
+		t.Fatalf("%d cells, want 5 (round-robin, kv-exact, kv-exact +predict, llm-d estimate, oracle)", len(rep.Cells))
 	}
 	for _, c := range rep.Cells {
 		if !c.Valid {
@@ -71,6 +71,16 @@ func TestQuick(t *testing.T) {
 			if ev.ConfirmedHits == 0 {
 				t.Errorf("oracle: no receipt confirms a hit")
 			}
+		case kvbench.PolicyKVXPredict:
+			// Predicted hits are counted apart; the engine-confirmed ones still need receipts.
+			if moved == 0 || ev.ConfirmedHits+ev.PredictedConfirmed == 0 || ev.PredictedConfirmed > ev.PredictedHits {
+				t.Errorf("kv-exact +predict: counter moved %v, %d confirmed, %d of %d predicted confirmed", moved, ev.ConfirmedHits, ev.PredictedConfirmed, ev.PredictedHits)
+			}
+		case "llm-d estimate":
+			// A client-side peer: no KV-exact counter, its own hits under tier "peer", receipts decide.
+			if moved != 0 || ev.Tiers["peer"] == 0 || ev.ConfirmedHits == 0 {
+				t.Errorf("llm-d estimate: counters moved %v, tiers %v, %d confirmed", moved, ev.Tiers, ev.ConfirmedHits)
+			}
 		}
 	}
 	for _, f := range kvbench.ChartFiles {
@@ -84,7 +94,7 @@ func TestQuick(t *testing.T) {
 		t.Fatalf("kvbench doc exited %d", code)
 	}
 	md, _ := os.ReadFile(doc)
-	for _, want := range []string{"## 1. Routing quality", "### Targets", "kv-exact overlap/hard", "## 3. Component benchmarks"} {
+	for _, want := range []string{"## 1. Routing quality", "### Targets", "kv-exact overlap/hard", "llm-d estimate", "oracle is an upper bound", "## 3. Component benchmarks"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("document lacks %q", want)
 		}
