@@ -6,6 +6,7 @@
 //	kvbench overhead [--out dir] [--gateway bin]    decision time and proxy throughput vs nginx
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
+//	kvbench charts --results results.json --charts dir   redraw a sweep's charts
 //	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400]
 //	                                                decision time, memory per key at pool scale
 package main
@@ -45,6 +46,8 @@ func run(args []string) int {
 			return drive(args[1:])
 		case "scale":
 			return runScale(ctx, args[1:])
+		case "charts":
+			return runCharts(args[1:])
 		case "status":
 			return status(args[1:])
 		}
@@ -369,4 +372,26 @@ func ints(v []int) string {
 		s = append(s, strconv.Itoa(x))
 	}
 	return strings.Join(s, ",")
+}
+
+// runCharts redraws the charts of a sweep already measured (results.json), e.g. after a chart change.
+func runCharts(args []string) int {
+	fs := flag.NewFlagSet("kvbench charts", flag.ContinueOnError)
+	results := fs.String("results", ".cache/bench/kvbench/results.json", "a sweep's results.json")
+	charts := fs.String("charts", "docs/bench", "directory for the SVG charts")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	b, err := os.ReadFile(*results)
+	if err == nil {
+		var rep kvbench.Report
+		if err = json.Unmarshal(b, &rep); err == nil {
+			err = kvbench.WriteCharts(&rep, *charts)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench charts: %v\n", err)
+		return 1
+	}
+	return 0
 }
