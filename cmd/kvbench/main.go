@@ -342,8 +342,8 @@ func runScale(ctx context.Context, args []string) int {
 		case kvbench.ScaleInventory:
 			fmt.Fprintf(os.Stderr, "inventory %d endpoints, %d keys: %.1f B/key, %.2f M stores/s\n", c.Endpoints, c.Resident, c.BytesPerKey, c.StoreOpsPerSec/1e6)
 		case kvbench.ScaleCell:
-			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens: p50 %.2f ms p99 %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
-				c.Endpoints, c.Resident, c.PromptTokens, c.Decision.P50, c.Decision.P99, c.Tokenize.P50, c.Decisions)
+			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens: p50 %.2f ms p99 %.2f ms, CPU %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
+				c.Endpoints, c.Resident, c.PromptTokens, c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
 		}
 	})
 	if err != nil {

@@ -154,7 +154,7 @@ func TestScaleSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &sc); err != nil {
 		t.Fatal(err)
 	}
-	if len(sc.Cells) != 1 || sc.Cells[0].Decisions != 5 || sc.Cells[0].Score != sc.Cells[0].Blocks || sc.Cells[0].Blocks < 16 {
+	if len(sc.Cells) != 1 || sc.Cells[0].Decisions != 5 || sc.Cells[0].Score != sc.Cells[0].Blocks || sc.Cells[0].Blocks < 16 || sc.Cells[0].CPUms < 0 {
 		t.Fatalf("cells %+v", sc.Cells)
 	}
 	if len(sc.Inventories) != 1 || sc.Inventories[0].BytesPerKey <= 0 || sc.Inventories[0].StoreOpsPerSec <= 0 {
