@@ -53,6 +53,17 @@ func DefaultPoolShape() PoolShape {
 	return PoolShape{Endpoints: 4, CapacityBlocks: 512, MaxConcurrency: 4, PrefillPerToken: 150 * time.Microsecond, DecodePerToken: 2 * time.Millisecond}
 }
 
+// Scaled is the shape with n engines whose simulated time runs n/4 times slower: the offered
+// request rate at a given load, and with it the CPU the gateway, simulators and client need, stays
+// that of the 4-engine pool, so a 64-engine cell measures routing, not CPU starvation of 2 cores.
+func (s PoolShape) Scaled(n int) PoolShape {
+	f := float64(n) / float64(s.Endpoints)
+	s.Endpoints = n
+	s.PrefillPerToken = time.Duration(float64(s.PrefillPerToken) * f)
+	s.DecodePerToken = time.Duration(float64(s.DecodePerToken) * f)
+	return s
+}
+
 // ServiceTime is one uncached request's time in an engine slot.
 func (s PoolShape) ServiceTime(promptTokens float64, maxTokens int) time.Duration {
 	return time.Duration(promptTokens*float64(s.PrefillPerToken)) + time.Duration(max(maxTokens-1, 0))*s.DecodePerToken

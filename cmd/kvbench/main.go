@@ -67,6 +67,7 @@ func runSweep(ctx context.Context, args []string) int {
 	workloads := fs.String("workloads", "", "comma-separated workloads (default: all)")
 	loads := fs.String("loads", "", "comma-separated offered loads, fractions of the uncached pool capacity (default: the plan's)")
 	noLaws := fs.Bool("no-laws", false, "skip the load-law variants")
+	endpoints := fs.Int("endpoints", 4, "simulated engines (at most 256); above 4 their simulated time slows in proportion, so the offered rate stays that of 4")
 	policies := fs.String("policies", "", "comma-separated policy names to run, of the plan's (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -130,7 +131,21 @@ func runSweep(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "kvbench: tokenizer %s: %v (run make tokenizers or set KVEXACT_TOKENIZERS)\n", *model, err)
 		return 1
 	}
-	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: kvbench.DefaultPoolShape(), SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
+	if *endpoints < 1 || *endpoints > 256 {
+		fmt.Fprintf(os.Stderr, "kvbench: --endpoints: %d is not in 1..256\n", *endpoints)
+		return 2
+	}
+	shape := kvbench.DefaultPoolShape()
+	if *endpoints != shape.Endpoints {
+		// The SLO follows the slower simulated prefill unless given.
+		sloSet := false
+		fs.Visit(func(f *flag.Flag) { sloSet = sloSet || f.Name == "slo" })
+		if !sloSet {
+			*slo = time.Duration(float64(*slo) * float64(*endpoints) / float64(shape.Endpoints))
+		}
+		shape = shape.Scaled(*endpoints)
+	}
+	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: shape, SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
 	rep, err := kvbench.Run(ctx, env, plan, func(c *kvbench.Cell) {
 		valid := "valid"
 		if !c.Valid {
