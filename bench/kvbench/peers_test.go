@@ -242,3 +242,18 @@ func TestCachedRatioSE(t *testing.T) {
 		t.Fatalf("all-or-nothing requests: ratio %v SE %v, want 0.5 and 0.25", c.CachedRatio, c.CachedRatioSE)
 	}
 }
+
+// A scaled pool keeps the 4-engine pool's capacity in requests/s: the offered rate at a load is the
+// same, whatever the engine count.
+func TestScaledPoolKeepsTheRate(t *testing.T) {
+	s := DefaultPoolShape()
+	for _, n := range []int{16, 64} {
+		x := s.Scaled(n)
+		if x.Endpoints != n || x.PrefillPerToken != s.PrefillPerToken*time.Duration(n/4) {
+			t.Fatalf("scaled to %d: %+v", n, x)
+		}
+		if a, b := s.Capacity(1000, 6), x.Capacity(1000, 6); a < b*0.999 || a > b*1.001 {
+			t.Fatalf("%d engines: capacity %.2f req/s, the 4-engine pool's is %.2f", n, b, a)
+		}
+	}
+}
