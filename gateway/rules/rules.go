@@ -201,6 +201,10 @@ type Rule struct {
 	Admission Admission `yaml:"admission" json:"admission"`
 	// CHWBL configures the chwbl selector.
 	CHWBL CHWBL `yaml:"chwbl" json:"chwbl"`
+	// PredictOnRoute is the TTL of predict-on-route (0, the default: off; at most 60s): the blocks of
+	// each routed prompt count for KV-exact on its endpoint until the engine's events confirm them
+	// or the TTL ends, so a burst of one new prefix sticks before the events arrive (mode 3).
+	PredictOnRoute Duration `yaml:"predictOnRoute" json:"predictOnRoute,omitempty"`
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
 	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
@@ -685,6 +689,9 @@ func (r *Rule) Normalize() error {
 	}
 	if r.Session.TTL < 0 {
 		return fieldErr("session.ttl", "must be positive")
+	}
+	if r.PredictOnRoute < 0 || r.PredictOnRoute > Duration(60*time.Second) {
+		return fieldErr("predictOnRoute", "%s is outside 0 (off) .. 60s", time.Duration(r.PredictOnRoute))
 	}
 	if r.Trie.Enabled && !pd {
 		return fieldErr("trie.enabled", "the prefix trie is a P/D-ladder tier; this rule has no prefill/decode endpoints")
