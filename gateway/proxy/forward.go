@@ -246,6 +246,10 @@ func (c *call) writeBuffered(status int, h http.Header, body []byte) {
 	if hh == nil {
 		hh = http.Header{}
 	}
+	if b, rewritten := openAIError(status, body); rewritten {
+		body = b
+		hh.Set("Content-Type", "application/json")
+	}
 	hh.Del("Content-Encoding")
 	hh.Set("Content-Length", strconv.Itoa(len(body)))
 	c.commitHeaders(status, hh)
@@ -283,6 +287,11 @@ func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCod
 }
 
 func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) relayResult {
+	if resp.StatusCode >= 400 {
+		if res, ok := c.relayEngineError(resp, commit); ok {
+			return res
+		}
+	}
 	defer resp.Body.Close()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
