@@ -242,6 +242,7 @@ type endpointRun struct {
 	release     string
 	unreachable bool
 	w           *watcher
+	watchErr    error // why the event stream could not be subscribed
 	probe       *probeOutcome
 
 	specs   []SpecResult

@@ -369,15 +369,10 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
 	for _, e := range rt.eps {
-		var why string
-		for _, c := range certs {
-			var got []certificate.Coverage
-			if got, why = c.Covers(st.ProfileDigest, e.Name, now); got != nil {
-				cov[e.Name] = got
-				break
-			}
-		}
-		if cov[e.Name] == nil {
+		got, why := certificate.CoversAny(certs, st.ProfileDigest, e.Name, now)
+		if got != nil {
+			cov[e.Name] = got
+		} else {
 			st.Endpoints[e.Name] = why
 		}
 	}

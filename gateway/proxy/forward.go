@@ -251,6 +251,10 @@ func (c *call) writeBuffered(status int, h http.Header, body []byte) {
 	if hh == nil {
 		hh = http.Header{}
 	}
+	if b, rewritten := openAIError(status, body); rewritten {
+		body = b
+		hh.Set("Content-Type", "application/json")
+	}
 	hh.Del("Content-Encoding")
 	hh.Set("Content-Length", strconv.Itoa(len(body)))
 	c.commitHeaders(status, hh)
@@ -288,6 +292,12 @@ func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCod
 }
 
 func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) relayResult {
+	if resp.StatusCode >= 400 {
+		if res, ok := c.relayEngineError(resp, commit); ok {
+			c.gone = c.gone || res == clientGone
+			return res
+		}
+	}
 	res, started := c.relayBody(resp, commit, diedCode)
 	if started && (res == clientGone || res == upstreamDied) {
 		c.truncated = true
