@@ -41,6 +41,11 @@ type Options struct {
 	CertificatePaths []string
 	// CertificateKey verifies signed certificates when set.
 	CertificateKey ed25519.PublicKey
+	// RequireSigned refuses, on reload, certificates not verified with CertificateKey (the
+	// gateway's --require-signed; the command checks the certificates it starts with).
+	RequireSigned bool
+	// ExpiryCheck is how often certificate expiry is checked while running (default 1s).
+	ExpiryCheck time.Duration
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -73,9 +78,10 @@ type Gateway struct {
 	routeM  *route.Metrics
 	statusM *statusMetrics
 
-	mu       sync.RWMutex
-	runtimes map[string]*ruleRuntime // by rule name
-	certs    []*certificate.Certificate
+	mu        sync.RWMutex
+	runtimes  map[string]*ruleRuntime // by rule name
+	certs     []*certificate.Certificate
+	certPaths []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -95,6 +101,10 @@ type ruleRuntime struct {
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
 	errs     sync.Map // endpoint → last ingest error
+	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
+	// certificate granting coverage here stops being valid (zero: none granted).
+	epExact []*endpointExact
+	expires time.Time
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -135,7 +145,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates,
+		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	return g, nil
 }
@@ -175,6 +185,15 @@ func (g *Gateway) Start(ctx context.Context) error {
 			g.runReprobe(g.ctx, iv)
 		}()
 	}
+	expiry := g.opts.ExpiryCheck
+	if expiry <= 0 {
+		expiry = time.Second
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runExpiry(g.ctx, expiry)
+	}()
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)
@@ -309,6 +328,10 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		return nil, err
 	}
 	rt.router = router
+	for _, e := range rt.eps {
+		ok := rt.exact.Enabled && certified.Has(e.ID)
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+	}
 	return rt, g.startSources(rt, binding)
 }
 
@@ -358,12 +381,14 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	}
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
-	for _, e := range rt.eps {
+	for i, e := range rt.eps {
 		var why string
+		id := IdentityOf(r, i)
 		for _, c := range certs {
 			var got []certificate.Coverage
-			if got, why = c.Covers(st.ProfileDigest, e.Name, now); got != nil {
+			if got, why = c.Covers(st.ProfileDigest, id, now); got != nil {
 				cov[e.Name] = got
+				rt.noteExpiry(c.ExpiresAt)
 				break
 			}
 		}

@@ -31,19 +31,20 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 		if !rt.exact.Enabled {
 			continue
 		}
-		for _, e := range rt.eps {
+		for i, e := range rt.eps {
 			if rt.exact.Endpoints[e.Name] == "" || !isCertified(rt.exact.Endpoints[e.Name]) {
 				continue
 			}
+			x := rt.epExact[i]
 			why := g.probeOnce(ctx, hc, rt, e)
 			switch {
-			case why != "" && e.Fenced() == "":
+			case why != "" && !x.held(holdReprobe):
 				g.log.Warn("re-probe failed: KV-exact fenced for this endpoint", "rule", rt.rule.Name, "endpoint", e.Name, "reason", why)
-				e.Fence(why)
+				x.hold(holdReprobe, why)
 				g.statusM.fence(rt.rule.Name, e.Name, true)
-			case why == "" && e.Fenced() != "":
+			case why == "" && x.held(holdReprobe):
 				g.log.Info("re-probe passed again: fence lifted", "rule", rt.rule.Name, "endpoint", e.Name)
-				e.Unfence()
+				x.release(holdReprobe)
 				g.statusM.fence(rt.rule.Name, e.Name, false)
 			}
 		}

@@ -38,6 +38,7 @@ func run(args []string) int {
 	var certs listFlag
 	fs.Var(&certs, "certificate", "certificate written by ctk certify (repeatable)")
 	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
+	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
@@ -77,16 +78,22 @@ func run(args []string) int {
 			return 2
 		}
 	}
-	for _, p := range certs {
-		c, err := certificate.Load(p, opts.CertificateKey)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gateway: --certificate %s: %v\n", p, err)
-			return 2
-		}
+	if *requireSigned && *certKey == "" {
+		fmt.Fprintln(os.Stderr, "gateway: --require-signed needs --certificate-key (the public key certificates must verify with)")
+		return 2
+	}
+	opts.RequireSigned = *requireSigned
+	if opts.Certificates, err = gateway.LoadCertificates(certs, opts.CertificateKey, *requireSigned); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: --certificate %v\n", err)
+		return 2
+	}
+	for i, c := range opts.Certificates {
 		if ok, why := c.Valid(time.Now()); !ok {
-			log.Warn("certificate not in force; KV-exact stays off where it alone would cover", "file", p, "reason", why)
+			log.Warn("certificate not in force; KV-exact stays off where it alone would cover", "file", certs[i], "reason", why)
 		}
-		opts.Certificates = append(opts.Certificates, c)
+		if v := c.Verification(); v != certificate.Verified {
+			log.Warn("certificate origin not verified: anyone who could write the file could have edited it", "file", certs[i], "verification", v)
+		}
 	}
 	g, err := gateway.New(opts)
 	if err != nil {
@@ -135,6 +142,17 @@ func run(args []string) int {
 			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)
 		}
 	}
+	// SIGHUP re-reads the certificate files; a file that fails leaves the ones in force.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if _, err := g.ReloadCertificates(); err != nil {
+				log.Error("SIGHUP: certificate reload failed", "err", err)
+			}
+		}
+	}()
 	// One line a harness can wait for.
 	fmt.Printf("gateway ready admin=%s listeners=%s\n", srv.Admin, strings.Join(boundList(srv), ","))
 	select {

@@ -1,0 +1,169 @@
+package gateway_test
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/internal/promtest"
+)
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+func eligibleMetric(t *testing.T, p *pool, ep string) float64 {
+	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_eligible", map[string]string{"rule": "pool", "endpoint": ep})
+}
+
+func reasonMetric(t *testing.T, p *pool, ep, reason string) float64 {
+	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_ineligible_reason", map[string]string{"rule": "pool", "endpoint": ep, "reason": reason})
+}
+
+func endpointStatus(t *testing.T, p *pool, name string) gateway.EndpointStatus {
+	t.Helper()
+	for _, e := range p.g.Status().Rules[0].Endpoints {
+		if e.Name == name {
+			if e.Exact == nil {
+				t.Fatalf("endpoint %s has no exact status", name)
+			}
+			return e
+		}
+	}
+	t.Fatalf("no endpoint %s in status", name)
+	return gateway.EndpointStatus{}
+}
+
+// TestE2ECertificateBoundToAddress: swapping two endpoints' addresses in the rule (the names stay)
+// leaves neither covered: the status names the address each was certified for, the per-endpoint
+// metric says uncertified, and KV-exact never decides.
+func TestE2ECertificateBoundToAddress(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	for _, ep := range []string{"e0", "e1"} {
+		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" || eligibleMetric(t, p, ep) != 1 {
+			t.Fatalf("%s before the swap: %+v, metric %v", ep, st.Exact, eligibleMetric(t, p, ep))
+		}
+	}
+	r, _ := p.g.Store().Get("pool")
+	a, b := r.Endpoints[0], r.Endpoints[1]
+	r.Endpoints[0].Address, r.Endpoints[0].Events = b.Address, b.Events
+	r.Endpoints[1].Address, r.Endpoints[1].Events = a.Address, a.Events
+	if _, err := p.g.Store().Put(r); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the swapped rule to apply", func() bool { return endpointStatus(t, p, "e0").Address == b.Address })
+	st := p.g.Status().Rules[0]
+	if st.Exact.Enabled {
+		t.Fatalf("KV-exact still enabled after the address swap: %+v", st.Exact)
+	}
+	e0 := endpointStatus(t, p, "e0")
+	if want := "certified for " + a.Address + ", rule has " + b.Address; e0.Exact.State != "uncertified" || !strings.Contains(e0.Certified, want) || !strings.Contains(strings.Join(e0.Exact.Reasons, ";"), want) {
+		t.Fatalf("e0 after the swap: certified %q, exact %+v; want %q", e0.Certified, e0.Exact, want)
+	}
+	if eligibleMetric(t, p, "e0") != 0 || reasonMetric(t, p, "e0", "uncertified") != 1 {
+		t.Fatalf("metrics after the swap: eligible %v, uncertified %v", eligibleMetric(t, p, "e0"), reasonMetric(t, p, "e0", "uncertified"))
+	}
+	c := p.complete(docs(1)[0], false)
+	if strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("KV-exact decided for a swapped endpoint: %s", c.decision)
+	}
+}
+
+// TestE2ECertificateExpiresWhileRunningAndReloads: at the certificate's expiry KV-exact stops while
+// the rule keeps serving; a fresh certificate loaded through the admin API turns it back on.
+func TestE2ECertificateExpiresWhileRunningAndReloads(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, certFile: true,
+		certValid: 3 * time.Second, gwMod: func(o *gateway.Options) { o.ExpiryCheck = 50 * time.Millisecond }})
+	if st := p.g.Status().Rules[0].Exact; !st.Enabled {
+		t.Fatalf("not enabled before expiry: %+v", st)
+	}
+	eventually(t, 10*time.Second, "the certificate to expire", func() bool { return !p.g.Status().Rules[0].Exact.Enabled })
+	st := p.g.Status()
+	if !strings.Contains(st.Rules[0].Exact.Reason, "certificate expired at") {
+		t.Fatalf("reason after expiry: %q", st.Rules[0].Exact.Reason)
+	}
+	if cs := st.CertificateStatus; len(cs) != 1 || cs[0].Valid || !strings.Contains(cs[0].Reason, "expired") {
+		t.Fatalf("certificate status after expiry: %+v", cs)
+	}
+	if e0 := endpointStatus(t, p, "e0"); e0.Exact.State != "uncertified" || eligibleMetric(t, p, "e0") != 0 {
+		t.Fatalf("e0 after expiry: %+v, metric %v", e0.Exact, eligibleMetric(t, p, "e0"))
+	}
+	if v := promtest.Value(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"}); v != 0 {
+		t.Fatalf("rule metric after expiry = %v", v)
+	}
+	c := p.complete(docs(1)[0], false)
+	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("after expiry: status %d, decision %s", c.status, c.decision)
+	}
+
+	// A bad file is refused and changes nothing.
+	old, _ := certificate.Load(p.certPath, nil)
+	if err := writeFile(p.certPath, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := p.adminDo("POST", "/admin/certificates/reload", p.token, ""); code != 422 || !strings.Contains(body, "certificate") {
+		t.Fatalf("bad reload: %d %s", code, body)
+	}
+	// A renewed certificate (same endpoints, new validity) is loaded without a restart.
+	old.IssuedAt, old.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
+	if err := old.Write(p.certPath); err != nil {
+		t.Fatal(err)
+	}
+	code, body := p.adminDo("POST", "/admin/certificates/reload", p.token, "")
+	if code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	var out struct {
+		Certificates []gateway.CertificateStatus `json:"certificates"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Certificates) != 1 || !out.Certificates[0].Valid || out.Certificates[0].Verification != "unsigned" {
+		t.Fatalf("reload answer: %v %s", err, body)
+	}
+	if st := p.g.Status().Rules[0].Exact; !st.Enabled {
+		t.Fatalf("not enabled after reload: %+v", st)
+	}
+	if eligibleMetric(t, p, "e0") != 1 {
+		t.Fatal("e0 not eligible after reload")
+	}
+}
+
+// TestE2EUnsignedCertificateVisible: an edited, unsigned certificate is accepted without a key but
+// the status says it is unverified; with --require-signed (and a key) it is refused.
+func TestE2EUnsignedCertificateVisible(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, certFile: true})
+	// Edit it as anyone with write access could: extend its validity by a year. The profile digest
+	// still matches (the profile is untouched); only a signature would catch it.
+	c, err := certificate.Load(p.certPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ExpiresAt = c.ExpiresAt.AddDate(1, 0, 0)
+	c.Write(p.certPath)
+	if _, err := p.g.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	cs := p.g.Status().CertificateStatus
+	if len(cs) != 1 || cs[0].Verification != string(certificate.Unsigned) {
+		t.Fatalf("certificate status: %+v", cs)
+	}
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, pub, false); err == nil {
+		t.Fatal("unsigned certificate accepted with a key configured")
+	}
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, nil, true); !errors.Is(err, gateway.ErrNotVerified) {
+		t.Fatalf("--require-signed without verification: %v", err)
+	}
+	c.Sign(priv)
+	c.Write(p.certPath)
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, nil, true); !errors.Is(err, gateway.ErrNotVerified) || !strings.Contains(err.Error(), "signed, not verified") {
+		t.Fatalf("signed but unverified under --require-signed: %v", err)
+	}
+	got, err := gateway.LoadCertificates([]string{p.certPath}, pub, true)
+	if err != nil || got[0].Verification() != certificate.Verified {
+		t.Fatalf("signed and verified: %v", err)
+	}
+}
