@@ -50,6 +50,7 @@ type endpointExact struct {
 	parity    ParityStatus
 	// verifiedAfterRestart counts matching blocks since the restart hold was set.
 	verifiedAfterRestart int
+	restarts             uint64
 }
 
 func newEndpointExact(rule string, ep *route.Endpoint, certified bool, certWhy string, now func() time.Time, m *statusMetrics) *endpointExact {
@@ -134,6 +135,8 @@ type EndpointExact struct {
 	Holds   []string `json:"holds,omitempty"`
 	// Parity is the live parity watch's account.
 	Parity ParityStatus `json:"parity"`
+	// Restarts counts the engine restarts and cache clears detected on the event stream.
+	Restarts uint64 `json:"restarts_detected"`
 }
 
 // ParityStatus is what the live parity watch has checked on an endpoint's event stream.
@@ -149,7 +152,7 @@ type ParityStatus struct {
 func (x *endpointExact) status() EndpointExact {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	st := EndpointExact{Since: x.since, Parity: x.parity}
+	st := EndpointExact{Since: x.since, Parity: x.parity, Restarts: x.restarts}
 	switch {
 	case !x.certified:
 		st.State = "uncertified"

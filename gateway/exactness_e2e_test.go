@@ -1,15 +1,22 @@
 package gateway_test
 
 import (
+	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
@@ -165,5 +172,103 @@ func TestE2EUnsignedCertificateVisible(t *testing.T) {
 	got, err := gateway.LoadCertificates([]string{p.certPath}, pub, true)
 	if err != nil || got[0].Verification() != certificate.Verified {
 		t.Fatalf("signed and verified: %v", err)
+	}
+}
+
+// direct sends a completion straight to a simulator (the gateway only sees its events).
+func direct(t *testing.T, s *sim.Engine, prompt string) {
+	body, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": prompt, "max_tokens": 1})
+	resp, err := http.Post(s.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// TestE2ERestartWithAnotherSeedIsFenced: e1's engine restarts on the same ports with another
+// PYTHONHASHSEED. The event stream's sequence regression marks it unverified, and the first stored
+// block the live parity watch checks names the seed leg; e0 stays eligible and KV-exact never
+// picks e1.
+func TestE2ERestartWithAnotherSeedIsFenced(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	if endpointStatus(t, p, "e1").Exact.State != "eligible" {
+		t.Fatal("e1 not eligible before the restart")
+	}
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.Seed = strp("1") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("e1 not fenced after 100 prompts: %+v", e1.Exact)
+		}
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+		time.Sleep(50 * time.Millisecond)
+		// The restart (process identity, checked on the reconnect) and the mismatch (the first
+		// checked root block) may be seen in either order; both end up in the status.
+		if e1 = endpointStatus(t, p, "e1"); e1.Exact.Parity.Mismatches > 0 && e1.Exact.Restarts > 0 && slices.Contains(e1.Exact.Holds, "parity_mismatch") {
+			break
+		}
+	}
+	if e1.Exact.State != "suspended" || !slices.Contains(e1.Exact.Holds, "parity_mismatch") || !strings.Contains(e1.Exact.Parity.LastMismatch, "seed") {
+		t.Fatalf("e1 after the restart: %+v", e1.Exact)
+	}
+	if e1.Exact.Restarts == 0 {
+		t.Fatalf("restart not detected: %+v", e1.Exact)
+	}
+	if reasonMetric(t, p, "e1", "parity_mismatch") != 1 || eligibleMetric(t, p, "e1") != 0 || eligibleMetric(t, p, "e0") != 1 {
+		t.Fatal("metrics do not show e1 suspended and e0 eligible")
+	}
+	if !strings.Contains(e1.Fenced, "seed") {
+		t.Fatalf("fence reason: %q", e1.Fenced)
+	}
+	doc := docs(2)[1]
+	direct(t, s, doc)
+	time.Sleep(100 * time.Millisecond)
+	for range 3 {
+		if c := p.complete(doc, false); strings.Contains(c.decision, `"tier":"kv-exact"`) && c.endpoint == "e1" {
+			t.Fatalf("KV-exact chose the suspended endpoint: %s", c.decision)
+		}
+	}
+}
+
+// TestE2ERestartSameSettingsResumes: an engine restarted with the settings it was certified with is
+// unverified until the watch has seen enough matching blocks, then eligible again by itself.
+func TestE2ERestartSameSettingsResumes(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+		gwMod: func(o *gateway.Options) { o.ResumeAfterBlocks = 80 }})
+	s, err := sim.Restart(context.Background(), p.sims[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	sawUnverified := false
+	var e1 gateway.EndpointStatus
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("e1 did not resume after 100 prompts (saw unverified: %v): %+v", sawUnverified, e1.Exact)
+		}
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+		time.Sleep(50 * time.Millisecond)
+		e1 = endpointStatus(t, p, "e1")
+		if slices.Contains(e1.Exact.Holds, "unverified_since_restart") {
+			sawUnverified = true
+			if e1.Exact.State != "suspended" || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
+				t.Fatalf("unverified but %+v", e1.Exact)
+			}
+		}
+		if sawUnverified && e1.Exact.State == "eligible" {
+			break
+		}
+	}
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 {
+		t.Fatalf("e1 resumed with %+v", e1.Exact)
+	}
+	if eligibleMetric(t, p, "e1") != 1 {
+		t.Fatal("metric: e1 not eligible after resuming")
 	}
 }

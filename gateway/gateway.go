@@ -46,6 +46,14 @@ type Options struct {
 	RequireSigned bool
 	// ExpiryCheck is how often certificate expiry is checked while running (default 1s).
 	ExpiryCheck time.Duration
+	// ParityCheckFirst and ParitySampleEvery tune the live parity watch: every stored-block event
+	// is checked for the first ParityCheckFirst after each (re)connect, restart or clear (default
+	// 64), then one in ParitySampleEvery (default 16; 1 checks all).
+	ParityCheckFirst  int
+	ParitySampleEvery int
+	// ResumeAfterBlocks is how many matching blocks the watch must see after a restart before
+	// KV-exact resumes on the endpoint (default DefaultResumeAfterBlocks).
+	ResumeAfterBlocks int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -104,6 +112,7 @@ type ruleRuntime struct {
 	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
 	// certificate granting coverage here stops being valid (zero: none granted).
 	epExact []*endpointExact
+	watches map[string]*endpointWatch // by endpoint, where events are watched
 	expires time.Time
 }
 
@@ -472,10 +481,26 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
 			continue
 		}
+		var hasher *hashcore.Hasher
+		if binding == "engine" && rt.keyer != nil {
+			hasher = rt.keyer.Hasher
+		}
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, hasher)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)
+		}
+		if rt.watches == nil {
+			rt.watches = map[string]*endpointWatch{}
+		}
+		rt.watches[e.Name] = ew
+		if rt.exact.Enabled {
+			go g.probeProcess(ctx, ew) // the process identity the certificate's engine runs as
+		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
-			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log,
+			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 		})
 		if err != nil {
 			cancel()

@@ -36,6 +36,9 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 				continue
 			}
 			x := rt.epExact[i]
+			if ew := rt.watches[e.Name]; ew != nil {
+				g.probeProcess(ctx, ew)
+			}
 			why := g.probeOnce(ctx, hc, rt, e)
 			switch {
 			case why != "" && !x.held(holdReprobe):
@@ -46,6 +49,11 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 				g.log.Info("re-probe passed again: fence lifted", "rule", rt.rule.Name, "endpoint", e.Name)
 				x.release(holdReprobe)
 				g.statusM.fence(rt.rule.Name, e.Name, false)
+			}
+			// The router binding has no engine keys for the live parity watch to verify after a
+			// restart: a passing re-probe (identity and tokenizer) is what lets it resume.
+			if why == "" && rt.exact.Binding == "router" && x.release(holdRestart) {
+				g.log.Info("re-probe passed after a restart: KV-exact resumed", "rule", rt.rule.Name, "endpoint", e.Name)
 			}
 		}
 	}
