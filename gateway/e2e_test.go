@@ -184,7 +184,10 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
 		}
 		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
+	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
+		Usage: func(u proxy.UsageReport) {
+			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+		}})
 	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,10 @@ type endpointExact struct {
 	// verifiedAfterRestart counts matching blocks since the restart hold was set.
 	verifiedAfterRestart int
 	restarts             uint64
+	// predicted and realized cached tokens, and the current run of KV-exact hits that predicted at
+	// least a block and realized none.
+	predicted, realized uint64
+	shortRun            int
 }
 
 func newEndpointExact(rule string, ep *route.Endpoint, certified bool, certWhy string, now func() time.Time, m *statusMetrics) *endpointExact {
@@ -137,6 +141,12 @@ type EndpointExact struct {
 	Parity ParityStatus `json:"parity"`
 	// Restarts counts the engine restarts and cache clears detected on the event stream.
 	Restarts uint64 `json:"restarts_detected"`
+	// PredictedCachedTokens and RealizedCachedTokens sum, over responses whose engine reported
+	// usage, the decision's predicted cached prefix and the engine's cached_tokens; RealizedRatio
+	// is realized/predicted (absent before anything was predicted).
+	PredictedCachedTokens uint64   `json:"predicted_cached_tokens"`
+	RealizedCachedTokens  uint64   `json:"realized_cached_tokens"`
+	RealizedRatio         *float64 `json:"realized_ratio,omitempty"`
 }
 
 // ParityStatus is what the live parity watch has checked on an endpoint's event stream.
@@ -152,7 +162,11 @@ type ParityStatus struct {
 func (x *endpointExact) status() EndpointExact {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	st := EndpointExact{Since: x.since, Parity: x.parity, Restarts: x.restarts}
+	st := EndpointExact{Since: x.since, Parity: x.parity, Restarts: x.restarts, PredictedCachedTokens: x.predicted, RealizedCachedTokens: x.realized}
+	if x.predicted > 0 {
+		r := float64(x.realized) / float64(x.predicted)
+		st.RealizedRatio = &r
+	}
 	switch {
 	case !x.certified:
 		st.State = "uncertified"

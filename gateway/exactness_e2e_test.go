@@ -18,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
 
@@ -270,5 +271,99 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 	}
 	if eligibleMetric(t, p, "e1") != 1 {
 		t.Fatal("metric: e1 not eligible after resuming")
+	}
+}
+
+// TestE2ETemplateDriftSeenOnlyByRealizedHits: e1's engine renders chats with another template than
+// the certified one (here one that puts the last question first). Its events are self-consistent, so
+// the live parity watch sees nothing; but the gateway, holding the certified template's blocks on
+// e1 (a client sent that rendering as token ids), predicts hits the engine never reports. After
+// ShortfallHits such KV-exact hits e1 is suspended with the drift reason, and the predicted and
+// realized counters show why.
+func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
+	const drifted = "{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+		simMod: func(i int, c *sim.Config) {
+			if i == 1 {
+				c.ServeChatTemplate = drifted
+			}
+		}})
+	system := docs(1)[0]
+	chat := func(k int) []byte {
+		b, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 1, "messages": []map[string]string{
+			{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprintf("Question number %d: what is topic %d about?", k, k)}}})
+		return b
+	}
+	// The certified rendering of question 0, sent to e1 as token ids: the shared system prompt's
+	// blocks are now on e1 under the keys the gateway computes for every question.
+	tok, _ := tokenizerPool(t).Get("llama3")
+	cr, err := tokenize.ParseChatRequest(chat(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := tok.EncodeChat(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": ids, "max_tokens": 1})
+	resp, err := http.Post(p.sims[1].URL()+"/v1/completions", "application/json", bytes.NewReader(warm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "e1's inventory to hold the system prompt", func() bool { return p.resident("e1") > 10 })
+	var e1 gateway.EndpointStatus
+	for k := 1; ; k++ {
+		if k == 20 {
+			t.Fatalf("e1 not suspended after 20 chats: %+v", e1.Exact)
+		}
+		resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat(k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if e1 = endpointStatus(t, p, "e1"); e1.Exact.State == "suspended" {
+			break
+		}
+	}
+	if !slices.Equal(e1.Exact.Holds, []string{"realized_shortfall"}) || !strings.Contains(e1.Fenced, "tokenizer or template drift suspected") {
+		t.Fatalf("e1 suspended with %+v (fence %q)", e1.Exact, e1.Fenced)
+	}
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks == 0 {
+		t.Fatalf("the event watch should have seen only matching blocks: %+v", e1.Exact.Parity)
+	}
+	if e1.Exact.RealizedRatio == nil || *e1.Exact.RealizedRatio != 0 || e1.Exact.PredictedCachedTokens < 3*16 {
+		t.Fatalf("predicted %d, realized %d, ratio %v", e1.Exact.PredictedCachedTokens, e1.Exact.RealizedCachedTokens, e1.Exact.RealizedRatio)
+	}
+	pred := promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e1"})
+	real := promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e1"})
+	if pred != float64(e1.Exact.PredictedCachedTokens) || real != 0 || reasonMetric(t, p, "e1", "realized_shortfall") != 1 {
+		t.Fatalf("metrics: predicted %v, realized %v", pred, real)
+	}
+	// e0 renders as certified: its hits are realized.
+	if st := endpointStatus(t, p, "e0"); st.Exact.State != "eligible" {
+		t.Fatalf("e0: %+v", st.Exact)
+	}
+}
+
+// TestE2EPredictedMatchesRealized: on a healthy pool every KV-exact hit's prediction is realized
+// (the simulator's own receipts), streaming with include_usage and not.
+func TestE2EPredictedMatchesRealized(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	warmThenHit(t, p, false)
+	warmThenHit(t, p, true)
+	var pred, real float64
+	for _, ep := range []string{"e0", "e1"} {
+		pred += promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+		real += promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+	}
+	if pred == 0 || real < pred {
+		t.Fatalf("predicted %v, realized %v: a healthy pool realizes at least what was predicted", pred, real)
+	}
+	for _, ep := range []string{"e0", "e1"} {
+		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" {
+			t.Fatalf("%s: %+v", ep, st.Exact)
+		}
 	}
 }

@@ -54,6 +54,9 @@ type Options struct {
 	// ResumeAfterBlocks is how many matching blocks the watch must see after a restart before
 	// KV-exact resumes on the endpoint (default DefaultResumeAfterBlocks).
 	ResumeAfterBlocks int
+	// ShortfallHits is how many consecutive KV-exact hits predicting at least one block, with no
+	// cached token reported by the engine, suspend the endpoint (default DefaultShortfallHits).
+	ShortfallHits int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -278,6 +281,7 @@ func (g *Gateway) remove(name string) {
 			g.ingestM.Forget(name, e.Name)
 		}
 		g.statusM.forget(name)
+		g.statusM.forgetUsage(name)
 	}
 }
 

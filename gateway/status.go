@@ -135,6 +135,7 @@ type statusMetrics struct {
 	exact  *prometheus.GaugeVec
 	fenced *prometheus.GaugeVec
 	ep     *endpointMetrics
+	usage  *usageMetrics
 }
 
 func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
@@ -148,6 +149,7 @@ func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
 		}, []string{"rule", "endpoint"})}
 	reg.MustRegister(m.exact, m.fenced)
 	m.ep = newEndpointMetrics(reg)
+	m.usage = newUsageMetrics(reg)
 	return m
 }
 
@@ -174,4 +176,10 @@ func (m *statusMetrics) forget(rule string) {
 	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	m.ep.eligible.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	m.ep.reason.DeletePartialMatch(prometheus.Labels{"rule": rule})
+}
+
+// forgetUsage drops a removed rule's usage counters (a rebuilt rule keeps counting).
+func (m *statusMetrics) forgetUsage(rule string) {
+	m.usage.predicted.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.usage.realized.DeletePartialMatch(prometheus.Labels{"rule": rule})
 }

@@ -43,9 +43,19 @@ func run(args []string) int {
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
+	parityFirst := fs.Int("parity-check-first", 64, "live parity watch: check every stored-block event for this many events after each (re)connect, restart or clear")
+	paritySample := fs.Int("parity-sample-every", 16, "live parity watch: after those, check one event in this many (1: all)")
+	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
+	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	for name, v := range map[string]int{"parity-check-first": *parityFirst, "parity-sample-every": *paritySample, "resume-after-blocks": *resumeAfter, "shortfall-hits": *shortfall} {
+		if v < 1 {
+			fmt.Fprintf(os.Stderr, "gateway: --%s: %d must be at least 1\n", name, v)
+			return 2
+		}
 	}
 	if *gcFloor < 0 {
 		fmt.Fprintf(os.Stderr, "gateway: --gc-floor-mib: %d is negative\n", *gcFloor)
@@ -69,6 +79,7 @@ func run(args []string) int {
 		opts.ProbeInterval = -1
 	}
 	opts.ReprobeInterval = *reprobe
+	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1
 	}
@@ -125,6 +136,9 @@ func run(args []string) int {
 		DebugHeader:  cfg.DebugHeader,
 		Log:          log,
 		Metrics:      proxy.NewMetrics(g.Registry()),
+		Usage: func(u proxy.UsageReport) {
+			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+		},
 	})
 	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
 	if err != nil {
