@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 
@@ -58,7 +57,7 @@ func (c *call) tapUsage(resp *http.Response) *usageTap {
 	if c.p.cfg.Usage == nil || c.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
 		return nil
 	}
-	t := &usageTap{ReadCloser: resp.Body, tail: make([]byte, 0, usageTail)}
+	t := &usageTap{ReadCloser: resp.Body} // the tail grows to at most usageTail
 	resp.Body = t
 	return t
 }
@@ -88,7 +87,9 @@ func (c *call) reportUsage(t *usageTap) {
 var usageKey = []byte(`"usage"`)
 
 // parseUsage finds the last usage object with cached tokens in the tail of a response (a JSON body
-// or an SSE stream) and returns prompt_tokens and prompt_tokens_details.cached_tokens.
+// or an SSE stream) and returns prompt_tokens and prompt_tokens_details.cached_tokens. It scans the
+// object by hand: encoding/json costs ~40× the relay's own work on a small response, and only two
+// integers are wanted.
 func parseUsage(tail []byte) (prompt, cached int, ok bool) {
 	end := len(tail)
 	for range 4 {
@@ -97,24 +98,134 @@ func parseUsage(tail []byte) (prompt, cached int, ok bool) {
 			return 0, 0, false
 		}
 		end = i
-		rest := bytes.TrimLeft(tail[i+len(usageKey):], " \t\r\n")
+		rest := skipSpace(tail[i+len(usageKey):])
 		if len(rest) == 0 || rest[0] != ':' {
 			continue
 		}
-		var u struct {
-			PromptTokens        *int `json:"prompt_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens *int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		}
-		if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u) != nil || u.PromptTokens == nil ||
-			u.PromptTokensDetails == nil || u.PromptTokensDetails.CachedTokens == nil {
+		obj, ok := value(skipSpace(rest[1:]))
+		if !ok || obj[0] != '{' {
 			continue
 		}
-		if *u.PromptTokens < 0 || *u.PromptTokensDetails.CachedTokens < 0 {
-			return 0, 0, false
+		p, okp := intOf(field(obj, "prompt_tokens"))
+		det := field(obj, "prompt_tokens_details")
+		if !okp || len(det) == 0 || det[0] != '{' {
+			continue
 		}
-		return *u.PromptTokens, *u.PromptTokensDetails.CachedTokens, true
+		c, okc := intOf(field(det, "cached_tokens"))
+		if !okc {
+			continue
+		}
+		return p, c, true
 	}
 	return 0, 0, false
+}
+
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
+}
+
+// value returns the JSON value at the start of b (object, array, string or scalar), unparsed.
+func value(b []byte) ([]byte, bool) {
+	if len(b) == 0 {
+		return nil, false
+	}
+	switch b[0] {
+	case '{', '[':
+		depth := 0
+		for i := 0; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				n, ok := stringLen(b[i:])
+				if !ok {
+					return nil, false
+				}
+				i += n - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return b[:i+1], true
+				}
+			}
+		}
+		return nil, false
+	case '"':
+		n, ok := stringLen(b)
+		return b[:n], ok
+	default:
+		i := 0
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
+			i++
+		}
+		return b[:i], i > 0
+	}
+}
+
+// stringLen is the length of the JSON string at the start of b, quotes included.
+func stringLen(b []byte) (int, bool) {
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
+// field returns the raw value of key among obj's own members, the last one when repeated (as
+// encoding/json reads it); nil when absent or malformed.
+func field(obj []byte, key string) []byte {
+	b := obj[1:]
+	var found []byte
+	for {
+		b = skipSpace(b)
+		if len(b) == 0 || b[0] != '"' {
+			return nil
+		}
+		n, ok := stringLen(b)
+		if !ok {
+			return nil
+		}
+		k := b[1 : n-1]
+		b = skipSpace(b[n:])
+		if len(b) == 0 || b[0] != ':' {
+			return nil
+		}
+		v, ok := value(skipSpace(b[1:]))
+		if !ok {
+			return nil
+		}
+		if string(k) == key {
+			found = v
+		}
+		b = skipSpace(skipSpace(b[1:])[len(v):])
+		if len(b) > 0 && b[0] == '}' {
+			return found
+		}
+		if len(b) == 0 || b[0] != ',' {
+			return nil
+		}
+		b = b[1:]
+	}
+}
+
+// intOf parses a non-negative JSON integer (at most 15 digits).
+func intOf(v []byte) (int, bool) {
+	if len(v) == 0 || len(v) > 15 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
