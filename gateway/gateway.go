@@ -41,6 +41,22 @@ type Options struct {
 	CertificatePaths []string
 	// CertificateKey verifies signed certificates when set.
 	CertificateKey ed25519.PublicKey
+	// RequireSigned refuses, on reload, certificates not verified with CertificateKey (the
+	// gateway's --require-signed; the command checks the certificates it starts with).
+	RequireSigned bool
+	// ExpiryCheck is how often certificate expiry is checked while running (default 1s).
+	ExpiryCheck time.Duration
+	// ParityCheckFirst and ParitySampleEvery tune the live parity watch: every stored-block event
+	// is checked for the first ParityCheckFirst after each (re)connect, restart or clear (default
+	// 64), then one in ParitySampleEvery (default 16; 1 checks all).
+	ParityCheckFirst  int
+	ParitySampleEvery int
+	// ResumeAfterBlocks is how many matching blocks the watch must see after a restart before
+	// KV-exact resumes on the endpoint (default DefaultResumeAfterBlocks).
+	ResumeAfterBlocks int
+	// ShortfallHits is how many consecutive KV-exact hits predicting at least one block, with no
+	// cached token reported by the engine, suspend the endpoint (default DefaultShortfallHits).
+	ShortfallHits int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -68,10 +84,11 @@ type Gateway struct {
 	routeM  *route.Metrics
 	statusM *statusMetrics
 
-	mu       sync.RWMutex
-	runtimes map[string]*ruleRuntime // by rule name
-	certs    []*certificate.Certificate
-	removed  []func(rule string) // OnRuleRemoved hooks
+	mu        sync.RWMutex
+	runtimes  map[string]*ruleRuntime // by rule name
+	certs     []*certificate.Certificate
+	certPaths []string
+	removed   []func(rule string) // OnRuleRemoved hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -91,6 +108,11 @@ type ruleRuntime struct {
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
 	errs     sync.Map // endpoint → last ingest error
+	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
+	// certificate granting coverage here stops being valid (zero: none granted).
+	epExact []*endpointExact
+	watches map[string]*endpointWatch // by endpoint, where events are watched
+	expires time.Time
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -131,7 +153,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates,
+		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	return g, nil
 }
@@ -171,6 +193,15 @@ func (g *Gateway) Start(ctx context.Context) error {
 			g.runReprobe(g.ctx, iv)
 		}()
 	}
+	expiry := g.opts.ExpiryCheck
+	if expiry <= 0 {
+		expiry = time.Second
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runExpiry(g.ctx, expiry)
+	}()
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)
@@ -246,6 +277,7 @@ func (g *Gateway) remove(name string) {
 			g.ingestM.Forget(name, e.Name)
 		}
 		g.statusM.forget(name)
+		g.statusM.forgetUsage(name)
 		g.mu.RLock()
 		hooks := g.removed
 		g.mu.RUnlock()
@@ -319,6 +351,10 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		return nil, err
 	}
 	rt.router = router
+	for _, e := range rt.eps {
+		ok := rt.exact.Enabled && certified.Has(e.ID)
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+	}
 	return rt, g.startSources(rt, binding)
 }
 
@@ -368,10 +404,11 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	}
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
-	for _, e := range rt.eps {
-		got, why := certificate.CoversAny(certs, st.ProfileDigest, e.Name, now)
+	for i, e := range rt.eps {
+		c, got, why := certificate.CoversAny(certs, st.ProfileDigest, IdentityOf(r, i), now)
 		if got != nil {
 			cov[e.Name] = got
+			rt.noteExpiry(c.ExpiresAt)
 		} else {
 			st.Endpoints[e.Name] = why
 		}
@@ -452,10 +489,26 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
 			continue
 		}
+		var hasher *hashcore.Hasher
+		if binding == "engine" && rt.keyer != nil {
+			hasher = rt.keyer.Hasher
+		}
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, hasher)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)
+		}
+		if rt.watches == nil {
+			rt.watches = map[string]*endpointWatch{}
+		}
+		rt.watches[e.Name] = ew
+		if rt.exact.Enabled {
+			go g.probeProcess(ctx, ew) // the process identity the certificate's engine runs as
+		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
-			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log,
+			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 		})
 		if err != nil {
 			cancel()

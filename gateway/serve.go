@@ -171,9 +171,10 @@ type adminBackend struct {
 	parse ParseFunc
 }
 
-func (a *adminBackend) Status() any                    { return a.g.Status() }
-func (a *adminBackend) Rules() *rules.Store            { return a.g.store }
-func (a *adminBackend) Registry() *prometheus.Registry { return a.g.reg }
+func (a *adminBackend) Status() any                      { return a.g.Status() }
+func (a *adminBackend) ReloadCertificates() (any, error) { return a.g.ReloadCertificates() }
+func (a *adminBackend) Rules() *rules.Store              { return a.g.store }
+func (a *adminBackend) Registry() *prometheus.Registry   { return a.g.reg }
 func (a *adminBackend) Inventory(rule, ep string) ([]inventory.KeyCount, bool) {
 	return a.g.Inventory(rule, ep)
 }

@@ -259,8 +259,8 @@ func Certificate(r rules.Rule, ct *contracts.Contract, tok *tokenize.Tokenizer, 
 	js, cs := tok.Files()
 	prof := certificate.NewProfile(ct.Family, ct.ID, model, js, cs, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
 	c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(24 * time.Hour)}
-	for _, e := range r.Endpoints {
-		c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: []certificate.Coverage{certificate.CoverRouter, certificate.CoverEngine}})
+	for i := range r.Endpoints {
+		c.Endpoints = append(c.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), []certificate.Coverage{certificate.CoverRouter, certificate.CoverEngine}))
 	}
 	return c
 }

@@ -7,18 +7,19 @@ import "time"
 // certificates were loaded in. A certificate for the rule's own profile that lists the endpoint
 // (its failed legs) beats one for the profile without it, which beats one for another profile,
 // which beats one not in force; among equals the first reason in byte order wins.
-func CoversAny(certs []*Certificate, profileDigest, endpoint string, now time.Time) ([]Coverage, string) {
+// The covering certificate is returned with its coverage (nil when none covers).
+func CoversAny(certs []*Certificate, profileDigest string, id Identity, now time.Time) (*Certificate, []Coverage, string) {
 	best, bestRank := "", -1
 	for _, c := range certs {
-		got, why := c.Covers(profileDigest, endpoint, now)
+		got, why := c.Covers(profileDigest, id, now)
 		if got != nil {
-			return got, ""
+			return c, got, ""
 		}
-		if r := c.relevance(profileDigest, endpoint, now); r > bestRank || r == bestRank && why < best {
+		if r := c.relevance(profileDigest, id.Name, now); r > bestRank || r == bestRank && why < best {
 			best, bestRank = why, r
 		}
 	}
-	return nil, best
+	return nil, nil, best
 }
 
 // relevance ranks what a certificate that does not cover an endpoint says about it.

@@ -42,6 +42,9 @@ type Config struct {
 	// ServedModelName is the model id the API answers to (default: Model as given; the folder's
 	// base name for trtllm and llamacpp, as those servers report it).
 	ServedModelName string
+	// ServeChatTemplate, when set, is the Jinja chat template chats are rendered with instead of the
+	// tokenizer folder's (an engine started with another --chat-template than was certified).
+	ServeChatTemplate string
 	// Endpoint names this simulator in receipts (header and response id); default "sim".
 	Endpoint string
 

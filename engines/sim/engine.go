@@ -85,6 +85,11 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.tok = tok
+	if cfg.ServeChatTemplate != "" {
+		if e.tok, err = withChatTemplate(tok, cfg.ServeChatTemplate); err != nil {
+			return nil, err
+		}
+	}
 	if e.cfg.ServedModelName == "" {
 		e.cfg.ServedModelName = cfg.Model
 		if cfg.Family == "trtllm" || cfg.Family == "llamacpp" {

@@ -144,7 +144,23 @@ func Handler(b Backend, token string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"endpoint": r.PathValue("endpoint"), "state": st})
 	})
+	if cr, ok := b.(CertificateReloader); ok {
+		mux.HandleFunc("POST /admin/certificates/reload", func(w http.ResponseWriter, r *http.Request) {
+			st, err := cr.ReloadCertificates()
+			if err != nil {
+				fail(w, http.StatusUnprocessableEntity, "certificate reload failed, the certificates in force stay: "+err.Error())
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"certificates": st})
+		})
+	}
 	return requireToken(token, mux)
+}
+
+// CertificateReloader is a Backend that can re-read its certificate files (POST
+// /admin/certificates/reload); on error nothing changes.
+type CertificateReloader interface {
+	ReloadCertificates() (any, error)
 }
 
 // requireToken answers 401 (and nothing else) unless the request carries "Authorization: Bearer

@@ -79,6 +79,10 @@ type Config struct {
 	// BootstrapPort returns an SGLang prefill endpoint's bootstrap port. Nil: the rule's endpoint
 	// field bootstrapPort, else SGLang's default 8998.
 	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
+	// Usage, when set, receives the cached-token account of every relayed single-pool response
+	// whose engine reported usage (predicted vs realized; see UsageReport). The client's bytes
+	// are never changed.
+	Usage func(UsageReport)
 }
 
 // Proxy serves OpenAI requests for the rules Config.Resolve knows.
@@ -443,7 +447,10 @@ func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
 		return c.sendFailed(ep, err)
 	}
 	c.server = ep
-	c.relayLeg(resp, l, nil, "upstream_died")
+	tap := c.tapUsage(resp)
+	if c.relayLeg(resp, l, nil, "upstream_died") == relayed {
+		c.reportUsage(tap)
+	}
 	return nil, nil
 }
 
