@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/vllm"
 )
 
 func storedIn(group int, keys ...uint64) engines.Event {
@@ -66,5 +67,34 @@ func TestPresenceOverflowClears(t *testing.T) {
 	s.batch(0, 0, &b)
 	if got := snap(); len(got) != 0 {
 		t.Errorf("overflow must clear the endpoint: %s", fmtCounts(got))
+	}
+}
+
+// TestV028SamplesResidency runs the v0.28 payload samples through a v0.28 endpoint's stream: the
+// re-emission adds no copy, the CPU and STORAGE tiers never touch residency, the sliding-window
+// group is not indexed, so the two default-seed keys end up resident once each on ranks 0 and 1.
+func TestV028SamplesResidency(t *testing.T) {
+	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
+	s, snap, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0"})
+	var keys []uint64
+	for i, name := range []string{"stored_default_seed", "full_report_reemission", "storage_tier_stored_local", "cpu_and_storage_removed", "hybrid_sliding_window_dp1"} {
+		b, err := vllm.DecodeBatch(pay[name])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if i == 0 {
+			keys = b.Events[0].BlockHashes
+		}
+		s.batch(b.DPRank, uint64(i), &b)
+	}
+	want := map[uint64]int{}
+	for _, k := range keys {
+		want[k] = 2 // rank 0 (once, despite the re-emission) and rank 1
+	}
+	if got := snap(); !equalCounts(got, want) {
+		t.Errorf("got %s, want %s", fmtCounts(got), fmtCounts(want))
+	}
+	if skips["medium"] != 3 || skips["group_kind"] != 2 {
+		t.Errorf("skips %v, want 3 medium (STORAGE store, CPU and STORAGE removals) and 2 group_kind", skips)
 	}
 }
