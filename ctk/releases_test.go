@@ -18,10 +18,11 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
-// Certification per pinned vLLM release: the oldest and the newest, seeded and with PYTHONHASHSEED
+// Certification per pinned vLLM release: the oldest covered (v0.19.0), the oldest pin and the newest,
+// seeded and with PYTHONHASHSEED
 // unset, where the release's own seed rule decides whether the engine binding can follow.
 var _ = Describe("pinned vLLM releases", func() {
-	for _, rel := range []string{"v0.23.0", "v0.30.0"} {
+	for _, rel := range []string{"v0.19.0", "v0.23.0", "v0.30.0"} {
 		It("certifies "+rel+" for the engine and router bindings with PYTHONHASHSEED set", func() {
 			e := startSim("vllm", rel, func(c *sim.Config) { c.Seed = strp("0") })
 			res := certify(poolFor(e, "P0", `seed: "0"`), nil)
