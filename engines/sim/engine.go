@@ -85,6 +85,11 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.tok = tok
+	if cfg.ServeChatTemplate != "" {
+		if e.tok, err = withChatTemplate(tok, cfg.ServeChatTemplate); err != nil {
+			return nil, err
+		}
+	}
 	if e.cfg.ServedModelName == "" {
 		e.cfg.ServedModelName = cfg.Model
 		if cfg.Family == "trtllm" || cfg.Family == "llamacpp" {
@@ -278,6 +283,9 @@ func (e *Engine) setRefuse(refuse bool) {
 
 // startEvents resolves each rank's addresses and opens its event stream.
 func (e *Engine) startEvents() error {
+	if e.cfg.NoEvents {
+		return nil
+	}
 	if e.ct.Transport == "http-drain-v1" {
 		e.drain.startup()
 		return nil
@@ -577,7 +585,7 @@ func (r *rank) emitLocked(evs []engines.Event) {
 	switch {
 	case r.pub != nil:
 		r.pub.publish(engines.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9, Events: evs, DPRank: r.idx, HasDPRank: true})
-	case e.drain != nil:
+	case e.drain != nil && !e.cfg.NoEvents:
 		e.drain.add(r.idx, evs)
 	}
 }
