@@ -540,6 +540,14 @@ func (r *endpointRun) specKeys(t *T) {
 		t.Skipf("not comparable: the tokens differ (see the token spec)")
 		return
 	}
+	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.HashBlockSize > 0 && cfg.HashBlockSize != p.bs {
+		// Hybrid geometry (vLLM resolve_kv_cache_block_sizes): the event's group is coarser than
+		// the hash chain, so its keys are every k-th hash of a finer chain, which the engine
+		// binding does not compute.
+		t.Failf(LegBlockSize, fmt.Sprintf("stage binding: router or auto (the gateway rehashes the events' tokens at block size %d); the engine binding cannot follow a chain of %d-token hashes published per %d-token block", p.bs, cfg.HashBlockSize, p.bs),
+			"the engine chains its block hashes at hash_block_size %d (%s) but its probe events carry block size %d: KV-cache groups of several block sizes (a hybrid model, or --prefix-match-unit)", cfg.HashBlockSize, cfg.Source, p.bs)
+		return
+	}
 	keys, err := r.keysFor(r.st.Algorithm)
 	if err != nil {
 		t.Failf(LegAlgorithm, "", "hash core: %v", err)
