@@ -43,6 +43,8 @@ func run(args []string) int {
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
+	var eppf eppFlags
+	eppf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -124,6 +126,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
 	}
+	stopEPP, err := eppf.start(ctx, g, cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 2
+	}
+	defer stopEPP()
 	for l, bound := range srv.Client {
 		log.Info("gateway listening", "listener", l, "addr", bound)
 	}
