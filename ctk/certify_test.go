@@ -172,9 +172,18 @@ var _ = Describe("the certificate", func() {
 		jsonSHA, cfgSHA := tok.Files()
 		want := certificate.NewProfile("vllm", "vllm-kv-map-v2", "llama3", jsonSHA, cfgSHA, tok.Config().ChatTemplate, 16, "auto", "sha256", strp("7"))
 		Expect(c.ProfileDigest).To(Equal(want.Digest()))
-		cov, why := c.Covers(want.Digest(), "P0", time.Now())
+		// The identity the gateway builds for a rule endpoint with the same addresses (gateway.IdentityOf).
+		id := certificate.Identity{Name: "P0", Address: e.URL(), Release: "v0.25.1", Model: "llama3",
+			Events: certificate.Events{ZMQ: e.PublishAddrs(), Replay: e.ReplayAddrs()}}
+		cov, why := c.Covers(want.Digest(), id, time.Now())
 		Expect(why).To(BeEmpty())
 		Expect(cov).To(ContainElements(certificate.CoverEngine, certificate.CoverRouter))
+		Expect(c.Verification()).To(Equal(certificate.Verified))
+		// The same certificate does not follow the name to another address.
+		moved := id
+		moved.Address = "http://127.0.0.1:1"
+		_, why = c.Covers(want.Digest(), moved, time.Now())
+		Expect(why).To(ContainSubstring("certified for " + e.URL() + ", rule has http://127.0.0.1:1"))
 		Expect(c.ExpiresAt.Sub(c.IssuedAt)).To(BeNumerically("~", 7*24*time.Hour, time.Second))
 		for _, f := range []string{ctk.ReportFile, ctk.JUnitFile, ctk.JSONFile} {
 			Expect(filepath.Join(dir, f)).To(BeAnExistingFile())

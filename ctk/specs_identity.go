@@ -32,6 +32,11 @@ func (r *endpointRun) specRelease(t *T) {
 	ct, err := contracts.Lookup(r.ep.Family, v)
 	var unknown *contracts.UnknownError
 	switch {
+	case errors.As(err, &unknown) && unknown.Nearest != nil:
+		n := unknown.Nearest
+		t.Failf(LegRelease, fmt.Sprintf("run a pinned release, or pin this one: add its contract (contracts/data) and vectors after verifying %s", strings.Join(n.RecheckList(), "; ")),
+			"the engine reports %s %s, which no pinned contract covers; nearest pinned: %s %s (contract %s, pin %s), whose facts are not assumed to hold", r.ep.Family, v, n.Family, n.Versions.String(), n.ID, n.Pin.Release)
+		return
 	case errors.As(err, &unknown):
 		t.Failf(LegRelease, "run a pinned release, or add a contract for this one (contracts/data) with its vectors", "the engine reports %s %s, which no pinned contract covers; known: %s", r.ep.Family, v, strings.Join(unknown.Known, "; "))
 		return

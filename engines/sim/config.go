@@ -42,6 +42,9 @@ type Config struct {
 	// ServedModelName is the model id the API answers to (default: Model as given; the folder's
 	// base name for trtllm and llamacpp, as those servers report it).
 	ServedModelName string
+	// ServeChatTemplate, when set, is the Jinja chat template chats are rendered with instead of the
+	// tokenizer folder's (an engine started with another --chat-template than was certified).
+	ServeChatTemplate string
 	// Endpoint names this simulator in receipts (header and response id); default "sim".
 	Endpoint string
 
@@ -116,6 +119,15 @@ type Config struct {
 	// Faults are the fault switches at start.
 	Faults Faults
 
+	// NoEvents runs the engine with KV events off (vLLM and SGLang without --kv-events-config,
+	// TensorRT-LLM with event_buffer_max_size 0): no publisher, an always-empty drain.
+	NoEvents bool
+	// ReportVersion is the version string the engine reports (/version, /server_info), default
+	// the release's; any string, so an unknown or malformed release can be staged.
+	ReportVersion string
+	// DevMode is vLLM's VLLM_SERVER_DEV_MODE=1: only then is POST /reset_prefix_cache mounted.
+	DevMode bool
+
 	Logger *slog.Logger
 
 	contract *contracts.Contract
@@ -165,7 +177,9 @@ func (c *Config) resolve() error {
 	if c.DPRanks < 1 || c.DPRanks > 64 {
 		return fmt.Errorf("sim: dp ranks: %d out of range 1..64", c.DPRanks)
 	}
-	if ct.Transport == "zmq-multipart-v1" && c.PublishAddr == "" {
+	if c.NoEvents {
+		c.PublishAddr, c.ReplayAddr = "", ""
+	} else if ct.Transport == "zmq-multipart-v1" && c.PublishAddr == "" {
 		c.PublishAddr = ct.Events.DefaultEndpoint
 	}
 	if c.HWM == 0 {

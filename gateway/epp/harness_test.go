@@ -99,8 +99,11 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	js, cs := tok.Files()
 	prof := certificate.NewProfile(ct.Family, ct.ID, "llama3", js, cs, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
 	c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
-	for _, e := range r.Endpoints {
-		c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: []certificate.Coverage{certificate.CoverEngine, certificate.CoverRouter}})
+	for i := range r.Endpoints {
+		id := gateway.IdentityOf(&r, i)
+		ev := id.Events
+		c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: id.Name, Address: id.Address, Release: id.Release, Model: id.Model, Events: &ev,
+			Certified: []certificate.Coverage{certificate.CoverEngine, certificate.CoverRouter}})
 	}
 	w.reg = prometheus.NewRegistry()
 	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: []*certificate.Certificate{c}, Tokenizers: toks, Registry: w.reg, ProbeInterval: -1, ReprobeInterval: -1})

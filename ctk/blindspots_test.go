@@ -1,0 +1,147 @@
+package ctk_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/engines/sim"
+)
+
+// poolOf writes one pool of several simulators of one family: each endpoint named by its
+// simulator's Endpoint, with its own events unless events overrides them.
+func poolOf(staged []string, events map[string]*sim.Engine, sims ...*sim.Engine) *ctk.Pool {
+	c := sims[0].Config()
+	var b strings.Builder
+	fmt.Fprintf(&b, "model: llama3\nengine: {family: %s, release: %s}\n", c.Family, c.Release)
+	for _, s := range staged {
+		b.WriteString(s + "\n")
+	}
+	b.WriteString("endpoints:\n")
+	for _, e := range sims {
+		name := e.Config().Endpoint
+		fmt.Fprintf(&b, "  - name: %s\n    address: %s\n", name, e.URL())
+		src := e
+		if o := events[name]; o != nil {
+			src = o
+		}
+		if pubs := src.PublishAddrs(); len(pubs) > 0 {
+			fmt.Fprintf(&b, "    events:\n      zmq: [%s]\n", strings.Join(pubs, ", "))
+			if reps := src.ReplayAddrs(); len(reps) > 0 {
+				fmt.Fprintf(&b, "      replay: [%s]\n", strings.Join(reps, ", "))
+			}
+		} else if c.Family == "trtllm" {
+			fmt.Fprintf(&b, "    events: {drain: %s}\n", src.URL())
+		}
+	}
+	p, err := ctk.ParsePool([]byte(b.String()))
+	Expect(err).NotTo(HaveOccurred(), b.String())
+	return p
+}
+
+// verdict finds an endpoint's verdict.
+func verdict(res *ctk.Result, name string) ctk.EndpointResult {
+	for _, e := range res.Endpoints {
+		if e.Name == name {
+			return e
+		}
+	}
+	Fail("no verdict for " + name)
+	return ctk.EndpointResult{}
+}
+
+// failsWithLeg asserts the run failed, that bad failed with leg named by a failing spec (and no
+// spec failed with a leg in not), and that good still certified.
+func failsWithLeg(res *ctk.Result, good, bad, leg string, not ...string) {
+	GinkgoHelper()
+	Expect(res.ExitCode).To(Equal(1), failed(res))
+	Expect(verdict(res, good).OK).To(BeTrue(), failed(res))
+	Expect(verdict(res, bad).OK).To(BeFalse(), failed(res))
+	legs := map[string]bool{}
+	for _, s := range res.Specs {
+		if s.Endpoint == bad && s.State == ctk.Fail {
+			legs[s.Leg] = true
+		}
+	}
+	Expect(legs).To(HaveKey(leg), failed(res))
+	for _, l := range not {
+		Expect(legs).NotTo(HaveKey(l), failed(res))
+	}
+}
+
+func named(name string, mod func(*sim.Config)) func(*sim.Config) {
+	return func(c *sim.Config) {
+		c.Endpoint = name
+		if c.Family == "vllm" {
+			c.Seed = strp("0")
+		}
+		if mod != nil {
+			mod(c)
+		}
+	}
+}
+
+var familyOf = map[string]string{"vllm": "v0.25.1", "sglang": "v0.5.18", "trtllm": "1.2"}
+
+var _ = Describe("drops at the start of a stream", func() {
+	// SGLang's first message is its startup AllBlocksCleared, published before any subscriber
+	// exists (PUB sends it to nobody; the connect-time replay delivers it): dropping it alone is not
+	// a loss, so SGLang's cases drop it and what follows.
+	for _, c := range []struct {
+		family string
+		drop   int
+	}{{"vllm", 1}, {"vllm", 3}, {"sglang", 2}, {"sglang", 3}, {"trtllm", 1}, {"trtllm", 3}} {
+		It(fmt.Sprintf("fail the sequence leg for %s --drop-events %d, the correct endpoint still certifying", c.family, c.drop), func() {
+			good := startSim(c.family, familyOf[c.family], named("good", nil))
+			bad := startSim(c.family, familyOf[c.family], named("bad", func(s *sim.Config) { s.Faults.DropEvents = c.drop }))
+			res := certify(poolOf([]string{`seed: "0"`}, nil, good, bad), nil)
+			failsWithLeg(res, "good", "bad", ctk.LegSequence, ctk.LegTokens, ctk.LegTokenizer)
+		})
+	}
+})
+
+var _ = Describe("a stream that keeps skipping sequence numbers", func() {
+	for _, family := range []string{"vllm", "sglang", "trtllm"} {
+		It("fails the sequence leg for "+family, func() {
+			good := startSim(family, familyOf[family], named("good", nil))
+			bad := startSim(family, familyOf[family], named("bad", func(s *sim.Config) { s.Faults.SkipSeqEvery = 2 }))
+			res := certify(poolOf([]string{`seed: "0"`}, nil, good, bad), nil)
+			failsWithLeg(res, "good", "bad", ctk.LegSequence, ctk.LegTokens)
+		})
+	}
+})
+
+var _ = Describe("events from another engine", func() {
+	for _, family := range []string{"vllm", "sglang"} {
+		It("name the events leg when "+family+"'s event address is another engine's publisher", func() {
+			good := startSim(family, familyOf[family], named("good", nil))
+			other := startSim(family, familyOf[family], named("other", nil))
+			bad := startSim(family, familyOf[family], named("bad", nil))
+			// The other engine serves traffic all along, so its stream carries stored events.
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					body := fmt.Sprintf(`{"model":"llama3","prompt":"background traffic %d of another engine, long enough to fill blocks of sixteen tokens each","max_tokens":1}`, i)
+					if resp, err := http.Post(other.URL()+"/v1/completions", "application/json", strings.NewReader(body)); err == nil {
+						resp.Body.Close()
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			DeferCleanup(func() { cancel(); wg.Wait() })
+			res := certify(poolOf([]string{`seed: "0"`}, map[string]*sim.Engine{"bad": other}, good, bad), nil)
+			failsWithLeg(res, "good", "bad", ctk.LegEvents, ctk.LegTokens, ctk.LegClear)
+			s := spec(res, "bad", "stored-block event")
+			Expect(s.Message).To(ContainSubstring("belongs to another endpoint/model"))
+			Expect(s.Message).To(ContainSubstring(other.PublishAddrs()[0]))
+		})
+	}
+})
