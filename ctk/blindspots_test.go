@@ -11,11 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -217,4 +220,48 @@ var _ = Describe("an engine tokenizer with one reserved special token renamed", 
 			Expect(spec(res, "bad", "add_special_tokens=true").Message).To(ContainSubstring("reserved_special_token_200"))
 		})
 	}
+})
+
+var _ = Describe("a drop in the middle of the probe's own blocks", func() {
+	It("fails the sequence leg only, not the tokens", func() {
+		good := startSim("vllm", "v0.25.1", named("good", nil))
+		// The probe's prompt is prefilled 16 tokens at a time, one batch per chunk, 5 ms per token.
+		bad := startSim("vllm", "v0.25.1", named("bad", func(s *sim.Config) { s.PrefillChunk, s.PrefillPerToken = 16, 5*time.Millisecond }))
+		// Watch bad's stream; when the probe's first chunk is out, drop the next message.
+		ctx, cancel := context.WithCancel(context.Background())
+		sub := zmq4.NewSub(ctx)
+		DeferCleanup(func() { cancel(); sub.Close() })
+		Expect(sub.Dial(bad.PublishAddrs()[0])).To(Succeed())
+		Expect(sub.SetOption(zmq4.OptionSubscribe, "")).To(Succeed())
+		tok := tokenizer("llama3")
+		armed := make(chan struct{})
+		go func() {
+			for {
+				msg, err := sub.Recv()
+				if err != nil {
+					return
+				}
+				_, _, payload, err := engines.ParseFrames(msg.Frames)
+				if err != nil {
+					continue
+				}
+				b, err := vllm.DecodeBatch(payload)
+				if err != nil {
+					continue
+				}
+				for _, ev := range b.Events {
+					if text, _ := tok.Decode(ev.TokenIDs, true); strings.HasPrefix(text, "kvexact certification probe") {
+						one := 1
+						_, _ = bad.SetFaults(sim.FaultPatch{DropEvents: &one})
+						close(armed)
+						return
+					}
+				}
+			}
+		}()
+		res := certify(poolOf([]string{`seed: "0"`}, nil, good, bad), nil)
+		Eventually(armed).Should(BeClosed(), "the probe's first chunk was never seen")
+		failsWithLeg(res, "good", "bad", ctk.LegSequence, ctk.LegTokens, ctk.LegEvents)
+		Expect(spec(res, "bad", "token ids").State).To(Equal(ctk.Skip))
+	})
 })
