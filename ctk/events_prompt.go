@@ -27,14 +27,30 @@ func (r *endpointRun) promptFromEvents(ctx context.Context, mark, promptTokens i
 	})
 	evs, _ := r.w.snapshot()
 	ids, offset = chainTokens(evs, mark)
-	if ids == nil {
+	if ids == nil || len(ids) > promptTokens {
 		return nil, 0, false
 	}
 	if offset < 0 {
 		// The chain reaches a block stored before ctk subscribed: it ends where the prompt ends.
-		offset = max(promptTokens-len(ids), 0)
+		offset = promptTokens - len(ids)
+	}
+	// A chain that does not end within the prompt's last block is another request's (traffic from
+	// elsewhere, or a stream that is not this engine's): compare the count instead.
+	if end := offset + len(ids); end > promptTokens || end <= promptTokens-longestBlock(evs[mark:]) {
+		return nil, 0, false
 	}
 	return ids, offset, true
+}
+
+// longestBlock is the most tokens any stored block among evs holds (the block size).
+func longestBlock(evs []seen) int {
+	n := 1
+	for _, ev := range evs {
+		for _, b := range ev.Blocks {
+			n = max(n, len(b))
+		}
+	}
+	return n
 }
 
 type chainBlock struct {
