@@ -180,7 +180,13 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	})
 	p.g, p.srv = g, srv
 	p.base = "http://" + srv.Client["127.0.0.1:0"]
+	if cfg.Server.TLS.Enabled() {
+		p.base = "https://" + srv.Client["127.0.0.1:0"]
+	}
 	p.admin = "http://" + srv.Admin
+	if cfg.Admin.TLS.Enabled() {
+		p.admin = "https://" + srv.Admin
+	}
 	if ct.HasEvents() {
 		p.waitSubscribed()
 	}
