@@ -54,6 +54,7 @@ type poolSpec struct {
 	simMod          func(i int, c *sim.Config)
 	reprobe         time.Duration // 0: off
 	cfgMod          func(c *rules.Config)
+	wrap            func(http.Handler) http.Handler // around the proxy handler
 }
 
 func strp(s string) *string { return &s }
@@ -169,7 +170,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		return r, nil
 	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
 	g.OnRuleRemoved(px.Forget)
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	handler := px.Handler
+	if spec.wrap != nil {
+		handler = func(l string) http.Handler { return spec.wrap(px.Handler(l)) }
+	}
+	srv, err := g.Serve(handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
