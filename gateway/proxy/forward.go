@@ -310,7 +310,9 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 	var pending []byte // SSE: bytes after the last complete event, held until the event completes
 	for {
 		n, rerr := resp.Body.Read(buf)
-		if !started && (n > 0 && rerr == nil || rerr == io.EOF) {
+		// Bytes that come with a read error still commit and go out (a stream that then breaks
+		// is cut, not answered with a second status).
+		if !started && (n > 0 || rerr == io.EOF) {
 			if commit != nil && !commit() {
 				return relayRefused, started
 			}
