@@ -220,6 +220,13 @@ func cellsOf(rep *Report, w string) []*Cell {
 	return out
 }
 
+// OverheadSection renders the overhead section of BENCHMARKS.md from one kvbench overhead run.
+func OverheadSection(ov *Overhead, charts string) string {
+	var b strings.Builder
+	writeOverhead(&b, ov, charts, "")
+	return b.String()
+}
+
 func writeOverhead(b *strings.Builder, ov *Overhead, charts, rawDir string) {
 	b.WriteString("## 2. Overhead\n\n")
 	if ov == nil {
@@ -302,10 +309,10 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 	fmt.Fprintf(b, "| **median** | | %.0f | %.0f | %s | %.0f | %s | **%.2f** | %.2f | %s |\n", md.Direct, md.Nginx, cpu(md.NginxCPUus), md.Gateway, cpu(md.GatewayCPUus), ov.RatioVsNginx, ov.RatioVsDirect, cpuRatio)
 	b.WriteString("\nThe ratio columns' medians are medians of the per-round ratios, not ratios of the medians.\n")
 	verdict := "met"
-	if ov.RatioVsNginx < 0.7 {
+	if ov.RatioVsNginx < 0.45 {
 		verdict = "**missed**"
 	}
-	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.2f** over %d rounds (target ≥ 0.70: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
+	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.2f** over %d rounds (target ≥ 0.45, issue #17: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
 	if hasCPU {
 		fmt.Fprintf(b, " CPU per request, medians: nginx %.1f µs, gateway %.1f µs (gateway / nginx %.2f).", md.NginxCPUus, md.GatewayCPUus, ov.CPURatioVsNginx)
 	}
@@ -313,6 +320,8 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 		fmt.Fprintf(b, " Only %d rounds: fewer than the 5 a quoted median needs.", len(ov.Proxy))
 	}
 	fmt.Fprintf(b, "\n\n![Proxy throughput](%s/proxy-throughput.svg)\n\n", charts)
+	writeBaseline(b, ov)
+	writeLatency(b, ov)
 }
 
 func orDash(s string) string {
