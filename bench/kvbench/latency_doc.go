@@ -13,13 +13,13 @@ func writeBaseline(b *strings.Builder, ov *Overhead) {
 	}
 	fmt.Fprintf(b, "**Baseline in the same rounds:** `%s` (binary %s), a fourth target in every round's rotation.\n\n", ov.Baseline, ov.BaselineBin)
 	b.WriteString("| round | nginx req/s | gateway req/s | gateway CPU µs/req | " + ov.Baseline + " req/s | " + ov.Baseline + " CPU µs/req | gateway / nginx | " + ov.Baseline + " / nginx |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	var bc []float64
+	var br, bc []float64
 	for i, r := range ov.Proxy {
 		fmt.Fprintf(b, "| %d | %.0f | %.0f | %.1f | %.0f | %.1f | %.2f | %.2f |\n", i+1, r.Nginx, r.Gateway, r.GatewayCPUus, r.Baseline, r.BaselineCPUus, r.Gateway/r.Nginx, r.Baseline/r.Nginx)
-		bc = append(bc, r.BaselineCPUus)
+		br, bc = append(br, r.Baseline), append(bc, r.BaselineCPUus)
 	}
 	md := ov.Medians()
-	fmt.Fprintf(b, "| **median** | %.0f | %.0f | %.1f | | %.1f | **%.2f** | **%.2f** |\n\n", md.Nginx, md.Gateway, md.GatewayCPUus, median(bc), ov.RatioVsNginx, ov.RatioBaselineVsNginx)
+	fmt.Fprintf(b, "| **median** | %.0f | %.0f | %.1f | %.0f | %.1f | **%.2f** | **%.2f** |\n\n", md.Nginx, md.Gateway, md.GatewayCPUus, median(br), median(bc), ov.RatioVsNginx, ov.RatioBaselineVsNginx)
 }
 
 // latencyTargets orders the targets of a latency table: direct, nginx, gateway, then the rest.
@@ -79,9 +79,9 @@ func writeAdded(b *strings.Builder, a map[string]AddedLatency) {
 	slices.Sort(names)
 	b.WriteString("\nAdded over direct (medians over the rounds of the per-round differences):")
 	for _, n := range names {
-		fmt.Fprintf(b, " %s **+%.0f µs p50, +%.0f µs p99**;", n, a[n].P50us, a[n].P99us)
+		fmt.Fprintf(b, " %s **%+.0f µs p50, %+.0f µs p99**;", n, a[n].P50us, a[n].P99us)
 	}
-	b.WriteString("\n\n")
+	b.WriteString(" a negative difference is noise: the target was faster than direct in that round's median.\n\n")
 }
 
 func verdict(ok bool) string {
@@ -100,7 +100,7 @@ func writeLatency(b *strings.Builder, ov *Overhead) {
 		writeLatencyTable(b, ov.Latency, true)
 		writeAdded(b, ov.AddedLatency)
 		if g, ok := ov.AddedLatency["gateway"]; ok {
-			fmt.Fprintf(b, "Target: added p99 ≤ 1 ms at %d req/s — gateway +%.0f µs: %s.\n\n", ov.LatencyRate, g.P99us, verdict(g.P99us <= 1000))
+			fmt.Fprintf(b, "Target: added p99 ≤ 1 ms at %d req/s — gateway %+.0f µs: %s.\n\n", ov.LatencyRate, g.P99us, verdict(g.P99us <= 1000))
 		}
 	}
 	if len(ov.Proxy) > 0 && len(ov.Proxy[0].Saturation) > 0 {
@@ -118,7 +118,7 @@ func writeLatency(b *strings.Builder, ov *Overhead) {
 		writeLatencyTable(b, ov.Stream, false)
 		writeAdded(b, ov.AddedTTFB)
 		if g, ok := ov.AddedTTFB["gateway"]; ok {
-			fmt.Fprintf(b, "Target: TTFB p50 within 0.5 ms of direct — gateway +%.0f µs: %s.\n\n", g.P50us, verdict(g.P50us <= 500))
+			fmt.Fprintf(b, "Target: TTFB p50 within 0.5 ms of direct — gateway %+.0f µs: %s.\n\n", g.P50us, verdict(g.P50us <= 500))
 		}
 	}
 }

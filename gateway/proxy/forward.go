@@ -99,7 +99,6 @@ type outbound struct {
 	vals [2]string // X-Request-Id and X-Forwarded-For values
 }
 
-
 // send issues one upstream request with body to ep, after the breaker admits it. internal legs
 // (whose answer the proxy reads itself) ask for an uncompressed body.
 func (c *call) send(ctx context.Context, ep *route.Endpoint, body []byte, internal bool) (*http.Response, *leg, error) {
