@@ -48,6 +48,8 @@ func run(args []string) int {
 	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
 	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
+	var eppf eppFlags
+	eppf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -148,6 +150,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
 	}
+	stopEPP, err := eppf.start(ctx, g, cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 2
+	}
+	defer stopEPP()
 	for l, bound := range srv.Client {
 		log.Info("gateway listening", "listener", l, "addr", bound)
 	}

@@ -33,7 +33,7 @@ import (
 // world is a simulator pool on 127.0.0.1 behind one gateway with both front ends: the standalone
 // proxy (HTTP) and the picker (ext_proc over gRPC).
 type world struct {
-	t      *testing.T
+	t      testing.TB
 	sims   []*sim.Engine
 	g      *gateway.Gateway
 	base   string // the standalone proxy
@@ -51,7 +51,7 @@ type worldSpec struct {
 	epp   func(c *epp.Config)
 }
 
-func startWorld(t *testing.T, spec worldSpec) *world {
+func startWorld(t testing.TB, spec worldSpec) *world {
 	t.Helper()
 	toks := tokenize.NewPool("")
 	tok, err := toks.Get("llama3")
@@ -351,7 +351,7 @@ func tierOf(decision string) string {
 	return d.Tier
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
