@@ -54,6 +54,7 @@ type poolSpec struct {
 	replay          bool
 	simMod          func(i int, c *sim.Config)
 	reprobe         time.Duration // 0: off
+	ruleMod         func(r *rules.Rule)
 }
 
 func strp(s string) *string { return &s }
@@ -125,6 +126,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 			ep.Events.Drain = e.URL()
 		}
 		rule.Endpoints = append(rule.Endpoints, ep)
+	}
+	if spec.ruleMod != nil {
+		spec.ruleMod(&rule)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
 	if err := cfg.Normalize(); err != nil {

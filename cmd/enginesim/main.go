@@ -53,6 +53,10 @@ func run(args []string) error {
 		seed = &s
 		return nil
 	})
+	fs.Func("lora-modules", "a LoRA adapter served on the model, name=path as vLLM's --lora-modules (repeat for more; vllm only)", func(s string) error {
+		c.LoRAModules = append(c.LoRAModules, s)
+		return nil
+	})
 	fs.IntVar(&c.CapacityBlocks, "capacity", sim.DefaultCapacityBlocks, "KV cache capacity in blocks per rank")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", sim.DefaultMaxModelLen, "context length")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", sim.DefaultPrefillPerToken, "prefill time per uncached prompt token")

@@ -42,6 +42,9 @@ type Config struct {
 	// ServedModelName is the model id the API answers to (default: Model as given; the folder's
 	// base name for trtllm and llamacpp, as those servers report it).
 	ServedModelName string
+	// LoRAModules are the LoRA adapters served on top of the model, as vLLM's --lora-modules
+	// ("name=path"; the path is only reported): vLLM family only.
+	LoRAModules []string
 	// Endpoint names this simulator in receipts (header and response id); default "sim".
 	Endpoint string
 

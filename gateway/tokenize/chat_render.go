@@ -28,6 +28,12 @@ var (
 	// ErrUnsupportedChat: the request is valid but uses something this layer does not reproduce
 	// exactly (multimodal parts, integers beyond int64, an untrusted request template, ...).
 	ErrUnsupportedChat = errors.New("chat request not reproducible")
+	// ErrMultimodal (with ErrUnsupportedChat): the request has image, audio, video or embedding
+	// parts, whose placeholders and hashes come from the engine's processor.
+	ErrMultimodal = errors.New("multimodal content")
+	// ErrRequestTemplate (with ErrUnsupportedChat): the request brings its own chat_template and the
+	// server does not trust request templates.
+	ErrRequestTemplate = errors.New("request chat_template")
 )
 
 // ChatOptions mirror the vLLM server flags that change chat rendering.
@@ -147,7 +153,7 @@ func specialTokens(cfg *Config) ([]namedValue, error) {
 func (ct *ChatTemplate) pick(req *ChatRequest) (*compiledTemplate, error) {
 	if req.ChatTemplate != nil {
 		if !ct.opts.TrustRequestChatTemplate {
-			return nil, fmt.Errorf("%w: request carries chat_template but the server does not trust request templates (vLLM answers 400)", ErrUnsupportedChat)
+			return nil, fmt.Errorf("%w: %w: the server does not trust request templates (vLLM answers 400)", ErrUnsupportedChat, ErrRequestTemplate)
 		}
 		if c, ok := ct.templates[*req.ChatTemplate]; ok {
 			return c, nil
@@ -427,7 +433,7 @@ func contentParts(mo *object, field string, format ContentFormat, role string) (
 			if t == nil {
 				for _, k := range p.keys {
 					if mediaPartTypes[k] || k == "tool_reference" {
-						return nil, fmt.Errorf("%w: %s: multimodal or tool_reference content is not reproduced", ErrUnsupportedChat, pfield)
+						return nil, fmt.Errorf("%w: %w: %s: multimodal or tool_reference content is not reproduced", ErrUnsupportedChat, ErrMultimodal, pfield)
 					}
 				}
 				return nil, fmt.Errorf("%w: %s.type: required", ErrBadChatRequest, pfield)
@@ -448,7 +454,7 @@ func contentParts(mo *object, field string, format ContentFormat, role string) (
 				text = s
 				extras = p
 			case mediaPartTypes[ts] || ts == "tool_reference":
-				return nil, fmt.Errorf("%w: %s: %q content (multimodal placeholders and hashes) is not reproduced", ErrUnsupportedChat, pfield, ts)
+				return nil, fmt.Errorf("%w: %w: %s: %q content (multimodal placeholders and hashes) is not reproduced", ErrUnsupportedChat, ErrMultimodal, pfield, ts)
 			case ts == "refusal" || ts == "input_text" || ts == "output_text" || ts == "thinking":
 				return nil, fmt.Errorf("%w: %s: %q parts are not reproduced yet", ErrUnsupportedChat, pfield, ts)
 			default:
