@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz demo images tokenizers vet clean
+.PHONY: all build test parity bench fuzz diff demo images tokenizers vet clean
 
 all: build
 
@@ -40,8 +40,14 @@ tokenizers:
 bench: tokenizers
 	./scripts/bench.sh
 
-fuzz:
+fuzz: diff
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# The differential harness: fresh random strings and chats rendered here and by Python jinja2
+# (Debian's python3-jinja2), for every model with files; DIFF_N cases per corpus and model.
+DIFF_N ?= 20000
+diff: tokenizers
+	KVEXACT_DIFF_N=$(DIFF_N) $(GO) test -count=1 -v -run 'TestDifferentialJinja2' ./gateway/tokenize
 
 demo: build tokenizers
 	./scripts/demo.sh
