@@ -262,6 +262,17 @@ func scEngineRestart(p *pool) {
 		p.t.Fatalf("the restarted engine is still credited with %d blocks of the old prompt", d.Overlap(ep))
 	}
 	p.waitHealthy(ep)
+	// A restarted engine is unverified until the gateway's live parity watch has seen enough of its
+	// blocks match (16 by default): KV-exact waits for that, then resumes by itself.
+	n := 0
+	p.eventually(20*time.Second, "KV-exact to resume on the restarted engine", func() (bool, string) {
+		if p.metric("kvexact_endpoint_exact_eligible", lab(ep)) == 1 {
+			return true, ""
+		}
+		n++
+		p.direct(ep, prompt(fmt.Sprintf("post-restart verification %d", n), 60))
+		return false, fmt.Sprintf("still unverified after %d more prompts", n)
+	})
 	if c := p.send(fresh, 1); c.Endpoint != ep || c.CachedTokens == 0 {
 		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want %s with a hit", c.Endpoint, c.CachedTokens, ep)
 	}
