@@ -19,8 +19,25 @@ const processStartMetric = "process_start_time_seconds"
 
 // processIdentity remembers an endpoint's last seen process start time.
 type processIdentity struct {
-	mu    sync.Mutex
-	start float64 // 0: not seen yet
+	mu      sync.Mutex
+	start   float64 // 0: not seen yet
+	version string  // the last /version answer ("" not seen yet)
+}
+
+// checkVersion records the engine's /version answer and reports a change since the last one (an
+// upgrade, even within the same contract, restarts the engine: its blocks must be verified again).
+func (p *processIdentity) checkVersion(v string) string {
+	if v == "" {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.version
+	p.version = v
+	if old != "" && old != v {
+		return fmt.Sprintf("the engine's /version changed from %q to %q (an upgrade or another engine)", old, v)
+	}
+	return ""
 }
 
 // checkProcess reads the endpoint's process start time and reports a change since the last read

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,25 @@ func TestHistoryIsNoRestart(t *testing.T) {
 	ew.trace(ingest.Trace{Type: "clear", Reason: "regression"})
 	if !x.held(holdRestart) {
 		t.Fatal("a regression replayed on a reconnect did not make the endpoint unverified")
+	}
+}
+
+func TestVersionChangeIsARestart(t *testing.T) {
+	var p processIdentity
+	if p.checkVersion("0.25.1") != "" || p.checkVersion("0.25.1") != "" || p.checkVersion("") != "" {
+		t.Fatal("first or unchanged version reported as a change")
+	}
+	if why := p.checkVersion("0.25.2"); why == "" {
+		t.Fatal("a changed /version went unnoticed")
+	}
+}
+
+func TestScanGauge(t *testing.T) {
+	body := "# HELP x\nprocess_start_time_seconds_total 3\nprocess_start_time_seconds 1.7961193e+09\nother 1\n"
+	if v, ok := scanGauge(strings.NewReader(body), processStartMetric); !ok || v != 1.7961193e9 {
+		t.Fatalf("scanGauge = %v %v", v, ok)
+	}
+	if _, ok := scanGauge(strings.NewReader("other 1\n"), processStartMetric); ok {
+		t.Fatal("absent metric found")
 	}
 }

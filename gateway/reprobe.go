@@ -39,7 +39,13 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 			if ew := rt.watches[e.Name]; ew != nil {
 				g.probeProcess(ctx, ew)
 			}
-			why := g.probeOnce(ctx, hc, rt, e)
+			why, version := g.probeOnce(ctx, hc, rt, e)
+			if ew := rt.watches[e.Name]; ew != nil {
+				if changed := ew.proc.checkVersion(version); changed != "" {
+					ew.reset()
+					ew.restarted(changed)
+				}
+			}
 			switch {
 			case why != "" && !x.held(holdReprobe):
 				g.log.Warn("re-probe failed: KV-exact fenced for this endpoint", "rule", rt.rule.Name, "endpoint", e.Name, "reason", why)
@@ -61,46 +67,47 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 
 func isCertified(s string) bool { return len(s) >= 9 && s[:9] == "certified" }
 
-// probeOnce returns why the endpoint no longer matches ("" when it does). A transport error is not a
-// parity failure (health handles it), so it does not fence.
-func (g *Gateway) probeOnce(ctx context.Context, hc *http.Client, rt *ruleRuntime, e *route.Endpoint) string {
+// probeOnce returns why the endpoint no longer matches ("" when it does), and the /version it
+// reported ("" when unknown). A transport error is not a parity failure (health handles it), so it
+// does not fence.
+func (g *Gateway) probeOnce(ctx context.Context, hc *http.Client, rt *ruleRuntime, e *route.Endpoint) (string, string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	p, err := probes.New(rt.contract.Family, e.Address, hc)
 	if err != nil {
-		return err.Error()
+		return err.Error(), ""
 	}
 	v, err := p.Version(ctx)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	ct, err := contracts.Lookup(rt.contract.Family, v)
 	if err != nil {
-		return fmt.Sprintf("engine now reports version %q: %v", v, err)
+		return fmt.Sprintf("engine now reports version %q: %v", v, err), v
 	}
 	if ct.ID != rt.contract.ID {
-		return fmt.Sprintf("engine now reports version %q (contract %s), certified under %s", v, ct.ID, rt.contract.ID)
+		return fmt.Sprintf("engine now reports version %q (contract %s), certified under %s", v, ct.ID, rt.contract.ID), v
 	}
 	model := rt.rule.Models[0]
 	if models, err := p.Models(ctx); err == nil && !slices.Contains(models, model) {
-		return fmt.Sprintf("engine no longer serves model %q (serves %v)", model, models)
+		return fmt.Sprintf("engine no longer serves model %q (serves %v)", model, models), v
 	}
 	tok, err := g.pool.Get(model)
 	if err != nil {
-		return "gateway tokenizer: " + err.Error()
+		return "gateway tokenizer: " + err.Error(), v
 	}
 	want, err := tok.Encode(reprobeText, true)
 	if err != nil {
-		return "gateway tokenizer: " + err.Error()
+		return "gateway tokenizer: " + err.Error(), v
 	}
 	got, err := p.Tokenize(ctx, model, reprobeText, true)
 	if err != nil {
-		return "" // no tokenize endpoint (TensorRT-LLM) or not reachable: nothing to compare
+		return "", v // no tokenize endpoint (TensorRT-LLM) or not reachable: nothing to compare
 	}
 	if !slices.Equal(got, want) {
-		return fmt.Sprintf("engine tokenizes the probe text to %d ids, the gateway to %d (first differing index %d): the tokenizer changed", len(got), len(want), firstDiff(got, want))
+		return fmt.Sprintf("engine tokenizes the probe text to %d ids, the gateway to %d (first differing index %d): the tokenizer changed", len(got), len(want), firstDiff(got, want)), v
 	}
-	return ""
+	return "", v
 }
 
 func firstDiff(a, b []uint32) int {

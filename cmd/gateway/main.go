@@ -23,6 +23,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/watch"
 )
 
 type listFlag []string
@@ -43,8 +44,8 @@ func run(args []string) int {
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
-	parityFirst := fs.Int("parity-check-first", 64, "live parity watch: check every stored-block event for this many events after each (re)connect, restart or clear")
-	paritySample := fs.Int("parity-sample-every", 16, "live parity watch: after those, check one event in this many (1: all)")
+	parityFirst := fs.Int("parity-check-first", watch.DefaultCheckFirst, "live parity watch: check every stored-block event for this many events after each (re)connect, restart or clear")
+	paritySample := fs.Int("parity-sample-every", watch.DefaultSampleEvery, "live parity watch: after those, check one event in this many (1: all)")
 	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
 	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
