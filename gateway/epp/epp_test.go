@@ -328,3 +328,18 @@ func TestHealthServices(t *testing.T) {
 		t.Fatalf("liveness must not follow readiness: %v", s)
 	}
 }
+
+// TestHeadersOnlyRequest: a request without a body (GET /v1/models) is routed by the listener's
+// only rule, through its selector; the destination comes with the headers response.
+func TestHeadersOnlyRequest(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 2})
+	res := w.request(envoyRequest{path: "/v1/models"})
+	if res.immediate != nil || res.header == "" || res.header != res.metadata {
+		t.Fatalf("headers-only request: %+v", res)
+	}
+	if first, _, _ := strings.Cut(res.header, ","); w.byAddr[first] == "" {
+		t.Fatalf("destination %q is not one of the pool's endpoints", res.header)
+	}
+	res.cancel()
+	w.noLeak()
+}
