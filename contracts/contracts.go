@@ -97,6 +97,25 @@ type Events struct {
 	RankPortOffset bool `yaml:"rankPortOffset"`
 	// Int64Keys says how 64-bit keys are carried: "unsigned" or "signed" (bit pattern kept).
 	Int64Keys string `yaml:"int64Keys"`
+	// Residency says what a BlockStored means for the inventory: "copies" (the default: one more
+	// cached copy, reference-counted, one BlockRemoved drops one) or "presence" (the engine may
+	// repeat a store for a block it already holds — vLLM's kv_cache_report_mode="full" re-emits
+	// prefix-cache hits — so a key is held or not per KV-cache group, and one removal ends it).
+	Residency string `yaml:"residency"`
+}
+
+// The residency rules of Events.Residency.
+const (
+	ResidencyCopies   = "copies"
+	ResidencyPresence = "presence"
+)
+
+// ResidencyRule is Residency with its default.
+func (e Events) ResidencyRule() string {
+	if e.Residency == "" {
+		return ResidencyCopies
+	}
+	return e.Residency
 }
 
 // Hash says how keys are computed.
@@ -360,6 +379,9 @@ func (c *Contract) validate() error {
 	}
 	if c.SupportsBinding("engine") && c.Hash.Truncation == "none" {
 		return errors.New("hash.truncation: the engine binding needs the digest-to-id rule")
+	}
+	if err := oneOf("events.residency", c.Events.ResidencyRule(), []string{ResidencyCopies, ResidencyPresence}); err != nil {
+		return err
 	}
 	if c.Events.Replay != "" {
 		if err := oneOf("events.replay", c.Events.Replay, []string{"optional", "none"}); err != nil {

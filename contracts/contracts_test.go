@@ -149,6 +149,12 @@ func TestContractFacts(t *testing.T) {
 	if v.Hash.DefaultAlgorithm != "sha256" || !v.SupportsAlgorithm("xxhash_cbor") || v.BlockSize.Default != 16 || v.Hash.Seed != "pythonhashseed" {
 		t.Errorf("vllm contract facts wrong: %+v", v.Hash)
 	}
+	if v.Events.ResidencyRule() != ResidencyCopies {
+		t.Errorf("vllm v0.25.1 residency %q, want copies", v.Events.ResidencyRule())
+	}
+	if n, _ := Lookup("vllm", "0.30.0"); n.Events.ResidencyRule() != ResidencyPresence || n.Hash.DefaultSeed == nil {
+		t.Errorf("vllm v0.30 facts wrong: %+v %+v", n.Events, n.Hash)
+	}
 	s, _ := Lookup("sglang", "0.5.18")
 	if s.Hash.Truncation != "first8-be-signed" || s.BlockSize.Default != 1 || s.Events.Int64Keys != "signed" {
 		t.Errorf("sglang contract facts wrong: %+v", s)
@@ -183,6 +189,9 @@ func TestParseRejects(t *testing.T) {
 		{func(s string) string { return strings.Replace(s, "min: v0.24.0", "min: v0.x", 1) }, "versions.min"},
 		{func(s string) string { return strings.Replace(s, "  version: /version\n", "", 1) }, "probes.version"},
 		{func(s string) string { return "" }, "empty file"},
+		{func(s string) string {
+			return strings.Replace(s, "  int64Keys: unsigned\n", "  int64Keys: unsigned\n  residency: once\n", 1)
+		}, `events.residency: "once"`},
 		{func(s string) string {
 			return strings.Replace(s, "commit: 752a3a504485790a2e8491cacbb35c137339ad34", "commit: 752a3a5", 1)
 		}, "a verified commit is 40 hex digits"},

@@ -1,10 +1,13 @@
 package ctk_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,10 +18,11 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
-// Certification per pinned vLLM release: the oldest and the newest, seeded and with PYTHONHASHSEED
+// Certification per pinned vLLM release: the oldest covered (v0.19.0), the oldest pin and the newest,
+// seeded and with PYTHONHASHSEED
 // unset, where the release's own seed rule decides whether the engine binding can follow.
 var _ = Describe("pinned vLLM releases", func() {
-	for _, rel := range []string{"v0.23.0", "v0.30.0"} {
+	for _, rel := range []string{"v0.19.0", "v0.23.0", "v0.30.0"} {
 		It("certifies "+rel+" for the engine and router bindings with PYTHONHASHSEED set", func() {
 			e := startSim("vllm", rel, func(c *sim.Config) { c.Seed = strp("0") })
 			res := certify(poolFor(e, "P0", `seed: "0"`), nil)
@@ -68,22 +72,12 @@ var _ = Describe("pinned vLLM releases", func() {
 	It("names the nearest pinned contract and what to verify for an unknown newer release", func() {
 		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
 		// The engine in front reports a release no contract covers; everything else is the sim's.
-		target, err := url.Parse(e.URL())
-		Expect(err).NotTo(HaveOccurred())
-		proxy := httputil.NewSingleHostReverseProxy(target)
-		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/version" {
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(`{"version":"0.31.0"}`))
-				return
+		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {
+			if path == "/version" {
+				return []byte(`{"version":"0.31.0"}`)
 			}
-			proxy.ServeHTTP(w, r)
-		}))
-		DeferCleanup(front.Close)
-		doc := "model: llama3\nengine: {family: vllm, release: v0.30.0}\nseed: \"0\"\nendpoints:\n  - name: P0\n    address: " + front.URL +
-			"\n    events:\n      zmq: [" + strings.Join(e.PublishAddrs(), ", ") + "]\n"
-		p, err := ctk.ParsePool([]byte(doc))
-		Expect(err).NotTo(HaveOccurred())
+			return body
+		})
 		res := certify(p, nil)
 		Expect(res.ExitCode).To(Equal(1))
 		s := spec(res, "P0", "release")
@@ -92,3 +86,52 @@ var _ = Describe("pinned vLLM releases", func() {
 		Expect(s.Hint).To(ContainSubstring("kv_cache_utils.py"))
 	})
 })
+
+var _ = Describe("a hybrid vLLM geometry", func() {
+	It("refuses the engine binding with the block-size leg when hashes are chained finer than the events' blocks, and still certifies the router binding", func() {
+		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
+		// The engine in front states hash_block_size 8 for its 16-token group (two KV-cache groups of
+		// block sizes 8 and 16, say); everything else is the sim's.
+		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {
+			if path == "/metrics" {
+				return bytes.Replace(body, []byte(`hash_block_size="16"`), []byte(`hash_block_size="8"`), 1)
+			}
+			return body
+		})
+		res := certify(p, nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
+		s := spec(res, "P0", "block keys")
+		Expect(s.State).To(Equal(ctk.Fail))
+		Expect(s.Leg).To(Equal(ctk.LegBlockSize))
+		Expect(s.Message).To(ContainSubstring("hash_block_size 8"))
+		Expect(spec(res, "P0", "block size").State).To(Equal(ctk.Pass))
+	})
+})
+
+// poolBehind puts a real HTTP server on 127.0.0.1 in front of a simulator, rewriting the bodies of
+// its answers with edit (path, body), and returns the one-endpoint pool that points at it.
+func poolBehind(e *sim.Engine, staged string, edit func(path string, body []byte) []byte) *ctk.Pool {
+	target, err := url.Parse(e.URL())
+	Expect(err).NotTo(HaveOccurred())
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return err
+		}
+		_ = r.Body.Close()
+		body = edit(r.Request.URL.Path, body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	front := httptest.NewServer(proxy)
+	DeferCleanup(front.Close)
+	doc := "model: llama3\nengine: {family: vllm, release: " + e.Config().Release + "}\n" + staged + "\nendpoints:\n  - name: P0\n    address: " + front.URL +
+		"\n    events:\n      zmq: [" + strings.Join(e.PublishAddrs(), ", ") + "]\n"
+	p, err := ctk.ParsePool([]byte(doc))
+	Expect(err).NotTo(HaveOccurred(), doc)
+	return p
+}

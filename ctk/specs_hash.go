@@ -181,10 +181,19 @@ func (r *endpointRun) eventsField() string {
 	return "events.zmq"
 }
 
+// joinSettle is how long after subscribing ctk waits before the first message it causes.
+const joinSettle = 300 * time.Millisecond
+
 // warmUp proves the live subscription before the probe: a ZeroMQ subscription reaches the
 // publisher some time after the subscriber connects, and a message published before that is lost
 // (the slow-joiner rule), so a unique warm-up completion is sent until one of its events arrives.
+//
+// The sequence spec counts a message the replay holds but the live stream never delivered as
+// dropped, from the first message after the connect-time replay on. So the warm-up first lets the
+// subscription settle (joinSettle after the connect) — a message published in the first
+// milliseconds may be lost to the slow joiner, not by the engine.
 func (r *endpointRun) warmUp(ctx context.Context) {
+	sleep(ctx, time.Until(r.w.lastConnect().Add(joinSettle)))
 	wait := min(time.Second, r.opts.SubscribeTimeout/3)
 	for range 3 {
 		prompt, _, err := r.newProbePrompt(r.st.BlockSize / 2)
@@ -538,6 +547,14 @@ func (r *endpointRun) specKeys(t *T) {
 	}
 	if !p.covered {
 		t.Skipf("not comparable: the tokens differ (see the token spec)")
+		return
+	}
+	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.HashBlockSize > 0 && cfg.HashBlockSize != p.bs {
+		// Hybrid geometry (vLLM resolve_kv_cache_block_sizes): the event's group is coarser than
+		// the hash chain, so its keys are every k-th hash of a finer chain, which the engine
+		// binding does not compute.
+		t.Failf(LegBlockSize, fmt.Sprintf("stage binding: router or auto (the gateway rehashes the events' tokens at block size %d); the engine binding cannot follow a chain of %d-token hashes published per %d-token block", p.bs, cfg.HashBlockSize, p.bs),
+			"the engine chains its block hashes at hash_block_size %d (%s) but its probe events carry block size %d: KV-cache groups of several block sizes (a hybrid model, or --prefix-match-unit)", cfg.HashBlockSize, cfg.Source, p.bs)
 		return
 	}
 	keys, err := r.keysFor(r.st.Algorithm)

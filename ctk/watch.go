@@ -62,6 +62,7 @@ type watcher struct {
 	events    []seen
 	notices   []notice
 	connected map[int]bool
+	connectAt time.Time      // the latest connect of any rank
 	replayed  map[int]string // completed / failed
 	replaying map[int]bool   // a replay exchange is running: its events are not live
 	live      map[int]bool   // an event arrived after the rank's replay
@@ -123,6 +124,7 @@ func (w *watcher) trace(t ingest.Trace) {
 		}
 	case "connect":
 		w.connected[t.Rank] = true
+		w.connectAt = time.Now()
 	case "disconnect":
 		w.connected[t.Rank] = false
 	case "error":
@@ -203,6 +205,13 @@ func (w *watcher) snapshot() ([]seen, []notice) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.events), slices.Clone(w.notices)
+}
+
+// lastConnect is when the latest rank connected.
+func (w *watcher) lastConnect() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.connectAt
 }
 
 // noticeCount is the number of notices so far.

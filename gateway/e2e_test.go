@@ -59,6 +59,7 @@ type poolSpec struct {
 	certValid       time.Duration // the certificate's lifetime (default 1h)
 	certFile        bool          // write the certificate to a file the gateway reloads from
 	gwMod           func(o *gateway.Options)
+	wrap            func(http.Handler) http.Handler // around the proxy handler
 }
 
 func strp(s string) *string { return &s }
@@ -192,7 +193,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
 		}})
 	g.OnRuleRemoved(px.Forget)
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	handler := px.Handler
+	if spec.wrap != nil {
+		handler = func(l string) http.Handler { return spec.wrap(px.Handler(l)) }
+	}
+	srv, err := g.Serve(handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +208,13 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	})
 	p.g, p.srv = g, srv
 	p.base = "http://" + srv.Client["127.0.0.1:0"]
+	if cfg.Server.TLS.Enabled() {
+		p.base = "https://" + srv.Client["127.0.0.1:0"]
+	}
 	p.admin = "http://" + srv.Admin
+	if cfg.Admin.TLS.Enabled() {
+		p.admin = "https://" + srv.Admin
+	}
 	if ct.HasEvents() {
 		p.waitSubscribed()
 	}

@@ -36,6 +36,11 @@ type endpointWatch struct {
 
 	proc      processIdentity
 	reconnect func() // on every reconnect after the first: re-check the process identity
+
+	// history marks the ranks still in their first connect's replay: what it holds happened before
+	// the gateway was there (a certification's cache clear), so it restarts nothing.
+	history   map[int]bool
+	seenRanks map[int]bool // ranks whose replay was asked for before
 }
 
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
@@ -67,9 +72,15 @@ func (ew *endpointWatch) trace(t ingest.Trace) {
 		if t.Count > 1 && ew.reconnect != nil {
 			ew.reconnect()
 		}
+	case "replay":
+		if t.Reason == "requested" {
+			ew.setHistory(t.Rank, !ew.connected(t.Rank))
+		} else {
+			ew.setHistory(t.Rank, false)
+		}
 	case "clear":
 		ew.reset()
-		if why, ok := restartCauses[t.Reason]; ok {
+		if why, ok := restartCauses[t.Reason]; ok && !ew.inHistory(t.Rank) {
 			ew.restarted(why)
 		}
 	case "event":
@@ -78,13 +89,43 @@ func (ew *endpointWatch) trace(t ingest.Trace) {
 		}
 		if t.Event.Kind == engines.AllBlocksCleared {
 			ew.reset()
-			ew.restarted("the engine cleared its cache")
+			if !ew.inHistory(t.Rank) {
+				ew.restarted("the engine cleared its cache")
+			}
 			return
 		}
 		if t.Event.Kind == engines.BlockStored && ew.w != nil {
 			ew.check(t.Event)
 		}
 	}
+}
+
+// connected reports (and records) that a rank has been live before: only a rank's first replay is
+// history.
+func (ew *endpointWatch) connected(rank int) bool {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.seenRanks == nil {
+		ew.seenRanks = map[int]bool{}
+	}
+	was := ew.seenRanks[rank]
+	ew.seenRanks[rank] = true
+	return was
+}
+
+func (ew *endpointWatch) setHistory(rank int, on bool) {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.history == nil {
+		ew.history = map[int]bool{}
+	}
+	ew.history[rank] = on
+}
+
+func (ew *endpointWatch) inHistory(rank int) bool {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	return ew.history[rank]
 }
 
 func (ew *endpointWatch) reset() {

@@ -80,3 +80,43 @@ func deref(s *string) any {
 	}
 	return *s
 }
+
+// TestContractsDefendedByVectors: every algorithm a contract lets the engine binding use has an
+// engine-produced vector file in the contract's vector folder, so a contract cannot be added (or an
+// algorithm listed) without the engine's own output defending it.
+func TestContractsDefendedByVectors(t *testing.T) {
+	dir, err := vectors.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range contracts.All() {
+		if !ct.SupportsBinding("engine") {
+			continue
+		}
+		files, err := filepath.Glob(filepath.Join(dir, ct.Vectors, "*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, path := range files {
+			f, err := vectors.Load(path)
+			if err != nil {
+				continue // event samples and other files in the folder
+			}
+			if f.Header.Generated() {
+				t.Errorf("%s: %s is generated, not engine-produced", ct.ID, path)
+				continue
+			}
+			for _, c := range f.Cases {
+				if c.Reproducible {
+					have[c.Algo] = true
+				}
+			}
+		}
+		for _, a := range ct.Hash.Algorithms {
+			if !have[a] {
+				t.Errorf("%s: algorithm %s has no reproducible engine-produced vectors in %s", ct.ID, a, ct.Vectors)
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 func completionReq(prompt, salt string, tokens int) *Request {
@@ -255,5 +256,29 @@ func TestScaledPoolKeepsTheRate(t *testing.T) {
 		if a, b := s.Capacity(1000, 6), x.Capacity(1000, 6); a < b*0.999 || a > b*1.001 {
 			t.Fatalf("%d engines: capacity %.2f req/s, the 4-engine pool's is %.2f", n, b, a)
 		}
+	}
+}
+
+// The oracle decides with mode 3's law even though its own rules are selector-only: when the only
+// endpoint holding a short shared prefix is at its cap, the request spills to an idle endpoint
+// instead of piling up (the first oracle sent a whole RAG run to one engine).
+func TestOracleSpillsPastItsCap(t *testing.T) {
+	r := &rules.Rule{Name: "oracle-e0", Engine: rules.EngineRef{Family: family, Release: release}, Seed: &seed0,
+		Endpoints: []rules.Endpoint{{Name: "e0", Address: "http://127.0.0.1:1"}}}
+	if err := r.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	law := lawOf(r)
+	if law.Kind != route.LawHard || law.FactorPct != 175 || !law.SpillRelief {
+		t.Fatalf("oracle law %+v, want mode 3's default (hard, ε 0.75, spill relief)", law)
+	}
+	caches := []map[uint64]int{{1: 1}, {}, {}, {}}
+	o := newOracleOf(4, func(i int) map[uint64]int { return caches[i] }, law, 16, 512)
+	per := map[int]int{}
+	for i := 0; i < 8; i++ { // 8 concurrent requests sharing block 1, then each its own
+		per[o.pick(nil, []uint64{1, uint64(100 + i)}).idx]++
+	}
+	if per[0] == 8 || len(per) < 3 {
+		t.Fatalf("8 concurrent requests sharing one block went %v", per)
 	}
 }

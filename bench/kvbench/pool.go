@@ -228,7 +228,10 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	return p, nil
 }
 
-// lawOf is the load law a rule's router applies; a rule without one gets the default hard law.
+// lawOf is the load law a mode-3 (single-pool KV-exact) router applies for the rule. The oracle's
+// rules are selector-only, whose normalized law carries mode 1's default (no spill relief): without
+// it, an endpoint at its cap keeps every request sharing a short prefix (RAG's instruction) while
+// the others, never sent anything, score 0 — the first oracle piled a whole RAG run on one engine.
 func lawOf(r *rules.Rule) route.Law {
 	l := route.Law{Kind: route.LawKind(r.LoadLaw.Kind), FactorPct: 175}
 	if l.Kind == "" {
@@ -238,7 +241,8 @@ func lawOf(r *rules.Rule) route.Law {
 		l.FactorPct = int(100*(1+*r.LoadLaw.Epsilon) + 0.5)
 	}
 	l.Lambda = r.LoadLaw.Lambda
-	if r.LoadLaw.SpillRelief != nil {
+	l.SpillRelief = true // mode 3's default
+	if r.LoadLaw.SpillRelief != nil && r.KVExactMode == 3 {
 		l.SpillRelief = *r.LoadLaw.SpillRelief
 	}
 	return l

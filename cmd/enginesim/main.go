@@ -54,6 +54,7 @@ func run(args []string) error {
 		return nil
 	})
 	fs.IntVar(&c.CapacityBlocks, "capacity", sim.DefaultCapacityBlocks, "KV cache capacity in blocks per rank")
+	fs.StringVar(&c.ReportMode, "kv-cache-report-mode", "", "vLLM kv_cache_report_mode for every request: incremental (default) or full (re-emits prefix-cache hits; v0.26+)")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", sim.DefaultMaxModelLen, "context length")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", sim.DefaultPrefillPerToken, "prefill time per uncached prompt token")
 	fs.DurationVar(&c.DecodePerToken, "decode-per-token", sim.DefaultDecodePerToken, "decode time per output token")

@@ -207,6 +207,11 @@ func runOverhead(ctx context.Context, args []string) int {
 	wrk := fs.String("wrk", "wrk", "wrk binary")
 	gatewayBin := fs.String("gateway", "", "`PATH` of the gateway binary to measure (default: a gateway binary beside this executable, else go build ./cmd/gateway into a temporary directory)")
 	skipProxy := fs.Bool("no-proxy", false, "decision time only")
+	latencyRate := fs.Int("latency-rate", 1000, "fixed rate of the latency rounds, small requests/s (0: no latency rounds)")
+	latencyDur := fs.Duration("latency-duration", 3*time.Second, "length of each fixed-rate run")
+	streamN := fs.Int("stream-requests", 300, "streaming requests per target per round for time to first byte (0: none)")
+	baseline := fs.String("baseline", "", "`PATH` of a second gateway binary measured in the same rounds (e.g. the previous release)")
+	baselineName := fs.String("baseline-name", "baseline", "the baseline's name in the tables")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -242,7 +247,8 @@ func runOverhead(ctx context.Context, args []string) int {
 			var self string
 			if self, proxyErr = os.Executable(); proxyErr == nil {
 				proxyErr = kvbench.MeasureProxy(ctx, kvbench.ProxyOptions{UpstreamCmd: []string{self, "upstream"}, Rounds: *rounds, Duration: *dur,
-					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr}, ov)
+					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr,
+					Baseline: *baseline, BaselineName: *baselineName, LatencyRate: *latencyRate, LatencyDuration: *latencyDur, StreamRequests: *streamN}, ov)
 			}
 		}
 		if proxyErr != nil {
@@ -270,6 +276,11 @@ func runOverhead(ctx context.Context, args []string) int {
 	}
 	if *charts == "" {
 		*charts = *out
+	}
+	// The overhead section as BENCHMARKS.md renders it, for this run alone.
+	if err := os.WriteFile(filepath.Join(*out, "overhead.md"), []byte(kvbench.OverheadSection(ov, *charts)), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench overhead: %v\n", err)
+		return 1
 	}
 	if err := kvbench.WriteProxyChart(ov, *charts); err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench overhead: %v\n", err)

@@ -81,6 +81,10 @@ type Config struct {
 	Seed *string
 	// CapacityBlocks is the number of KV blocks per rank (default 4096).
 	CapacityBlocks int
+	// ReportMode is vLLM's kv_cache_report_mode as every request asks for it: "incremental" (the
+	// default) or "full", which re-emits BlockStored for blocks reused from the prefix cache. Only
+	// releases whose contract has the mode (events.residency: presence) accept "full".
+	ReportMode string
 	// MaxModelLen is the context length (default 8192).
 	MaxModelLen int
 
@@ -204,6 +208,9 @@ func (c *Config) resolve() error {
 	}
 	if c.Family == "vllm" && !ct.SupportsAlgorithm(c.Algorithm) {
 		return fmt.Errorf("sim: algorithm: %q is not one of %s", c.Algorithm, strings.Join(ct.Hash.Algorithms, ", "))
+	}
+	if err := c.resolveReportMode(); err != nil {
+		return err
 	}
 	if c.Family != "vllm" && c.Seed != nil {
 		// Only vLLM reads PYTHONHASHSEED for its block hashes; others ignore it, as the engines do.

@@ -141,7 +141,9 @@ func New(cfg Config) (*Engine, error) {
 				r.llama = append(r.llama, &llamaSlot{id: s})
 			}
 		default:
-			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, policyFor(cfg.Family), r.storedEvent)
+			pol := policyFor(cfg.Family)
+			pol.reportReuse = cfg.ReportMode == ReportFull
+			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, pol, r.storedEvent)
 		}
 		e.ranks = append(e.ranks, r)
 	}

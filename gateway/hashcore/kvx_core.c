@@ -681,14 +681,14 @@ static int build_block(const kvx_chain_args *a, const kvx_encoders *e, pk_t *k, 
 	case KVX_VLLM_XXHASH_MSGPACK: {
 		uint32_t ne = 0;
 		b->len = 0;
-		if ((rc = buf_reserve(b, 1 + 5 + parent_len + 5 + 9 * bs + 5))) return rc;
+		if ((rc = buf_reserve(b, 1 + 5 + parent_len + 5 + 5 * bs + 8 + 5))) return rc;
 		put1(b, 0x93); /* fixarray(3) */
 		mp_len(b, 0, 0, 0xC4, 0xC5, 0xC6, parent_len);
 		*parent_off = b->len;
 		copy_digest(b->p + b->len, parent, parent_len);
 		b->len += parent_len;
 		mp_array(b, bs);
-		for (size_t j = 0; j < bs; j++) mp_uint(b, t[j]);
+		b->len = (size_t)(kvx_msgpack_tokens(b->p + b->len, t, bs) - b->p);
 		if (r != NULL && (rc = rd_u32(r, &ne))) return rc;
 		if (ne == 0) {
 			put1(b, 0xC0); /* nil: reserved above */

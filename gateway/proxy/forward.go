@@ -95,15 +95,9 @@ type outbound struct {
 	leg  leg
 	req  http.Request // the template WithContext copies
 	url  url.URL
-	body bodyReader
+	body bytes.Reader
 	vals [2]string // X-Request-Id and X-Forwarded-For values
 }
-
-// bodyReader is a request body over bytes the proxy holds: an io.ReadCloser that can also write
-// itself out (io.WriterTo), which lets the upstream transport copy it without a buffer.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
 
 // send issues one upstream request with body to ep, after the breaker admits it. internal legs
 // (whose answer the proxy reads itself) ask for an uncompressed body.
@@ -206,12 +200,13 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 	switch {
 	case len(body) > 0:
 		out.ContentLength = int64(len(body))
+		// io.NopCloser over a *bytes.Reader: net/http recognizes it as a body in memory and sends
+		// the headers and the body in one write (any other reader type gets the headers flushed
+		// first, a second syscall per request).
 		o.body.Reset(body)
-		out.Body = &o.body
+		out.Body = io.NopCloser(&o.body)
 		out.GetBody = func() (io.ReadCloser, error) {
-			r := new(bodyReader)
-			r.Reset(body)
-			return r, nil
+			return io.NopCloser(bytes.NewReader(body)), nil
 		}
 	case c.r.Method != http.MethodGet && c.r.Method != http.MethodHead:
 		out.Body = http.NoBody // an empty POST still says Content-Length: 0
@@ -320,7 +315,9 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 	var pending []byte // SSE: bytes after the last complete event, held until the event completes
 	for {
 		n, rerr := resp.Body.Read(buf)
-		if !started && (n > 0 && rerr == nil || rerr == io.EOF) {
+		// Bytes that come with a read error still commit and go out (a stream that then breaks
+		// is cut, not answered with a second status).
+		if !started && (n > 0 || rerr == io.EOF) {
 			if commit != nil && !commit() {
 				return relayRefused, started
 			}

@@ -440,3 +440,114 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// rawUpstream serves each connection with answer (after reading one request head and body).
+func rawUpstream(t *testing.T, answer func(c net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				answer(c)
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String()
+}
+
+// TestWireUpstreamMisbehaviour: each way an upstream can break its side ends in a defined outcome
+// for the client (an OpenAI-shaped 5xx while nothing was sent, a cut connection after), with the
+// failure counted.
+func TestWireUpstreamMisbehaviour(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(c net.Conn)
+		status int    // the client's status (0: the connection is cut after the headers)
+		kind   string // kvexact_proxy_upstream_errors_total kind
+	}{
+		{"reset before the headers", func(c net.Conn) { c.(*net.TCPConn).SetLinger(0) }, 503, "connect"},
+		{"garbage status line", func(c net.Conn) { io.WriteString(c, "HTTP/1.1 abc nonsense\r\n\r\n") }, 503, "connect"},
+		{"headers then nothing", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n")
+		}, 502, "midstream"},
+		{"truncated body", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{\"id\":")
+		}, 0, "midstream"},
+		{"bad chunk", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n10\r\ndata: {\"n\":1}\n\n\r\nzz\r\n")
+		}, 0, "midstream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := rawUpstream(t, tc.answer)
+			p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: addr}}, nil, nil, nil)
+			rc := dialRaw(t, p.front.Addr)
+			rc.send(post("/v1/completions", `{"model":"m","prompt":"hi","stream":true}`))
+			resp, b, err := rc.response()
+			switch {
+			case tc.status != 0:
+				if err != nil || resp.StatusCode != tc.status {
+					t.Fatalf("got %v %v %s, want %d", resp, err, b, tc.status)
+				}
+				oaiError(t, b)
+			default:
+				if err == nil || resp == nil {
+					t.Fatalf("the response was framed as complete: %v %s", resp, b)
+				}
+			}
+			if got := p.metric(t, "kvexact_proxy_upstream_errors_total", map[string]string{"kind": tc.kind}); got < 1 {
+				t.Fatalf("upstream errors of kind %s: %v", tc.kind, got)
+			}
+			p.allReleased(t)
+		})
+	}
+}
+
+// TestWireTinyHeaderFloodCost: a request of 1 MiB of tiny header lines is refused at the header
+// limit (431) and costs the gateway little memory (h1 parsed and forwarded all of it, ≈ 42 MB per
+// request). Allocation is measured over ten such requests, each read to its refusal.
+func TestWireTinyHeaderFloodCost(t *testing.T) {
+	p, u := newPoolWith(t, completion, nil)
+	var fb strings.Builder
+	for i := 0; fb.Len() < 1<<20; i++ {
+		fmt.Fprintf(&fb, "x%d: 1\r\n", i)
+	}
+	flood := fb.String()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		rc := dialRaw(t, p.front.Addr)
+		// The server may answer and close before the whole flood is written: a write error is fine.
+		go func() { _, _ = io.WriteString(rc.c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\n"+flood+"\r\n") }()
+		resp, _, err := rc.response()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("status %d, want 431", resp.StatusCode)
+		}
+		rc.c.Close()
+	}
+	runtime.ReadMemStats(&after)
+	per := float64(after.TotalAlloc-before.TotalAlloc) / 10
+	t.Logf("%.2f MiB allocated per 1 MiB header flood (the whole test process)", per/(1<<20))
+	if per > 8<<20 {
+		t.Fatalf("%.1f MiB allocated per request: the header block is not bounded", per/(1<<20))
+	}
+	if u.count() != 0 {
+		t.Fatal("a flood reached the upstream")
+	}
+}

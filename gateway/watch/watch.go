@@ -64,7 +64,8 @@ func (m *Mismatch) Error() string { return fmt.Sprintf("%s: %s", m.Leg, m.Detail
 type Outcome struct {
 	Checked   int // blocks recomputed (matching or not)
 	Matched   int // blocks whose key matched
-	Unchecked int // blocks the watch could not or did not recompute
+	Unchecked int // blocks the watch could not recompute (see the package doc)
+	Sampled   int // blocks of an event the sampling passed over
 	Mismatch  *Mismatch
 }
 
@@ -125,7 +126,7 @@ func (w *Watch) Event(ev *engines.Event) Outcome {
 	}
 	w.seen++
 	if w.seen > w.cfg.CheckFirst && w.seen%w.cfg.SampleEvery != 0 {
-		return Outcome{Unchecked: n}
+		return Outcome{Sampled: n}
 	}
 	h := w.cfg.Hasher
 	bs := h.Binding().BlockSize

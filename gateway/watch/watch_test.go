@@ -128,8 +128,11 @@ func TestSampling(t *testing.T) {
 	w := newWatch(t, h, Config{CheckFirst: 4, SampleEvery: 3})
 	checked := 0
 	for i := range 16 {
-		if o := w.Event(stored(t, h, tokens(32, uint32(i*100)), 0)); o.Checked > 0 {
+		o := w.Event(stored(t, h, tokens(32, uint32(i*100)), 0))
+		if o.Checked > 0 {
 			checked++
+		} else if o.Sampled != 2 {
+			t.Fatalf("event %d neither checked nor sampled out: %+v", i, o)
 		}
 	}
 	// Events 1..4 in full, then 6, 9, 12, 15.
@@ -177,7 +180,7 @@ func FuzzWatchEvent(f *testing.F) {
 			if ev.Kind != engines.BlockStored || len(ev.BlockHashes) == 0 {
 				continue
 			}
-			if o.Checked+o.Unchecked != len(ev.BlockHashes) || o.Matched > o.Checked || (o.Mismatch != nil && o.Checked == 0) {
+			if o.Checked+o.Unchecked+o.Sampled != len(ev.BlockHashes) || o.Matched > o.Checked || (o.Mismatch != nil && o.Checked == 0) {
 				t.Fatalf("event %d with %d blocks: outcome %+v", i, len(ev.BlockHashes), o)
 			}
 		}
