@@ -121,9 +121,12 @@ func TestSubsetHint(t *testing.T) {
 	}
 	for _, only := range addrs {
 		for i := 0; i < 4; i++ {
-			res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(fmt.Sprintf("subset prompt %d for %s", i, only)), subset: []string{only, "10.9.9.9:1"}})
+			res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(strings.Repeat(fmt.Sprintf("subset prompt %d for %s. ", i, only), 12)), subset: []string{only, "10.9.9.9:1"}})
 			if res.header != only {
 				t.Fatalf("subset [%s]: destination %q (fallbacks must stay inside the subset too)", only, res.header)
+			}
+			if strings.Contains(res.decision, "connect_failed") {
+				t.Fatalf("the evidence must call a subset exclusion what it is: %s", res.decision)
 			}
 			res.cancel()
 		}

@@ -71,6 +71,14 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 		return nil, routeError(err)
 	}
 	p.d = d
+	if hasSubset {
+		// The router sees the subset's exclusions as a retry mask; the evidence says what they are.
+		for i, ev := range d.Endpoints {
+			if e := byName(router, ev.Name); e != nil && outside.Has(e.ID) {
+				d.Endpoints[i].Excluded = "outside_subset_hint"
+			}
+		}
+	}
 	p.dest = d.Target
 	if d.Decode != nil {
 		p.dest = d.Decode
@@ -142,4 +150,13 @@ func (p *pick) evidence() string {
 		return ""
 	}
 	return string(b)
+}
+
+func byName(rt *route.Router, name string) *route.Endpoint {
+	for _, e := range rt.Endpoints() {
+		if e.Name == name {
+			return e
+		}
+	}
+	return nil
 }
