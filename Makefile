@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz demo images tokenizers vet clean
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean
 
 all: build
 
@@ -27,7 +27,7 @@ vet:
 
 # The whole suite: unit, parity, interop (python3-zmq), containers (Docker). Peers that are missing
 # make their tests skip with a message; .ci/run installs them all.
-test: tokenizers vet
+test: tokenizers oracle vet
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./gateway/... ./engines/...
 
@@ -40,8 +40,19 @@ tokenizers:
 bench: tokenizers
 	./scripts/bench.sh
 
-fuzz:
+fuzz: diff
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# The differential harness: fresh random strings and chats rendered here and by Python jinja2
+# (Debian's python3-jinja2), fresh random texts encoded here and by HuggingFace tokenizers (npm), for
+# every model with files; DIFF_N cases per corpus and model.
+DIFF_N ?= 20000
+diff: tokenizers oracle
+	KVEXACT_DIFF_N=$(DIFF_N) $(GO) test -count=1 -v -timeout 30m -run 'TestDifferential' ./gateway/tokenize
+
+# HuggingFace tokenizers itself (npm, pinned): the oracle of gateway/tokenize's differential tests.
+oracle:
+	@[ -d .cache/node/node_modules/tokenizers ] || { command -v npm >/dev/null && npm install --silent --prefix .cache/node tokenizers@0.23.2; } || echo "npm not found: the tokenizer oracle tests skip (apt-get install nodejs npm)"
 
 demo: build tokenizers
 	./scripts/demo.sh

@@ -60,6 +60,7 @@ type poolSpec struct {
 	certFile        bool          // write the certificate to a file the gateway reloads from
 	gwMod           func(o *gateway.Options)
 	wrap            func(http.Handler) http.Handler // around the proxy handler
+	ruleMod         func(r *rules.Rule)
 }
 
 func strp(s string) *string { return &s }
@@ -131,6 +132,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 			ep.Events.Drain = e.URL()
 		}
 		rule.Endpoints = append(rule.Endpoints, ep)
+	}
+	if spec.ruleMod != nil {
+		spec.ruleMod(&rule)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
 	if spec.cfgMod != nil {

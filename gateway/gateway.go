@@ -312,6 +312,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	for _, m := range r.Models {
 		rt.models[m] = true
 	}
+	for _, a := range r.Adapters {
+		rt.models[a.Name] = true
+	}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
@@ -324,7 +327,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	certified, binding := g.certify(rt)
 	if rt.exact.Enabled {
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm"}
+		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())

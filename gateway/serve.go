@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -191,16 +192,28 @@ type statusError struct {
 func (e *statusError) Error() string   { return e.err.Error() }
 func (e *statusError) StatusCode() int { return e.code }
 
-func (a *adminBackend) Explain(ctx context.Context, listener string, r *http.Request, body []byte) (any, error) {
+func (a *adminBackend) Explain(ctx context.Context, listener string, r *http.Request) (any, error) {
 	if a.parse == nil {
 		return nil, &statusError{http.StatusNotImplemented, errors.New("explain is not available: no request parser")}
 	}
 	if listener == "" {
 		listener = a.g.cfg.Listen
 	}
+	// The data path's body limit, with the data path's answer (413).
+	limit := a.g.cfg.MaxBodyBytes
+	if limit <= 0 {
+		limit = 16 << 20 // rules.Config's default, for configs never normalized
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, &statusError{http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)}
+	}
+	if int64(len(body)) > limit {
+		return nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Errorf("the request body exceeds %d bytes", limit)}
+	}
 	req, err := a.parse(r, body)
 	if err != nil {
-		return nil, &statusError{http.StatusBadRequest, err}
+		return nil, err // the data path's status (StatusCode), else 400
 	}
 	router, err := a.g.Resolve(listener, req.Model)
 	if err != nil {

@@ -53,6 +53,10 @@ func run(args []string) error {
 		seed = &s
 		return nil
 	})
+	fs.Func("lora-modules", "a LoRA adapter served on the model, name=path as vLLM's --lora-modules (repeat for more; vllm only)", func(s string) error {
+		c.LoRAModules = append(c.LoRAModules, s)
+		return nil
+	})
 	fs.IntVar(&c.CapacityBlocks, "capacity", sim.DefaultCapacityBlocks, "KV cache capacity in blocks per rank")
 	fs.StringVar(&c.ReportMode, "kv-cache-report-mode", "", "vLLM kv_cache_report_mode for every request: incremental (default) or full (re-emits prefix-cache hits; v0.26+)")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", sim.DefaultMaxModelLen, "context length")

@@ -45,6 +45,9 @@ type Config struct {
 	// ServeChatTemplate, when set, is the Jinja chat template chats are rendered with instead of the
 	// tokenizer folder's (an engine started with another --chat-template than was certified).
 	ServeChatTemplate string
+	// LoRAModules are the LoRA adapters served on top of the model, as vLLM's --lora-modules
+	// ("name=path"; the path is only reported): vLLM family only.
+	LoRAModules []string
 	// Endpoint names this simulator in receipts (header and response id); default "sim".
 	Endpoint string
 

@@ -36,6 +36,7 @@ type Engine struct {
 	reqID    atomic.Uint64
 	ctxID    atomic.Uint64 // TensorRT-LLM ctx_request_id
 	engineID string        // vLLM remote_engine_id
+	loras    []loraModule  // Config.LoRAModules
 
 	httpMu   sync.Mutex
 	connMu   sync.Mutex
@@ -98,6 +99,9 @@ func New(cfg Config) (*Engine, error) {
 		if e.cfg.ServedModelName == "" || e.cfg.ServedModelName == "." {
 			e.cfg.ServedModelName = "model"
 		}
+	}
+	if e.loras, err = parseLoRAModules(cfg.Family, e.cfg.ServedModelName, cfg.LoRAModules); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
 	}
 	if e.words, err = tok.Encode(outputText, false); err != nil || len(e.words) == 0 {
 		return nil, fmt.Errorf("sim: tokenizer cannot encode the output word list: %v", err)
@@ -613,6 +617,9 @@ func (r *rank) storedEvent(s *seq, first, last int) engines.Event {
 		if s.ex != nil {
 			if ks, err := hashcore.ExtraKeys(s.ex, last*bs, bs); err == nil && len(ks) >= last {
 				copy(ev.ExtraKeys, ks[first:last])
+			}
+			if m := e.lora(s.ex.LoRAName); m != nil {
+				ev.LoRAName, ev.LoRAID, ev.HasLoRAID = m.name, m.id, true
 			}
 		}
 		ev.GroupIdx, ev.HasGroupIdx = 0, true

@@ -49,7 +49,7 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 			"allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false, "organization": "*",
 			"group": nil, "is_blocking": false}}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{card}})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": append([]any{card}, e.loraCards()...)})
 }
 
 func (e *Engine) ownedBy() string {

@@ -146,8 +146,11 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 	if b.Model != nil {
 		p.model = *b.Model
 	}
+	var lora *loraModule
 	if e.cfg.Family == "vllm" && b.Model != nil && *b.Model != e.cfg.ServedModelName {
-		return nil, 404, fmt.Sprintf("The model `%s` does not exist.", *b.Model)
+		if lora = e.lora(*b.Model); lora == nil {
+			return nil, 404, fmt.Sprintf("The model `%s` does not exist.", *b.Model)
+		}
 	}
 	if b.N != nil && *b.N != 1 {
 		return nil, 400, "n: the simulator generates exactly one choice (n must be 1)"
@@ -175,6 +178,12 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		if e.cfg.Family == "vllm" || e.cfg.Family == "sglang" {
 			p.ex = &hashcore.Extras{CacheSalt: *b.CacheSalt}
 		}
+	}
+	if lora != nil {
+		if p.ex == nil {
+			p.ex = &hashcore.Extras{}
+		}
+		p.ex.LoRAName = lora.name
 	}
 	switch {
 	case b.RoutedDPRank != nil:

@@ -28,8 +28,9 @@ type Backend interface {
 	Status() any
 	// Inventory returns an endpoint's resident keys.
 	Inventory(rule, endpoint string) ([]inventory.KeyCount, bool)
-	// Explain routes a client request without sending it.
-	Explain(ctx context.Context, listener string, r *http.Request, body []byte) (any, error)
+	// Explain routes a client request without sending it; it reads r's body within the data path's
+	// limit. An error with StatusCode() sets the answer's status (400 otherwise).
+	Explain(ctx context.Context, listener string, r *http.Request) (any, error)
 	// Rules is the live rule set.
 	Rules() *rules.Store
 	// SetEndpointState sets down, up or drain.
@@ -48,13 +49,8 @@ func Handler(b Backend, token string) http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /admin/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, b.Status()) })
 	mux.HandleFunc("POST /admin/explain", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
-		if err != nil {
-			fail(w, http.StatusBadRequest, "reading body: "+err.Error())
-			return
-		}
 		listener := r.URL.Query().Get("listener")
-		d, err := b.Explain(r.Context(), listener, r, body)
+		d, err := b.Explain(r.Context(), listener, r)
 		if err != nil {
 			var se interface{ StatusCode() int }
 			code := http.StatusBadRequest

@@ -35,6 +35,9 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.Message }
 
+// StatusCode is the HTTP status the data path answers with (the admin API's explain answers the same).
+func (e *apiError) StatusCode() int { return e.Status }
+
 // Error types, as OpenAI spells them.
 const (
 	typeInvalid   = "invalid_request_error"

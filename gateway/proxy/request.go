@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -14,10 +15,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
-// parsed is what the proxy reads from an OpenAI body, once. The raw bytes stay the source of what
-// is forwarded; only P/D dialects rewrite them (see patch).
+// parsed is the one typed request the proxy reads from an OpenAI body, once: what routing and the
+// keys depend on (docs/request-fields.md). The raw bytes stay the source of what is forwarded; only
+// P/D dialects rewrite them (see patch).
 type parsed struct {
 	raw    []byte
 	model  string
@@ -30,12 +33,24 @@ type parsed struct {
 	tokens []uint32 // single token prompt
 	// affinity is the prompt text, the first prompt of a batch, or the messages' text joined.
 	affinity string
+	// Key-shaping fields: add_special_tokens (completions; chat reads it from chatReq), cache_salt,
+	// truncate_prompt_tokens / truncation_side, prompt_embeds.
+	addSpecial   *bool
+	cacheSalt    string
+	truncate     *int64
+	truncSide    string
+	promptEmbeds bool
+	// chatReq is the chat body checked as vLLM does, or chatErr why it is not a valid one (the
+	// request is still forwarded: the engine gives the client its own answer).
+	chatReq *tokenize.ChatRequest
+	chatErr error
 }
 
-// wireBody holds the raw JSON values of the top-level members the proxy reads; everything else
-// passes through untouched.
+// wireBody holds the raw JSON values of the top-level members a completions body is routed on;
+// everything else passes through untouched.
 type wireBody struct {
-	Model, Stream, User, Prompt, Messages json.RawMessage
+	Model, Stream, User, Prompt, Messages                                           json.RawMessage
+	AddSpecialTokens, CacheSalt, TruncatePromptTokens, TruncationSide, PromptEmbeds json.RawMessage
 }
 
 // bodyScanner is a pooled JSON token reader for request bodies.
@@ -55,9 +70,9 @@ var bodyScanners = sync.Pool{New: func() any {
 }}
 
 // scanBody checks that raw is exactly one JSON object and collects the raw values of the members
-// named model, stream, user, prompt and messages (names match exactly, as the engines' JSON readers
-// do; the last of duplicates wins). The values are slices of raw. It walks the tokens once without
-// building anything: a body is forwarded as it came, so only these five values matter here.
+// wireBody names (names match exactly, as the engines' JSON readers do; the last of duplicates
+// wins). The values are slices of raw. It walks the tokens once without building anything: a body
+// is forwarded as it came, so only these values matter here.
 func scanBody(raw []byte, wb *wireBody) error {
 	s := bodyScanners.Get().(*bodyScanner)
 	defer func() {
@@ -131,6 +146,16 @@ func (wb *wireBody) member(quoted []byte) *json.RawMessage {
 		return &wb.Prompt
 	case "messages":
 		return &wb.Messages
+	case "add_special_tokens":
+		return &wb.AddSpecialTokens
+	case "cache_salt":
+		return &wb.CacheSalt
+	case "truncate_prompt_tokens":
+		return &wb.TruncatePromptTokens
+	case "truncation_side":
+		return &wb.TruncationSide
+	case "prompt_embeds":
+		return &wb.PromptEmbeds
 	}
 	return nil
 }
@@ -161,46 +186,162 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 	return p, nil
 }
 
-// parse fills p from raw (p is zero).
+// parse fills p from raw (p is zero). A chat body is decoded once into the value tree the chat
+// template needs, and its routing members are read from that tree; a completions body is scanned
+// for its routing members without building anything.
 func (p *parsed) parse(raw []byte, chat bool) *apiError {
-	var wb wireBody
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return badRequest("", "invalid_json", "the request body is empty; send a JSON object")
 	}
-	if err := scanBody(raw, &wb); err != nil {
-		if err == errNotObject {
-			return badRequest("", "invalid_json", "%s", err.Error())
-		}
-		return badRequest("", "invalid_json", "the request body is not valid JSON: %v", err)
-	}
 	p.raw, p.chat = raw, chat
-	if isNull(wb.Model) {
+	if chat {
+		return p.parseChat(raw)
+	}
+	var wb wireBody
+	if err := scanBody(raw, &wb); err != nil {
+		return scanError(err)
+	}
+	if e := p.readCommon(wb.Model, wb.Stream, wb.User); e != nil {
+		return e
+	}
+	if !isNull(wb.AddSpecialTokens) {
+		var b bool
+		if json.Unmarshal(wb.AddSpecialTokens, &b) != nil {
+			return badRequest("add_special_tokens", "invalid_type", "add_special_tokens must be a boolean")
+		}
+		p.addSpecial = &b
+	}
+	if e := p.readKeyFields(wb.CacheSalt, wb.TruncatePromptTokens, wb.TruncationSide); e != nil {
+		return e
+	}
+	p.promptEmbeds = !isNull(wb.PromptEmbeds)
+	if p.promptEmbeds && isNull(wb.Prompt) {
+		return nil // vLLM accepts prompt_embeds alone
+	}
+	return p.readPrompt(wb.Prompt)
+}
+
+func scanError(err error) *apiError {
+	if err == errNotObject {
+		return badRequest("", "invalid_json", "%s", err.Error())
+	}
+	return badRequest("", "invalid_json", "the request body is not valid JSON: %v", err)
+}
+
+// parseChat decodes a chat body once (tokenize.ParseChatBody) and reads the routing members from it.
+func (p *parsed) parseChat(raw []byte) *apiError {
+	cb, err := tokenize.ParseChatBody(raw)
+	if err != nil {
+		// The scanner words syntax errors as the completions path does; the tree's own message
+		// stands where only it objects (nesting depth).
+		var wb wireBody
+		if serr := scanBody(raw, &wb); serr != nil {
+			return scanError(serr)
+		}
+		return badRequest("", "invalid_json", "the request body is not valid JSON: %v", errors.Unwrap(err))
+	}
+	member := func(name string) json.RawMessage {
+		v, ok := cb.Member(name)
+		if !ok {
+			return nil
+		}
+		return valueJSON(v)
+	}
+	if e := p.readCommon(member("model"), member("stream"), member("user")); e != nil {
+		return e
+	}
+	msgs, ok := cb.Member("messages")
+	if !ok || msgs == nil {
+		return badRequest("messages", "missing_messages", "messages is required")
+	}
+	list, ok := msgs.([]any)
+	if !ok {
+		return badRequest("messages", "invalid_type", "messages must be an array of message objects")
+	}
+	if len(list) == 0 {
+		return badRequest("messages", "invalid_value", "messages must not be empty")
+	}
+	for _, m := range list {
+		if _, ok := m.(*tokenize.Object); !ok {
+			return badRequest("messages", "invalid_type", "messages must be an array of message objects")
+		}
+	}
+	if e := p.readKeyFields(member("cache_salt"), member("truncate_prompt_tokens"), member("truncation_side")); e != nil {
+		return e
+	}
+	p.affinity = cb.MessagesText()
+	p.chatReq, p.chatErr = cb.Request()
+	return nil
+}
+
+// valueJSON re-encodes a scalar member of the chat tree as JSON for the shared readers (objects and
+// arrays become a marker that fails every scalar reader).
+func valueJSON(v any) json.RawMessage {
+	switch v := v.(type) {
+	case nil:
+		return json.RawMessage("null")
+	case bool:
+		if v {
+			return json.RawMessage("true")
+		}
+		return json.RawMessage("false")
+	case json.Number:
+		return json.RawMessage(v)
+	case string:
+		b, _ := json.Marshal(v)
+		return b
+	case []any:
+		return json.RawMessage("[]")
+	}
+	return json.RawMessage("{}")
+}
+
+// readCommon reads model, stream and user.
+func (p *parsed) readCommon(model, stream, user json.RawMessage) *apiError {
+	if isNull(model) {
 		return badRequest("model", "missing_model", "you must provide a model parameter")
 	}
-	if err := unmarshalString(wb.Model, &p.model); err != nil {
+	if err := unmarshalString(model, &p.model); err != nil {
 		return badRequest("model", "invalid_type", "model must be a string")
 	}
 	if p.model == "" {
 		return badRequest("model", "missing_model", "you must provide a model parameter")
 	}
-	if !isNull(wb.Stream) {
-		if err := json.Unmarshal(wb.Stream, &p.stream); err != nil {
+	if !isNull(stream) {
+		if err := json.Unmarshal(stream, &p.stream); err != nil {
 			return badRequest("stream", "invalid_type", "stream must be a boolean")
 		}
 	}
-	if !isNull(wb.User) {
-		if err := unmarshalString(wb.User, &p.user); err != nil {
+	if !isNull(user) {
+		if err := unmarshalString(user, &p.user); err != nil {
 			return badRequest("user", "invalid_type", "user must be a string")
 		}
 	}
-	if chat {
-		if e := p.readMessages(wb.Messages); e != nil {
-			return e
+	return nil
+}
+
+// readKeyFields reads cache_salt, truncate_prompt_tokens and truncation_side, checked as vLLM's
+// request models check them (each a 400 there too).
+func (p *parsed) readKeyFields(salt, truncate, side json.RawMessage) *apiError {
+	if !isNull(salt) {
+		if unmarshalString(salt, &p.cacheSalt) != nil {
+			return badRequest("cache_salt", "invalid_type", "cache_salt must be a string")
 		}
-		return nil
+		if p.cacheSalt == "" {
+			return badRequest("cache_salt", "invalid_value", "cache_salt must be a non-empty string if provided")
+		}
 	}
-	if e := p.readPrompt(wb.Prompt); e != nil {
-		return e
+	if !isNull(truncate) {
+		var n int64
+		if json.Unmarshal(truncate, &n) != nil || n < -1 {
+			return badRequest("truncate_prompt_tokens", "invalid_value", "truncate_prompt_tokens must be an integer in -1..%d", int64(math.MaxInt64))
+		}
+		p.truncate = &n
+	}
+	if !isNull(side) {
+		if unmarshalString(side, &p.truncSide) != nil || (p.truncSide != "left" && p.truncSide != "right") {
+			return badRequest("truncation_side", "invalid_value", `truncation_side must be "left" or "right"`)
+		}
 	}
 	return nil
 }
@@ -277,48 +418,6 @@ func (p *parsed) readPrompt(m json.RawMessage) *apiError {
 	return nil
 }
 
-// readMessages checks that messages is a non-empty array of objects and collects their text.
-func (p *parsed) readMessages(m json.RawMessage) *apiError {
-	if isNull(m) {
-		return badRequest("messages", "missing_messages", "messages is required")
-	}
-	var msgs []struct {
-		Content json.RawMessage `json:"content"`
-	}
-	if json.Unmarshal(m, &msgs) != nil {
-		return badRequest("messages", "invalid_type", "messages must be an array of message objects")
-	}
-	if len(msgs) == 0 {
-		return badRequest("messages", "invalid_value", "messages must not be empty")
-	}
-	var sb strings.Builder
-	for _, msg := range msgs {
-		if isNull(msg.Content) {
-			continue
-		}
-		var s string
-		if msg.Content[0] == '"' && json.Unmarshal(msg.Content, &s) == nil {
-			sb.WriteString(s)
-			sb.WriteByte('\n')
-			continue
-		}
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(msg.Content, &parts) == nil {
-			for _, part := range parts {
-				if part.Text != "" {
-					sb.WriteString(part.Text)
-					sb.WriteByte('\n')
-				}
-			}
-		}
-	}
-	p.affinity = sb.String()
-	return nil
-}
-
 // routeRequest is what the router sees.
 func (p *parsed) routeRequest(r *http.Request) *route.Request {
 	rr := new(route.Request)
@@ -328,14 +427,22 @@ func (p *parsed) routeRequest(r *http.Request) *route.Request {
 
 func (p *parsed) fillRouteRequest(rr *route.Request, r *http.Request) {
 	*rr = route.Request{
-		Model:          p.model,
-		Chat:           p.chat,
-		Body:           p.raw,
-		Prompt:         p.prompt,
-		PromptTokens:   p.tokens,
-		AffinityText:   p.affinity,
-		ConversationID: header(r.Header, "X-Conversation-Id"),
-		User:           p.user,
+		Model:                p.model,
+		Chat:                 p.chat,
+		Body:                 p.raw,
+		Prompt:               p.prompt,
+		PromptTokens:         p.tokens,
+		AffinityText:         p.affinity,
+		ConversationID:       header(r.Header, "X-Conversation-Id"),
+		User:                 p.user,
+		AddSpecialTokens:     p.addSpecial,
+		CacheSalt:            p.cacheSalt,
+		ChatRequest:          p.chatReq,
+		ChatError:            p.chatErr,
+		Batch:                p.batch,
+		TruncatePromptTokens: p.truncate,
+		TruncationSide:       p.truncSide,
+		PromptEmbeds:         p.promptEmbeds,
 	}
 }
 

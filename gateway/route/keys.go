@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/tokenize"
@@ -11,8 +12,10 @@ import (
 
 // PromptKeyer computes a request's block keys exactly as the engine does: tokenize the prompt with
 // the model's tokenizer (chat rendered through its template first, without special tokens, as vLLM
-// does), then hash full blocks with the rule's binding. It is the Keyer every rule uses; what
-// certification proves is what it computes.
+// does), then hash full blocks with the rule's binding, with the request's extra keys (LoRA name,
+// cache_salt) where the engine hashes them. A request field the engine's keys depend on and the
+// keyer cannot reproduce is a named Miss (docs/request-fields.md), never hashed as if absent. It is
+// the Keyer every rule uses; what certification proves is what it computes.
 type PromptKeyer struct {
 	// Pool holds the staged tokenizers by model slug.
 	Pool *tokenize.Pool
@@ -21,43 +24,100 @@ type PromptKeyer struct {
 	// RouterBlockSize, when Hasher is nil, selects the router binding (kvexact-xxh3-v1) at this
 	// block size.
 	RouterBlockSize int
-	// VLLMExtras: the engine is vLLM, whose events carry per-block extra keys; router keys then hash
-	// the same extra-key arrays so that both sides agree.
+	// VLLMExtras: the engine is vLLM, whose events carry per-block extra keys (LoRA name in every
+	// block, cache_salt in block 0); router keys then hash the same extra-key arrays so that both
+	// sides agree.
 	VLLMExtras bool
+	// SaltedRoot: the engine roots a salted request's chain at its cache_salt (SGLang), and its
+	// events say so; router keys then carry the salt in block 0's extras, as ingest does.
+	SaltedRoot bool
 }
 
-// Tokens returns the prompt's token ids (exported for /admin/explain and ctk).
+// unkeyable names request shapes no keyer can reproduce, before any tokenizing.
+func (r *Request) unkeyable() (Miss, string) {
+	switch {
+	case r.PromptEmbeds:
+		return MissPromptEmbeds, "prompt_embeds: the engine hashes the embedding tensors, which the gateway does not decode"
+	case r.Batch > 1:
+		return MissBatch, strconv.Itoa(r.Batch) + " prompts in one request: no single key sequence to score"
+	case r.Prompt == "" && len(r.PromptTokens) == 0 && !r.Chat:
+		return MissTextEmpty, "no prompt text in the request"
+	}
+	return MissNone, ""
+}
+
+// Tokens returns the prompt's token ids as the engine computes them (exported for /admin/explain
+// and ctk).
 func (k *PromptKeyer) Tokens(r *Request) ([]uint32, Miss, string) {
-	if len(r.PromptTokens) > 0 {
-		return r.PromptTokens, MissNone, ""
+	if m, reason := r.unkeyable(); m != MissNone {
+		return nil, m, reason
 	}
-	tok, err := k.Pool.Get(r.Model)
-	if err != nil {
-		return nil, MissTokenizer, err.Error()
-	}
-	if r.Chat {
-		req, err := tokenize.ParseChatRequest(r.Body)
+	var ids []uint32
+	switch {
+	case len(r.PromptTokens) > 0:
+		ids = r.PromptTokens
+	case r.Chat:
+		tok, err := k.Pool.Get(r.Model)
+		if err != nil {
+			return nil, MissTokenizer, err.Error()
+		}
+		req, err := r.ChatRequest, r.ChatError
+		if req == nil && err == nil {
+			req, err = tokenize.ParseChatRequest(r.Body)
+		}
 		if err != nil {
 			return nil, MissTokenize, err.Error()
 		}
-		ids, _, err := tok.EncodeChat(req)
-		if err != nil {
-			return nil, MissTokenize, chatReason(err)
+		if ids, _, err = tok.EncodeChat(req); err != nil {
+			return nil, chatMiss(err), chatReason(err)
 		}
+	default:
+		tok, err := k.Pool.Get(r.Model)
+		if err != nil {
+			return nil, MissTokenizer, err.Error()
+		}
+		special := true
+		if r.AddSpecialTokens != nil {
+			special = *r.AddSpecialTokens
+		}
+		if ids, err = tok.Encode(r.Prompt, special); err != nil {
+			return nil, MissTokenize, err.Error()
+		}
+	}
+	return truncate(ids, r)
+}
+
+// truncate applies truncate_prompt_tokens as vLLM's TokenizeParams does. A prompt no longer than
+// the limit is unchanged. With truncation_side given, vLLM tokenizes in full and slices ("left"
+// keeps the last n, "right" the first n): reproduced. Without it the tokenizer's own truncation runs
+// (its side, special tokens added after the cut), and -1 means max_model_len − max_tokens, which the
+// gateway does not know: a miss.
+func truncate(ids []uint32, r *Request) ([]uint32, Miss, string) {
+	if r.TruncatePromptTokens == nil {
 		return ids, MissNone, ""
 	}
-	if r.Prompt == "" {
-		return nil, MissTextEmpty, "empty prompt"
+	n := *r.TruncatePromptTokens
+	switch {
+	case n < 0:
+		return nil, MissTruncation, "truncate_prompt_tokens -1 keeps max_model_len - max_tokens tokens, which the gateway does not know"
+	case n >= int64(len(ids)):
+		return ids, MissNone, ""
+	case r.TruncationSide == "left":
+		return ids[len(ids)-int(n):], MissNone, ""
+	case r.TruncationSide == "right":
+		return ids[:n], MissNone, ""
 	}
-	special := true
-	if r.AddSpecialTokens != nil {
-		special = *r.AddSpecialTokens
+	return nil, MissTruncation, fmt.Sprintf("truncate_prompt_tokens %d cuts the %d-token prompt on the tokenizer's side (send truncation_side to make it reproducible)", n, len(ids))
+}
+
+func chatMiss(err error) Miss {
+	switch {
+	case errors.Is(err, tokenize.ErrMultimodal):
+		return MissMultimodal
+	case errors.Is(err, tokenize.ErrRequestTemplate):
+		return MissRequestTemplate
 	}
-	ids, err := tok.Encode(r.Prompt, special)
-	if err != nil {
-		return nil, MissTokenize, err.Error()
-	}
-	return ids, MissNone, ""
+	return MissTokenize
 }
 
 func chatReason(err error) string {
@@ -72,11 +132,18 @@ func chatReason(err error) string {
 
 // Keys implements Keyer.
 func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, string) {
+	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt}
+	sglang := k.Hasher != nil && k.Hasher.Binding().Algorithm == hashcore.SGLangSHA256
+	switch {
+	case ex.LoRAName != "" && !k.VLLMExtras:
+		return nil, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
+	case ex.CacheSalt != "" && !k.VLLMExtras && !k.SaltedRoot && !sglang:
+		return nil, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
+	}
 	ids, m, reason := k.Tokens(r)
 	if m != MissNone {
 		return nil, m, reason
 	}
-	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt}
 	if k.Hasher != nil {
 		keys, err := k.Hasher.Keys(ids, ex, nil)
 		if err != nil {
@@ -85,11 +152,15 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, strin
 		return keys, MissNone, ""
 	}
 	var extras [][]any
-	if k.VLLMExtras && (ex.LoRAName != "" || ex.CacheSalt != "") {
+	switch {
+	case k.VLLMExtras && (ex.LoRAName != "" || ex.CacheSalt != ""):
 		var err error
 		if extras, err = hashcore.ExtraKeys(ex, len(ids), k.RouterBlockSize); err != nil {
 			return nil, MissHashes, err.Error()
 		}
+	case k.SaltedRoot && ex.CacheSalt != "":
+		// ingest's binder puts an SGLang salt in block 0's extras; so do prompts.
+		extras = [][]any{{ex.CacheSalt}}
 	}
 	keys, err := hashcore.RouterKeys(0, ids, k.RouterBlockSize, extras, nil)
 	if err != nil {

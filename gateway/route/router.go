@@ -10,6 +10,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
 // Request is what the tiers need to know about one client request.
@@ -36,7 +37,21 @@ type Request struct {
 	// CacheSalt is the body's cache_salt ("" when absent); vLLM and SGLang hash it into block keys.
 	CacheSalt string
 	// LoRAName is set when the requested model is a LoRA adapter the rule serves (vLLM hashes it).
+	// The router sets it from the rule's adapters; Model then names the base model.
 	LoRAName string
+	// ChatRequest is the chat body as the proxy parsed it, once (nil: the keyer parses Body);
+	// ChatError, when set, says why the body is not a chat request the engine accepts.
+	ChatRequest *tokenize.ChatRequest
+	ChatError   error
+	// Batch is the number of prompts of a completions request (0 or 1: a single prompt).
+	Batch int
+	// TruncatePromptTokens and TruncationSide are the body's truncate_prompt_tokens (nil: absent)
+	// and truncation_side ("" when absent): the engine keeps that many prompt tokens.
+	TruncatePromptTokens *int64
+	TruncationSide       string
+	// PromptEmbeds is true when the request carries prompt_embeds (hashed from tensors the gateway
+	// does not decode).
+	PromptEmbeds bool
 }
 
 // sessionKey is X-Conversation-Id, else user.
@@ -61,10 +76,19 @@ const (
 	MissNoWorker      Miss = "no_worker"
 	MissExcluded      Miss = "excluded"
 	MissShallow       Miss = "shallow"
+	// Request fields whose keys cannot be had exactly (docs/request-fields.md).
+	MissMultimodal      Miss = "multimodal"       // image/audio/video parts: the processor's hashes
+	MissRequestTemplate Miss = "request_template" // a request chat_template
+	MissPromptEmbeds    Miss = "prompt_embeds"    // prompt_embeds tensors
+	MissTruncation      Miss = "truncation"       // truncate_prompt_tokens cuts the prompt unknowably
+	MissBatch           Miss = "batch"            // several prompts in one completions request
+	MissLoRA            Miss = "lora"             // the engine's keys do not separate LoRA adapters
+	MissCacheSalt       Miss = "cache_salt"       // the engine's keys do not carry cache_salt
 )
 
 // Misses lists every reason, for metrics.
-var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow}
+var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow,
+	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt}
 
 // Keyer turns a request into the block keys the rule's inventory holds (tokenize, render, hash).
 // A failure is a Miss with a human reason, never a guess.
@@ -434,10 +458,11 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 		rt.miss(d, MissNoCertificate, rt.cfg.CertReason)
 		return nil
 	}
-	if req.Prompt == "" && len(req.PromptTokens) == 0 && !req.Chat {
-		rt.miss(d, MissTextEmpty, "no prompt text in the request")
+	if m, reason := req.unkeyable(); m != MissNone {
+		rt.miss(d, m, reason)
 		return nil
 	}
+	req = rt.adapt(req)
 	if rt.cfg.Keyer == nil {
 		rt.miss(d, MissTokenizer, "no tokenizer configured for this rule")
 		return nil

@@ -170,6 +170,10 @@ type Rule struct {
 	Listener string `yaml:"listener" json:"listener,omitempty"`
 	// Models are the model names served; empty serves any model (a wildcard pool).
 	Models []string `yaml:"models" json:"models,omitempty"`
+	// Adapters are the LoRA adapters the endpoints serve on top of the models (vLLM
+	// --lora-modules): requests naming one are tokenized as its base model and hashed with its LoRA
+	// name, as the engine does.
+	Adapters []Adapter `yaml:"adapters" json:"adapters,omitempty"`
 	// Engine names the engine family and release of every endpoint (one contract per rule).
 	Engine EngineRef `yaml:"engine" json:"engine"`
 	// Selector is the fallback (and mode-3 default) policy: rr, wrr, least-load or chwbl.
@@ -277,6 +281,18 @@ func (u *Upstream) validate() error {
 		}
 	}
 	return nil
+}
+
+// Adapter is one LoRA adapter a rule serves.
+type Adapter struct {
+	// Name is the model name clients request for the adapter (its id in the engine's /v1/models).
+	Name string `yaml:"name" json:"name"`
+	// Base is the model the adapter was trained on: its tokenizer and chat template are used.
+	// Default: the rule's only model (required when the rule lists several or none).
+	Base string `yaml:"base" json:"base,omitempty"`
+	// LoRAName is the name the engine hashes into every block key (vLLM: lora_request.lora_name,
+	// which is the served adapter name). Default: Name.
+	LoRAName string `yaml:"loraName" json:"loraName,omitempty"`
 }
 
 // EngineRef names a contract.
@@ -495,6 +511,9 @@ func CheckOverlap(defaultListen string, rs []Rule) error {
 		if len(models) == 0 {
 			models = []string{""}
 		}
+		for _, a := range r.Adapters {
+			models = append(slices.Clip(models), a.Name)
+		}
 		for _, m := range models {
 			k := key{l, m}
 			if other, dup := seen[k]; dup {
@@ -576,6 +595,9 @@ func (r *Rule) Normalize() error {
 		if m == "" {
 			return fieldErr(fmt.Sprintf("models[%d]", i), "empty model name (omit models for a wildcard pool)")
 		}
+	}
+	if err := r.normalizeAdapters(); err != nil {
+		return err
 	}
 	if len(r.Endpoints) == 0 {
 		return fieldErr("endpoints", "at least one endpoint is required")

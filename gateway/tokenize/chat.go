@@ -74,6 +74,24 @@ type ChatRequest struct {
 // ParseChatRequest parses a chat request body. Errors wrap ErrBadChatRequest and name the JSON field
 // (and byte offset for syntax errors).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
+	b, err := ParseChatBody(body)
+	if err != nil {
+		return nil, err
+	}
+	return b.Request()
+}
+
+// ChatBody is a chat completions body decoded once into Python-like values (json.loads semantics),
+// before any chat-specific check: the proxy reads its routing members from it and hands the same
+// tree to the keyer, so a body is parsed once.
+type ChatBody struct{ root *object }
+
+// Object is a decoded JSON object (ordered, json.loads duplicate rules), as Member returns it.
+type Object = object
+
+// ParseChatBody decodes body, which must be one JSON object. Errors wrap ErrBadChatRequest and give
+// the byte offset.
+func ParseChatBody(body []byte) (*ChatBody, error) {
 	v, err := parseJSON(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadChatRequest, err)
@@ -82,6 +100,23 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: body: want a JSON object, got %s", ErrBadChatRequest, pyType(v))
 	}
+	return &ChatBody{root: root}, nil
+}
+
+// Member returns a top-level member's value: nil (JSON null), bool, json.Number, string, []any or
+// *Object; ok is false when the member is absent.
+func (b *ChatBody) Member(name string) (v any, ok bool) { return b.root.get(name) }
+
+// Len is the number of members of o.
+func (o *Object) Len() int { return len(o.keys) }
+
+// Get returns the member name of o (see ChatBody.Member for the value types).
+func (o *Object) Get(name string) (any, bool) { return o.get(name) }
+
+// Request checks the body as vLLM's ChatCompletionRequest does and returns the fields that decide
+// the prompt tokens.
+func (b *ChatBody) Request() (*ChatRequest, error) {
+	root := b.root
 	r := &ChatRequest{Raw: root, AddGenerationPrompt: true}
 	bad := func(field, format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrBadChatRequest, field, fmt.Sprintf(format, a...))
@@ -388,4 +423,38 @@ func pyFloat(s string) (float64, error) {
 		return 0, err
 	}
 	return f, nil
+}
+
+// MessagesText joins the text of every message (a string content, or the text of each part), one
+// line each: what content affinity hashes. Values of other shapes are skipped.
+func (b *ChatBody) MessagesText() string {
+	msgs, _ := b.root.get("messages")
+	list, _ := msgs.([]any)
+	var sb strings.Builder
+	for _, m := range list {
+		mo, ok := m.(*object)
+		if !ok {
+			continue
+		}
+		c, _ := mo.get("content")
+		switch c := c.(type) {
+		case string:
+			sb.WriteString(c)
+			sb.WriteByte('\n')
+		case []any:
+			for _, p := range c {
+				po, ok := p.(*object)
+				if !ok {
+					continue
+				}
+				if t, _ := po.get("text"); t != nil {
+					if s, ok := t.(string); ok && s != "" {
+						sb.WriteString(s)
+						sb.WriteByte('\n')
+					}
+				}
+			}
+		}
+	}
+	return sb.String()
 }

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"math/big"
 	"strings"
 	"sync"
 	"unicode"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/kvexact/kvexact/internal/jinja"
 )
 
 // Rendering a chat request the way vLLM's Jinja path does (docs/chat-templates.md): build vLLM's
@@ -28,6 +28,12 @@ var (
 	// ErrUnsupportedChat: the request is valid but uses something this layer does not reproduce
 	// exactly (multimodal parts, integers beyond int64, an untrusted request template, ...).
 	ErrUnsupportedChat = errors.New("chat request not reproducible")
+	// ErrMultimodal (with ErrUnsupportedChat): the request has image, audio, video or embedding
+	// parts, whose placeholders and hashes come from the engine's processor.
+	ErrMultimodal = errors.New("multimodal content")
+	// ErrRequestTemplate (with ErrUnsupportedChat): the request brings its own chat_template and the
+	// server does not trust request templates.
+	ErrRequestTemplate = errors.New("request chat_template")
 )
 
 // ChatOptions mirror the vLLM server flags that change chat rendering.
@@ -147,7 +153,7 @@ func specialTokens(cfg *Config) ([]namedValue, error) {
 func (ct *ChatTemplate) pick(req *ChatRequest) (*compiledTemplate, error) {
 	if req.ChatTemplate != nil {
 		if !ct.opts.TrustRequestChatTemplate {
-			return nil, fmt.Errorf("%w: request carries chat_template but the server does not trust request templates (vLLM answers 400)", ErrUnsupportedChat)
+			return nil, fmt.Errorf("%w: %w: the server does not trust request templates (vLLM answers 400)", ErrUnsupportedChat, ErrRequestTemplate)
 		}
 		if c, ok := ct.templates[*req.ChatTemplate]; ok {
 			return c, nil
@@ -191,19 +197,35 @@ var hfNamedParams = map[string]bool{
 
 // Render returns the prompt text vLLM renders for req.
 func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
-	c, err := ct.pick(req)
+	c, data, err := ct.renderData(req)
 	if err != nil {
 		return "", err
 	}
+	out, err := c.tmpl.RenderValues(data)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
+	}
+	if req.ContinueFinal {
+		return continueFinal(out, data["messages"])
+	}
+	return out, nil
+}
+
+// renderData picks the template and builds its variables, as transformers passes them.
+func (ct *ChatTemplate) renderData(req *ChatRequest) (*compiledTemplate, map[string]jinja.Value, error) {
+	c, err := ct.pick(req)
+	if err != nil {
+		return nil, nil, err
+	}
 	if c.compErr != nil {
-		return "", fmt.Errorf("%w: %v", ErrTemplate, c.compErr)
+		return nil, nil, fmt.Errorf("%w: %v", ErrTemplate, c.compErr)
 	}
 	if c.formatErr != nil {
-		return "", fmt.Errorf("%w: content format detection: %v", ErrUnsupportedChat, c.formatErr)
+		return nil, nil, fmt.Errorf("%w: content format detection: %v", ErrUnsupportedChat, c.formatErr)
 	}
 	conv, err := buildConversation(req.Messages, c.format)
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	data := map[string]jinja.Value{}
 	for _, s := range ct.specials {
@@ -214,9 +236,9 @@ func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
 		for _, name := range k.keys {
 			switch name {
 			case "chat_template", "tokenize":
-				return "", fmt.Errorf("%w: chat_template_kwargs.%s: not allowed (vLLM answers 400)", ErrBadChatRequest, name)
+				return nil, nil, fmt.Errorf("%w: chat_template_kwargs.%s: not allowed (vLLM answers 400)", ErrBadChatRequest, name)
 			case "messages", "conversation", "tools":
-				return "", fmt.Errorf("%w: chat_template_kwargs.%s: duplicates an apply_chat_template argument (vLLM answers 400)", ErrBadChatRequest, name)
+				return nil, nil, fmt.Errorf("%w: chat_template_kwargs.%s: duplicates an apply_chat_template argument (vLLM answers 400)", ErrBadChatRequest, name)
 			}
 			if name == "documents" && documents == nil {
 				documents = k.vals[name]
@@ -227,7 +249,7 @@ func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
 			}
 			v, err := toValue(k.vals[name], "chat_template_kwargs."+name)
 			if err != nil {
-				return "", err
+				return nil, nil, err
 			}
 			data[name] = v
 		}
@@ -241,19 +263,12 @@ func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
 	data["messages"] = conv
 	data["add_generation_prompt"] = jinja.NewBool(req.AddGenerationPrompt)
 	if data["tools"], err = toolsValue(req); err != nil {
-		return "", err
+		return nil, nil, err
 	}
 	if data["documents"], err = toValue(documents, "documents"); err != nil {
-		return "", err
+		return nil, nil, err
 	}
-	out, err := c.tmpl.RenderValues(data)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
-	}
-	if req.ContinueFinal {
-		return continueFinal(out, conv)
-	}
-	return out, nil
+	return c, data, nil
 }
 
 func (r *ChatRequest) kwarg(name string) (any, bool) {
@@ -427,7 +442,7 @@ func contentParts(mo *object, field string, format ContentFormat, role string) (
 			if t == nil {
 				for _, k := range p.keys {
 					if mediaPartTypes[k] || k == "tool_reference" {
-						return nil, fmt.Errorf("%w: %s: multimodal or tool_reference content is not reproduced", ErrUnsupportedChat, pfield)
+						return nil, fmt.Errorf("%w: %w: %s: multimodal or tool_reference content is not reproduced", ErrUnsupportedChat, ErrMultimodal, pfield)
 					}
 				}
 				return nil, fmt.Errorf("%w: %s.type: required", ErrBadChatRequest, pfield)
@@ -448,7 +463,7 @@ func contentParts(mo *object, field string, format ContentFormat, role string) (
 				text = s
 				extras = p
 			case mediaPartTypes[ts] || ts == "tool_reference":
-				return nil, fmt.Errorf("%w: %s: %q content (multimodal placeholders and hashes) is not reproduced", ErrUnsupportedChat, pfield, ts)
+				return nil, fmt.Errorf("%w: %w: %s: %q content (multimodal placeholders and hashes) is not reproduced", ErrUnsupportedChat, ErrMultimodal, pfield, ts)
 			case ts == "refusal" || ts == "input_text" || ts == "output_text" || ts == "thinking":
 				return nil, fmt.Errorf("%w: %s: %q parts are not reproduced yet", ErrUnsupportedChat, pfield, ts)
 			default:
@@ -544,8 +559,9 @@ func decodeArguments(a any, field string) (any, error) {
 	return newObject(), nil
 }
 
-// toValue converts a request value to a template value, refusing what ardanlabs/jinja cannot hold
-// with Python's meaning (integers beyond int64, negative zero).
+// toValue converts a request value to a template value with Python's meaning: integers of any size
+// (beyond int64 they print and serialize exactly; arithmetic on them fails the render rather than
+// round), floats as Python prints them, -0.0 included.
 func toValue(v any, path string) (jinja.Value, error) {
 	switch v := v.(type) {
 	case nil:
@@ -557,18 +573,18 @@ func toValue(v any, path string) (jinja.Value, error) {
 	case json.Number:
 		s := string(v)
 		if isIntLiteral(s) {
-			i, err := v.Int64()
-			if err != nil {
-				return jinja.Value{}, fmt.Errorf("%w: %s: integer %s is beyond int64 (Python would print it exactly)", ErrUnsupportedChat, path, s)
+			if i, err := v.Int64(); err == nil {
+				return jinja.NewInt(i), nil
 			}
-			return jinja.NewInt(i), nil
+			b, ok := new(big.Int).SetString(s, 10)
+			if !ok {
+				return jinja.Value{}, fmt.Errorf("%w: %s: integer %s: not a decimal integer", ErrBadChatRequest, path, s)
+			}
+			return jinja.NewBigInt(b), nil // prints exactly; arithmetic on it fails the render
 		}
 		f, err := pyFloat(s)
 		if err != nil {
 			return jinja.Value{}, fmt.Errorf("%w: %s: number %s: %v", ErrBadChatRequest, path, s, err)
-		}
-		if f == 0 && math.Signbit(f) {
-			return jinja.Value{}, fmt.Errorf("%w: %s: negative zero (Python prints -0.0, the template engine 0.0)", ErrUnsupportedChat, path)
 		}
 		return jinja.NewFloat(f), nil
 	case []any:

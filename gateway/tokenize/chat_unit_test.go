@@ -32,6 +32,8 @@ func TestRenderPythonNumbers(t *testing.T) {
 		{"1.0", "1.0", "1.0"}, {"1e3", "1000.0", "1000.0"}, {"1e-07", "1e-07", "1e-07"}, {"1E-7", "1e-07", "1e-07"},
 		{"10", "10", "10"}, {"-0", "0", "0"}, {"9223372036854775807", "9223372036854775807", "9223372036854775807"},
 		{"0.1", "0.1", "0.1"}, {"1e16", "1e+16", "1e+16"}, {"true", "true", "True"}, {"null", "null", "None"},
+		{"12345678901234567890", "12345678901234567890", "12345678901234567890"}, {"-0.0", "-0.0", "-0.0"},
+		{"-98765432109876543210987", "-98765432109876543210987", "-98765432109876543210987"},
 	} {
 		args := `{\"a\": ` + tc.lit + `, \"b\": \"x\"}`
 		body := `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"` + args + `"}}]}],"add_generation_prompt":false}`
@@ -43,13 +45,11 @@ func TestRenderPythonNumbers(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", tc.lit, got, want)
 		}
 	}
-	// What the engine cannot be matched on is refused, not guessed.
-	for _, lit := range []string{"12345678901234567890", "-0.0"} {
-		args := `{\"a\": ` + lit + `}`
-		body := `{"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"` + args + `"}}]}],"add_generation_prompt":false}`
-		if _, err := render(t, ct, body); !errors.Is(err, ErrUnsupportedChat) {
-			t.Errorf("%s: want ErrUnsupportedChat, got %v", lit, err)
-		}
+	// Arithmetic or ordering on an integer beyond int64 fails the render: refused, not guessed.
+	calc := mustTemplate(t, `{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments.a + 1 }}{{ [c.function.arguments.a]|sort }}{% endfor %}{% endfor %}`, ChatOptions{})
+	body := `{"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{\"a\": 12345678901234567890}"}}]}],"add_generation_prompt":false}`
+	if _, err := render(t, calc, body); !errors.Is(err, ErrTemplate) {
+		t.Errorf("arithmetic on a big integer: want ErrTemplate, got %v", err)
 	}
 }
 

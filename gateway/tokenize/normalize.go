@@ -42,20 +42,89 @@ func (n nfcNormalizer) normalize(s string) string {
 		if n.form.IsNormalString(s) {
 			return s
 		}
-		return n.form.String(s)
+		return n.part(s)
 	}
 	var b strings.Builder
 	last := 0
 	for i, r := range s[cut:] {
 		i += cut
 		if r >= nfcOpaqueMin && nfcOpaque[r] {
-			b.WriteString(n.form.String(s[last:i]))
+			b.WriteString(n.part(s[last:i]))
 			b.WriteRune(r)
 			last = i + utf8.RuneLen(r)
 		}
 	}
-	b.WriteString(n.form.String(s[last:]))
+	b.WriteString(n.part(s[last:]))
 	return b.String()
+}
+
+// cgj is U+034F COMBINING GRAPHEME JOINER.
+const cgj = "\u034f"
+
+// part normalizes text without opaque code points. x/text implements the Stream-Safe Text Format:
+// after 30 consecutive non-starters it inserts U+034F, which then blocks reordering and composition.
+// HF (unicode-normalization's nfc()) runs the plain algorithm, so where x/text inserted a joiner the
+// part is normalized by exactForm instead (rare: only runs of more than 30 combining marks).
+func (n nfcNormalizer) part(s string) string {
+	out := n.form.String(s)
+	if strings.Count(out, cgj) > strings.Count(s, cgj) {
+		return exactForm(n.form, s)
+	}
+	return out
+}
+
+// exactForm is the Unicode normalization algorithm (UAX #15) without stream-safe limits: full
+// decomposition rune by rune, canonical ordering of every run of non-starters (stable by combining
+// class), then, for the composing forms, canonical composition. Per-rune decompositions and pairwise
+// compositions come from x/text, which applies no limit to a single rune or a pair.
+func exactForm(f norm.Form, s string) string {
+	decomp, compose := norm.NFD, false
+	switch f {
+	case norm.NFC:
+		compose = true
+	case norm.NFKC:
+		decomp, compose = norm.NFKD, true
+	case norm.NFKD:
+		decomp = norm.NFKD
+	}
+	var rs []rune
+	for _, r := range s {
+		rs = append(rs, []rune(decomp.String(string(r)))...)
+	}
+	ccc := make([]uint8, len(rs))
+	for i, r := range rs {
+		ccc[i] = norm.NFD.PropertiesString(string(r)).CCC()
+	}
+	// Canonical ordering: a stable insertion sort inside each run of non-starters.
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && ccc[j] != 0 && ccc[j-1] > ccc[j]; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+			ccc[j], ccc[j-1] = ccc[j-1], ccc[j]
+		}
+	}
+	if !compose {
+		return string(rs)
+	}
+	out := rs[:0:0]
+	starter := -1     // index in out of the last starter
+	last := uint8(0)  // combining class of the last rune kept after the starter
+	adjacent := false // nothing kept between the starter and the current rune
+	for i, r := range rs {
+		c := ccc[i]
+		if starter >= 0 && (adjacent || (last != 0 && last < c)) {
+			if p := norm.NFC.String(string(out[starter]) + string(r)); utf8.RuneCountInString(p) == 1 {
+				out[starter], _ = utf8.DecodeRuneInString(p)
+				continue
+			}
+		}
+		out = append(out, r)
+		if c == 0 {
+			starter, adjacent, last = len(out)-1, true, 0
+		} else {
+			adjacent, last = false, c
+		}
+	}
+	return string(out)
 }
 
 // prependNormalizer adds its string in front of any non-empty piece.

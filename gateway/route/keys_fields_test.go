@@ -1,0 +1,95 @@
+package route
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+func i64(n int64) *int64 { return &n }
+
+// truncate_prompt_tokens: honoured where vLLM's result is known, a miss where it is not.
+func TestTruncatePromptTokens(t *testing.T) {
+	ids := []uint32{1, 2, 3, 4, 5}
+	for _, tc := range []struct {
+		n    *int64
+		side string
+		want []uint32
+		miss Miss
+	}{
+		{nil, "", ids, MissNone},
+		{i64(5), "", ids, MissNone},
+		{i64(9), "right", ids, MissNone},
+		{i64(2), "left", []uint32{4, 5}, MissNone},
+		{i64(2), "right", []uint32{1, 2}, MissNone},
+		{i64(0), "right", []uint32{}, MissNone},
+		{i64(2), "", nil, MissTruncation},
+		{i64(-1), "left", nil, MissTruncation},
+	} {
+		got, m, reason := truncate(ids, &Request{TruncatePromptTokens: tc.n, TruncationSide: tc.side})
+		if m != tc.miss || (m == MissNone && !slices.Equal(got, tc.want)) || (m != MissNone && reason == "") {
+			t.Errorf("n=%v side=%q: %v %v %q, want %v %v", tc.n, tc.side, got, m, reason, tc.want, tc.miss)
+		}
+	}
+}
+
+// Extra keys per engine family: vLLM hashes LoRA and salt; SGLang hashes the salt (engine binding:
+// the chain root; router binding: block 0's extras, as ingest) and not LoRA; TensorRT-LLM's events
+// carry neither.
+func TestKeyerExtrasPerFamily(t *testing.T) {
+	pool, tok := llama3(t)
+	prompt := "The quick brown fox jumps over the lazy dog, again and again and again, until the blocks fill up."
+	ids, _ := tok.Encode(prompt, true)
+	sg, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.SGLangSHA256, BlockSize: 4}, hashcore.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sglang := &PromptKeyer{Pool: pool, Hasher: sg}
+	salted, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	want, _ := sg.Keys(ids, &hashcore.Extras{CacheSalt: "tenant"}, nil)
+	if m != MissNone || !slices.Equal(salted, want) {
+		t.Fatalf("sglang salted keys: %v", m)
+	}
+	if _, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a"}); m != MissLoRA {
+		t.Fatalf("sglang lora: %v, want %v", m, MissLoRA)
+	}
+	sgRouter := &PromptKeyer{Pool: pool, RouterBlockSize: 4, SaltedRoot: true}
+	got, m, _ := sgRouter.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	wantR, _ := hashcore.RouterKeys(0, ids, 4, [][]any{{"tenant"}}, nil)
+	if m != MissNone || !slices.Equal(got, wantR) {
+		t.Fatalf("sglang router salted keys: %v", m)
+	}
+	trt := &PromptKeyer{Pool: pool, RouterBlockSize: 4}
+	if _, m, _ := trt.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"}); m != MissCacheSalt {
+		t.Fatalf("trtllm salt: %v", m)
+	}
+	vr := &PromptKeyer{Pool: pool, RouterBlockSize: 4, VLLMExtras: true}
+	got, m, _ = vr.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a", CacheSalt: "s"})
+	ex, _ := hashcore.ExtraKeys(&hashcore.Extras{LoRAName: "a", CacheSalt: "s"}, len(ids), 4)
+	wantV, _ := hashcore.RouterKeys(0, ids, 4, ex, nil)
+	if m != MissNone || !slices.Equal(got, wantV) {
+		t.Fatalf("vllm router lora+salt keys: %v", m)
+	}
+}
+
+// A request for a rule's adapter is keyed as its base model with its LoRA name; the caller's
+// request is left alone.
+func TestRouterAdapt(t *testing.T) {
+	rt := &Router{rule: ruleWithAdapter()}
+	in := &Request{Model: "sql-lora"}
+	out := rt.adapt(in)
+	if out.Model != "llama3" || out.LoRAName != "sql-lora-v2" || in.Model != "sql-lora" || in.LoRAName != "" {
+		t.Fatalf("adapt: %+v from %+v", out, in)
+	}
+	if rt.adapt(&Request{Model: "llama3"}).LoRAName != "" {
+		t.Fatal("base model got a LoRA name")
+	}
+}
+
+func ruleWithAdapter() *rules.Rule {
+	return &rules.Rule{Name: "r", Models: []string{"llama3"}, Adapters: []rules.Adapter{{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora-v2"}}}
+}
