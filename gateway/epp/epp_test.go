@@ -196,6 +196,10 @@ func TestNothingEligible503(t *testing.T) {
 	if res.immediate == nil || res.immediate.Status.Code != http.StatusBadRequest {
 		t.Fatalf("truncated JSON: want 400, got %+v", res)
 	}
+	res = w.request(envoyRequest{path: "/v1/completions", body: completionBody("x"), contentType: "text/plain"})
+	if res.immediate == nil || res.immediate.Status.Code != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain body: want 415 as the standalone proxy answers, got %+v", res)
+	}
 	res = w.request(envoyRequest{path: "/v1/completions", body: []byte(`{"model":"nope","prompt":"x"}`)})
 	if res.immediate == nil || res.immediate.Status.Code != http.StatusNotFound {
 		t.Fatalf("unknown model: want 404, got %+v", res)

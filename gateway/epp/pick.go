@@ -3,6 +3,7 @@ package epp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -39,7 +40,13 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 	} else {
 		var err error
 		if req, err = s.cfg.Parse(hr, body); err != nil {
-			return nil, invalid(http.StatusBadRequest, "invalid_request", "%v", err)
+			// The proxy's parse errors carry the status the standalone gateway answers (400, 415).
+			code := http.StatusBadRequest
+			var se interface{ StatusCode() int }
+			if errors.As(err, &se) && se.StatusCode() >= 400 && se.StatusCode() < 500 {
+				code = se.StatusCode()
+			}
+			return nil, invalid(code, "invalid_request", "%v", err)
 		}
 		if router, err = s.cfg.Decider.Resolve(s.cfg.Listener, req.Model); err != nil {
 			return nil, invalid(http.StatusNotFound, "model_not_found", "%v", err)
