@@ -121,9 +121,12 @@ func TestSubsetHint(t *testing.T) {
 	}
 	for _, only := range addrs {
 		for i := 0; i < 4; i++ {
-			res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(fmt.Sprintf("subset prompt %d for %s", i, only)), subset: []string{only, "10.9.9.9:1"}})
+			res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(strings.Repeat(fmt.Sprintf("subset prompt %d for %s. ", i, only), 12)), subset: []string{only, "10.9.9.9:1"}})
 			if res.header != only {
 				t.Fatalf("subset [%s]: destination %q (fallbacks must stay inside the subset too)", only, res.header)
+			}
+			if strings.Contains(res.decision, "connect_failed") {
+				t.Fatalf("the evidence must call a subset exclusion what it is: %s", res.decision)
 			}
 			res.cancel()
 		}
@@ -192,6 +195,10 @@ func TestNothingEligible503(t *testing.T) {
 	res = w.request(envoyRequest{path: "/v1/completions", body: completionBody("x")[:5]})
 	if res.immediate == nil || res.immediate.Status.Code != http.StatusBadRequest {
 		t.Fatalf("truncated JSON: want 400, got %+v", res)
+	}
+	res = w.request(envoyRequest{path: "/v1/completions", body: completionBody("x"), contentType: "text/plain"})
+	if res.immediate == nil || res.immediate.Status.Code != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain body: want 415 as the standalone proxy answers, got %+v", res)
 	}
 	res = w.request(envoyRequest{path: "/v1/completions", body: []byte(`{"model":"nope","prompt":"x"}`)})
 	if res.immediate == nil || res.immediate.Status.Code != http.StatusNotFound {
@@ -327,4 +334,19 @@ func TestHealthServices(t *testing.T) {
 	if s := check(epp.HealthLiveness); s != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("liveness must not follow readiness: %v", s)
 	}
+}
+
+// TestHeadersOnlyRequest: a request without a body (GET /v1/models) is routed by the listener's
+// only rule, through its selector; the destination comes with the headers response.
+func TestHeadersOnlyRequest(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 2})
+	res := w.request(envoyRequest{path: "/v1/models"})
+	if res.immediate != nil || res.header == "" || res.header != res.metadata {
+		t.Fatalf("headers-only request: %+v", res)
+	}
+	if first, _, _ := strings.Cut(res.header, ","); w.byAddr[first] == "" {
+		t.Fatalf("destination %q is not one of the pool's endpoints", res.header)
+	}
+	res.cancel()
+	w.noLeak()
 }

@@ -2,6 +2,7 @@ package epp_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -168,6 +169,8 @@ type envoyRequest struct {
 	chunk  int      // body chunk size (0: one chunk)
 	subset []string // nil: no hint
 	hint   bool     // send the subset key even when subset is empty
+	// contentType defaults to application/json.
+	contentType string
 }
 
 // envoyResult is what the picker answered.
@@ -203,7 +206,7 @@ func (w *world) request(r envoyRequest) *envoyResult {
 	res := &envoyResult{stream: st, cancel: cancel}
 	w.t.Cleanup(cancel)
 	hm := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers:     hdrs(":method", "POST", ":path", r.path, ":authority", "gw", "content-type", "application/json"),
+		Headers:     hdrs(":method", "POST", ":path", r.path, ":authority", "gw", "content-type", cmp.Or(r.contentType, "application/json")),
 		EndOfStream: r.body == nil,
 	}}}
 	if r.subset != nil || r.hint {

@@ -3,6 +3,7 @@ package epp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -39,7 +40,13 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 	} else {
 		var err error
 		if req, err = s.cfg.Parse(hr, body); err != nil {
-			return nil, invalid(http.StatusBadRequest, "invalid_request", "%v", err)
+			// The proxy's parse errors carry the status the standalone gateway answers (400, 415).
+			code := http.StatusBadRequest
+			var se interface{ StatusCode() int }
+			if errors.As(err, &se) && se.StatusCode() >= 400 && se.StatusCode() < 500 {
+				code = se.StatusCode()
+			}
+			return nil, invalid(code, "invalid_request", "%v", err)
 		}
 		if router, err = s.cfg.Decider.Resolve(s.cfg.Listener, req.Model); err != nil {
 			return nil, invalid(http.StatusNotFound, "model_not_found", "%v", err)
@@ -71,6 +78,14 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 		return nil, routeError(err)
 	}
 	p.d = d
+	if hasSubset {
+		// The router sees the subset's exclusions as a retry mask; the evidence says what they are.
+		for i, ev := range d.Endpoints {
+			if e := byName(router, ev.Name); e != nil && outside.Has(e.ID) {
+				d.Endpoints[i].Excluded = "outside_subset_hint"
+			}
+		}
+	}
 	p.dest = d.Target
 	if d.Decode != nil {
 		p.dest = d.Decode
@@ -142,4 +157,13 @@ func (p *pick) evidence() string {
 		return ""
 	}
 	return string(b)
+}
+
+func byName(rt *route.Router, name string) *route.Endpoint {
+	for _, e := range rt.Endpoints() {
+		if e.Name == name {
+			return e
+		}
+	}
+	return nil
 }
