@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvexact/kvexact/containers"
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -224,9 +225,8 @@ func (p *pool) certificate(cfg []byte) ([]byte, error) {
 	now := time.Now().UTC()
 	cert := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(),
 		IssuedAt: now, ExpiresAt: now.Add(2 * time.Hour), Issuer: "containers_test (simulated engines)"}
-	for _, n := range p.names {
-		cert.Endpoints = append(cert.Endpoints, certificate.Endpoint{Name: n, Address: p.engines[n].URL(), Release: "v0.25.1",
-			Certified: []certificate.Coverage{certificate.CoverEngine}})
+	for i := range r.Endpoints {
+		cert.Endpoints = append(cert.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), []certificate.Coverage{certificate.CoverEngine}))
 	}
 	dir := p.t.TempDir()
 	if err := cert.Write(dir + "/cert.json"); err != nil {

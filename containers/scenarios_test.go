@@ -231,7 +231,8 @@ func scAllBlocksCleared(p *pool) {
 
 // scEngineRestart: the engine's container restarts (new process: empty cache, sequence from 0).
 // The gateway reconnects, sees the sequence restart with the first new message, clears and
-// re-learns; the old prompt is no longer credited, the new one is routed to the engine.
+// re-learns; the old prompt is no longer credited, and the new one is routed to the engine once the live
+// parity watch has seen enough matching blocks to lift the restart hold.
 func scEngineRestart(p *pool) {
 	const ep = "E1"
 	old := prompt("pre-restart", 60)
@@ -251,7 +252,9 @@ func scEngineRestart(p *pool) {
 	if n := len(p.cache(ep)); n != 0 {
 		p.t.Fatalf("restarted engine caches %d blocks, want none", n)
 	}
-	fresh := prompt("post-restart", 60)
+	// Long enough for the live parity watch to see the matching blocks after which KV-exact
+	// resumes on a restarted endpoint (gateway.DefaultResumeAfterBlocks).
+	fresh := prompt("post-restart", 400)
 	p.direct(ep, fresh)
 	p.eventually(10*time.Second, "clear on the sequence restart", func() (bool, string) {
 		c := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression"))
@@ -262,6 +265,10 @@ func scEngineRestart(p *pool) {
 		p.t.Fatalf("the restarted engine is still credited with %d blocks of the old prompt", d.Overlap(ep))
 	}
 	p.waitHealthy(ep)
+	p.eventually(10*time.Second, "KV-exact resumed on the restarted engine", func() (bool, string) {
+		d := p.explain(fresh)
+		return d.Tier == "kv-exact" && d.Overlap(ep) > 0, fmt.Sprintf("tier %s, overlap %d", d.Tier, d.Overlap(ep))
+	})
 	if c := p.send(fresh, 1); c.Endpoint != ep || c.CachedTokens == 0 {
 		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want %s with a hit", c.Endpoint, c.CachedTokens, ep)
 	}

@@ -32,7 +32,7 @@ var (
 	Transports  = []string{"zmq-multipart-v1", "http-drain-v1", "none"}
 	WireSchemas = []string{"vllm-kv-tagged-array-v1", "vllm-kv-tagged-map-v2", "sglang-kv-tagged-array-rank-v1", "trtllm-kv-json-v1", "none"}
 	Bindings    = []string{"engine", "router"}
-	Algorithms  = []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "sglang_sha256", "kvexact-xxh3-v1"}
+	Algorithms  = []string{"sha256", "sha256_cbor", "sha256_msgpack", "xxhash", "xxhash_cbor", "xxhash_msgpack", "sglang_sha256", "kvexact-xxh3-v1"}
 	SeedRules   = []string{"pythonhashseed", "none"}
 	Truncations = []string{"last8-be-unsigned", "first8-be-signed", "none"}
 	PDDialects  = []string{"vllm-nixl-v1", "sglang-bootstrap-v1", "trtllm-ctx-first-v1", "none"}
@@ -68,6 +68,9 @@ type Contract struct {
 	// Vectors is the folder under vectors/ whose engine-produced vectors defend this contract
 	// ("" only where the engine has no hashing to defend).
 	Vectors string `yaml:"vectors"`
+	// Recheck lists what moving the pin to another release must verify again (engine source files
+	// and the facts they decide); ctk certify prints it for a release no contract covers.
+	Recheck []string `yaml:"recheck"`
 
 	file string
 }
@@ -94,6 +97,25 @@ type Events struct {
 	RankPortOffset bool `yaml:"rankPortOffset"`
 	// Int64Keys says how 64-bit keys are carried: "unsigned" or "signed" (bit pattern kept).
 	Int64Keys string `yaml:"int64Keys"`
+	// Residency says what a BlockStored means for the inventory: "copies" (the default: one more
+	// cached copy, reference-counted, one BlockRemoved drops one) or "presence" (the engine may
+	// repeat a store for a block it already holds — vLLM's kv_cache_report_mode="full" re-emits
+	// prefix-cache hits — so a key is held or not per KV-cache group, and one removal ends it).
+	Residency string `yaml:"residency"`
+}
+
+// The residency rules of Events.Residency.
+const (
+	ResidencyCopies   = "copies"
+	ResidencyPresence = "presence"
+)
+
+// ResidencyRule is Residency with its default.
+func (e Events) ResidencyRule() string {
+	if e.Residency == "" {
+		return ResidencyCopies
+	}
+	return e.Residency
 }
 
 // Hash says how keys are computed.
@@ -108,12 +130,54 @@ type Hash struct {
 	Algorithms []string `yaml:"algorithms"`
 	// DefaultAlgorithm is the engine's own default.
 	DefaultAlgorithm string `yaml:"defaultAlgorithm"`
-	// Seed: pythonhashseed (vLLM: the exact PYTHONHASHSEED string; absent = random roots) or none.
+	// Seed: pythonhashseed (vLLM: the exact PYTHONHASHSEED string) or none.
 	Seed string `yaml:"seed"`
+	// DefaultSeed is what the engine roots its chains in when PYTHONHASHSEED is unset. Absent: every
+	// algorithm then roots in random bytes per process (vLLM ≤ v0.27), so no gateway can follow.
+	DefaultSeed *DefaultSeed `yaml:"defaultSeed"`
 	// Truncation: how a digest becomes the 64-bit id on the wire.
 	Truncation string `yaml:"truncation"`
 	// NoneReason explains why no binding exists (llama.cpp).
 	NoneReason string `yaml:"noneReason"`
+}
+
+// DefaultSeed is a release's rule for an unset PYTHONHASHSEED (vLLM PR #51875): the algorithms listed
+// root in H(Value); every other algorithm keeps a random root per process.
+type DefaultSeed struct {
+	// Value is the seed string hashed into the root, as the engine's DEFAULT_NONE_HASH_SEED.
+	Value string `yaml:"value"`
+	// Algorithms are those that take Value when the seed is unset (the cryptographic ones).
+	Algorithms []string `yaml:"algorithms"`
+	// Source cites the engine lines that define the rule.
+	Source string `yaml:"source"`
+}
+
+// ErrRandomRoot says that the engine's roots are random per process: without the engine's seed no
+// gateway can compute its block keys.
+var ErrRandomRoot = errors.New("the engine roots its block hashes in random bytes per process")
+
+// EngineSeed is the seed the engine actually hashes into its roots for algorithm, given the staged
+// PYTHONHASHSEED (nil = unset): the staged one when set; the release's default seed when unset and
+// the algorithm takes it; nil with no error for families without a seed. An unset seed where the
+// roots are random is an error wrapping ErrRandomRoot that names the release, the algorithm and the
+// remedy.
+func (c *Contract) EngineSeed(algorithm string, staged *string) (*string, error) {
+	if c.Hash.Seed != "pythonhashseed" {
+		return nil, nil
+	}
+	if staged != nil {
+		return staged, nil
+	}
+	if d := c.Hash.DefaultSeed; d != nil {
+		if slices.Contains(d.Algorithms, algorithm) {
+			v := d.Value
+			return &v, nil
+		}
+		return nil, fmt.Errorf("%w: %s %s keeps a random root for %s when PYTHONHASHSEED is unset (its default seed %q covers only %s); set PYTHONHASHSEED on the engines and the same seed here, or run %s",
+			ErrRandomRoot, c.Family, c.Versions.String(), algorithm, d.Value, strings.Join(d.Algorithms, ", "), strings.Join(d.Algorithms, " or "))
+	}
+	return nil, fmt.Errorf("%w: %s %s has no default seed, so with PYTHONHASHSEED unset no gateway can compute its keys; set PYTHONHASHSEED on the engines and the same seed here (\"\" is a valid seed)",
+		ErrRandomRoot, c.Family, c.Versions.String())
 }
 
 // BlockSize says where the block size comes from.
@@ -233,8 +297,13 @@ func (c *Contract) validate() error {
 	if !c.Versions.Contains(pin) {
 		return fmt.Errorf("pin.release: %s is outside versions %s", c.Pin.Release, c.Versions.String())
 	}
-	if c.Pin.Commit == "" {
-		return errors.New("pin.commit: required (say commitVerified: false when it is not verified)")
+	switch {
+	case c.Pin.Commit == "":
+		return errors.New("pin.commit: required (\"unknown\" with commitVerified: false and a note when it could not be verified)")
+	case c.Pin.CommitVerified && !isHex(c.Pin.Commit, 40):
+		return fmt.Errorf("pin.commit: %q: a verified commit is 40 hex digits", c.Pin.Commit)
+	case !c.Pin.CommitVerified && c.Pin.Note == "":
+		return errors.New("pin.note: required when commitVerified is false (say what was and was not verified)")
 	}
 	for _, check := range []struct {
 		field, v string
@@ -295,8 +364,24 @@ func (c *Contract) validate() error {
 			return err
 		}
 	}
+	if d := c.Hash.DefaultSeed; d != nil {
+		if c.Hash.Seed != "pythonhashseed" {
+			return errors.New("hash.defaultSeed: only a pythonhashseed family has a default seed")
+		}
+		if len(d.Algorithms) == 0 || d.Source == "" {
+			return errors.New("hash.defaultSeed: algorithms and source are required")
+		}
+		for i, a := range d.Algorithms {
+			if !c.SupportsAlgorithm(a) {
+				return fmt.Errorf("hash.defaultSeed.algorithms[%d]: %q is not among hash.algorithms %v", i, a, c.Hash.Algorithms)
+			}
+		}
+	}
 	if c.SupportsBinding("engine") && c.Hash.Truncation == "none" {
 		return errors.New("hash.truncation: the engine binding needs the digest-to-id rule")
+	}
+	if err := oneOf("events.residency", c.Events.ResidencyRule(), []string{ResidencyCopies, ResidencyPresence}); err != nil {
+		return err
 	}
 	if c.Events.Replay != "" {
 		if err := oneOf("events.replay", c.Events.Replay, []string{"optional", "none"}); err != nil {
@@ -309,6 +394,18 @@ func (c *Contract) validate() error {
 		}
 	}
 	return nil
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkSet rejects duplicate ids and overlapping ranges within one family.
@@ -328,17 +425,34 @@ func checkSet(cs []*Contract) error {
 	return nil
 }
 
-// UnknownError says that no contract covers a family or version, and lists what is known.
+// UnknownError says that no contract covers a family or version, and lists what is known. For a
+// known family it names the nearest pinned contract and what pinning the release would verify.
 type UnknownError struct {
 	Family, Version string
 	Known           []string
+	// Nearest is the contract of the closest pinned release (the newest one below Version, else the
+	// oldest one above it); nil for an unknown family.
+	Nearest *Contract
 }
 
 func (e *UnknownError) Error() string {
 	if e.Version == "" {
 		return fmt.Sprintf("contracts: unknown engine family %q; known families: %s", e.Family, strings.Join(e.Known, ", "))
 	}
-	return fmt.Sprintf("contracts: no pinned contract for %s %s; known releases: %s", e.Family, e.Version, strings.Join(e.Known, "; "))
+	msg := fmt.Sprintf("contracts: no pinned contract for %s %s; known releases: %s", e.Family, e.Version, strings.Join(e.Known, "; "))
+	if n := e.Nearest; n != nil {
+		msg += fmt.Sprintf("; nearest pinned: %s (pin %s); to pin %s, verify: %s", n.ID, n.Pin.Release, e.Version, strings.Join(n.RecheckList(), "; "))
+	}
+	return msg
+}
+
+// RecheckList is what pinning another release of this family must verify: the contract's own list,
+// or the facts every contract states.
+func (c *Contract) RecheckList() []string {
+	if len(c.Recheck) > 0 {
+		return c.Recheck
+	}
+	return []string{"the tag's commit", "wire schema and event fields", "hash algorithms and seed rule", "block geometry", "extra keys", "P/D dialect", "vectors from the release's own hashing code"}
 }
 
 // Lookup finds the contract covering an engine family and release ("v0.25.1", "0.25.1",
@@ -348,25 +462,41 @@ func Lookup(family, version string) (*Contract, error) {
 	if err != nil {
 		return nil, err
 	}
-	var known []string
+	var fam []*Contract
 	for _, c := range cs {
 		if c.Family == family {
-			known = append(known, c.String())
+			fam = append(fam, c)
 		}
 	}
-	if known == nil {
+	if fam == nil {
 		return nil, &UnknownError{Family: family, Known: Families}
 	}
 	v, err := ParseVersion(version)
 	if err != nil {
 		return nil, fmt.Errorf("contracts: %s: %w", family, err)
 	}
-	for _, c := range cs {
-		if c.Family == family && c.Versions.Contains(v) {
+	for _, c := range fam {
+		if c.Versions.Contains(v) {
 			return c, nil
 		}
 	}
-	return nil, &UnknownError{Family: family, Version: version, Known: known}
+	names := make([]string, len(fam))
+	for i, c := range fam {
+		names[i] = c.String()
+	}
+	return nil, &UnknownError{Family: family, Version: version, Known: names, Nearest: nearest(fam, v)}
+}
+
+// nearest is the contract whose range starts at the newest release at or below v, else the oldest;
+// fam is ordered by range start.
+func nearest(fam []*Contract, v Version) *Contract {
+	best := fam[0]
+	for _, c := range fam {
+		if c.Versions.min.Compare(v) <= 0 {
+			best = c
+		}
+	}
+	return best
 }
 
 // ByID returns the contract with the given id.

@@ -40,6 +40,11 @@ func TestLookup(t *testing.T) {
 		{"vllm", "0.25.3rc1", "vllm-kv-map-v2"},
 		{"vllm", "0.25.1+cu128", "vllm-kv-map-v2"},
 		{"vllm", "v0.23.2", "vllm-kv-array-v1"},
+		{"vllm", "v0.26.0", "vllm-v0.26"},
+		{"vllm", "0.27.1", "vllm-v0.27"},
+		{"vllm", "0.28.0", "vllm-v0.28"},
+		{"vllm", "0.29.2", "vllm-v0.29"},
+		{"vllm", "0.30.1rc1", "vllm-v0.30"},
 		{"vllm", "0.19.0", "vllm-kv-array-v1"},
 		{"sglang", "0.5.18", "sglang-kv-rank-v1"},
 		{"trtllm", "1.2", "trtllm-kv-http-v1"},
@@ -61,7 +66,8 @@ func TestLookup(t *testing.T) {
 func TestLookupUnknownListsKnown(t *testing.T) {
 	for _, tc := range []struct{ family, version, want string }{
 		{"vllm", "0.18.0", "vllm v0.19.0 – v0.23.x"},
-		{"vllm", "0.26.0", "vllm v0.24.0 – v0.25.x"},
+		{"vllm", "0.31.0", "nearest pinned: vllm-v0.30 (pin v0.30.0); to pin 0.31.0, verify: the tag's commit"},
+		{"vllm", "0.18.0", "nearest pinned: vllm-kv-array-v1"},
 		{"sglang", "0.5.17", "sglang v0.5.18"},
 		{"trtllm", "1.3.0rc24", "trtllm 1.2 – 1.2.x"},
 		{"trtllm", "1.2.0rc3", "trtllm 1.2"},
@@ -82,10 +88,72 @@ func TestLookupUnknownListsKnown(t *testing.T) {
 	}
 }
 
+func TestUnknownNamesNearest(t *testing.T) {
+	for _, tc := range []struct{ family, version, nearest string }{
+		{"vllm", "0.31.2", "vllm-v0.30"},
+		{"vllm", "1.0.0", "vllm-v0.30"},
+		{"vllm", "0.9.2", "vllm-kv-array-v1"},
+		{"sglang", "0.5.19", "sglang-kv-rank-v1"},
+	} {
+		_, err := Lookup(tc.family, tc.version)
+		var ue *UnknownError
+		if !errors.As(err, &ue) || ue.Nearest == nil || ue.Nearest.ID != tc.nearest {
+			t.Errorf("Lookup(%s, %s): want nearest %s, got %v", tc.family, tc.version, tc.nearest, err)
+		}
+	}
+	if _, err := Lookup("ollama", "1"); err == nil || errors.As(err, new(*UnknownError)) && err.(*UnknownError).Nearest != nil {
+		t.Errorf("unknown family names a nearest contract: %v", err)
+	}
+}
+
+func TestEngineSeed(t *testing.T) {
+	s0 := "0"
+	for _, tc := range []struct {
+		release, algo string
+		staged        *string
+		want          string // "" = error
+	}{
+		{"v0.25.1", "sha256", &s0, "0"},
+		{"v0.25.1", "sha256", nil, ""},
+		{"v0.27.1", "sha256_cbor", nil, ""},
+		{"v0.28.0", "sha256", nil, "vllm-none-hash"},
+		{"v0.28.0", "sha256_cbor", nil, "vllm-none-hash"},
+		{"v0.28.0", "xxhash", nil, ""},
+		{"v0.30.0", "xxhash_cbor", nil, ""},
+		{"v0.30.0", "xxhash_cbor", &s0, "0"},
+	} {
+		c, err := Lookup("vllm", tc.release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, err := c.EngineSeed(tc.algo, tc.staged)
+		switch {
+		case tc.want == "" && !errors.Is(err, ErrRandomRoot):
+			t.Errorf("%s %s staged %v: want ErrRandomRoot, got %v %v", tc.release, tc.algo, tc.staged, seed, err)
+		case tc.want != "" && (err != nil || seed == nil || *seed != tc.want):
+			t.Errorf("%s %s staged %v: want %q, got %v %v", tc.release, tc.algo, tc.staged, tc.want, seed, err)
+		}
+	}
+	s, _ := Lookup("sglang", "0.5.18")
+	if seed, err := s.EngineSeed("sglang_sha256", nil); seed != nil || err != nil {
+		t.Errorf("sglang takes no seed: %v %v", seed, err)
+	}
+	x, _ := Lookup("vllm", "0.28.0")
+	if _, err := x.EngineSeed("xxhash", nil); err == nil || !strings.Contains(err.Error(), "random root for xxhash") {
+		t.Errorf("the refusal must name the algorithm: %v", err)
+	}
+}
+
 func TestContractFacts(t *testing.T) {
 	v, _ := Lookup("vllm", "0.25.1")
 	if v.Hash.DefaultAlgorithm != "sha256" || !v.SupportsAlgorithm("xxhash_cbor") || v.BlockSize.Default != 16 || v.Hash.Seed != "pythonhashseed" {
 		t.Errorf("vllm contract facts wrong: %+v", v.Hash)
+	}
+	if v.Events.ResidencyRule() != ResidencyCopies {
+		t.Errorf("vllm v0.25.1 residency %q, want copies", v.Events.ResidencyRule())
+	}
+	if n, _ := Lookup("vllm", "0.30.0"); n.Events.ResidencyRule() != ResidencyPresence || n.Hash.DefaultSeed == nil {
+		t.Errorf("vllm v0.30 facts wrong: %+v %+v", n.Events, n.Hash)
 	}
 	s, _ := Lookup("sglang", "0.5.18")
 	if s.Hash.Truncation != "first8-be-signed" || s.BlockSize.Default != 1 || s.Events.Int64Keys != "signed" {
@@ -121,6 +189,18 @@ func TestParseRejects(t *testing.T) {
 		{func(s string) string { return strings.Replace(s, "min: v0.24.0", "min: v0.x", 1) }, "versions.min"},
 		{func(s string) string { return strings.Replace(s, "  version: /version\n", "", 1) }, "probes.version"},
 		{func(s string) string { return "" }, "empty file"},
+		{func(s string) string {
+			return strings.Replace(s, "  int64Keys: unsigned\n", "  int64Keys: unsigned\n  residency: once\n", 1)
+		}, `events.residency: "once"`},
+		{func(s string) string {
+			return strings.Replace(s, "commit: 752a3a504485790a2e8491cacbb35c137339ad34", "commit: 752a3a5", 1)
+		}, "a verified commit is 40 hex digits"},
+		{func(s string) string {
+			return strings.Replace(s, "  truncation: last8-be-unsigned\n", "  truncation: last8-be-unsigned\n  defaultSeed: {value: x, algorithms: [md5], source: y}\n", 1)
+		}, `hash.defaultSeed.algorithms[0]: "md5"`},
+		{func(s string) string {
+			return strings.Replace(s, "  truncation: last8-be-unsigned\n", "  truncation: last8-be-unsigned\n  defaultSeed: {value: x, algorithms: [sha256]}\n", 1)
+		}, "hash.defaultSeed: algorithms and source are required"},
 	} {
 		edited := tc.edit(string(good))
 		if edited == string(good) {

@@ -184,7 +184,11 @@ func Certify(ctx context.Context, p *Pool, opts Options) (*Result, error) {
 			families[r.ep.Family] = c
 			order = append(order, r.ep.Family)
 		}
-		ce := certificate.Endpoint{Name: er.Name, Address: er.Address, Release: er.Release, Certified: er.Certified}
+		// The entry binds the identity certified: the gateway covers only a rule endpoint with
+		// the same address, event addresses, release and model.
+		ev := r.ep.Events
+		ce := certificate.NewEndpoint(certificate.Identity{Name: er.Name, Address: er.Address, Release: er.Release, Model: p.Model,
+			Events: certificate.Events{ZMQ: ev.ZMQ, Replay: ev.Replay, Drain: ev.Drain}}, er.Certified)
 		if ce.Certified == nil || !er.OK {
 			// As the certificate format says: an endpoint that failed what the pool asked of it
 			// is listed with no coverage, so the gateway reports its failures.
@@ -242,6 +246,7 @@ type endpointRun struct {
 	release     string
 	unreachable bool
 	w           *watcher
+	watchErr    error // why the event stream could not be subscribed
 	probe       *probeOutcome
 
 	specs   []SpecResult

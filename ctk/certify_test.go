@@ -36,7 +36,8 @@ var _ = Describe("a correct simulator pool", func() {
 		res := certify(poolFor(e, "T0"), nil)
 		Expect(res.ExitCode).To(Equal(0), failed(res))
 		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
-		Expect(spec(res, "T0", "add_special_tokens=true").Message).To(ContainSubstring("counts only"))
+		Expect(spec(res, "T0", "add_special_tokens=true").Message).To(ContainSubstring("token ids equal (read from the engine's stored events)"))
+		Expect(spec(res, "T0", "chat template").Message).To(ContainSubstring("token ids equal (read from the engine's stored events)"))
 		Expect(spec(res, "T0", "block keys").State).To(Equal(ctk.Skip))
 		Expect(spec(res, "T0", "replay").Message).To(ContainSubstring("no replay"))
 	})
@@ -172,9 +173,18 @@ var _ = Describe("the certificate", func() {
 		jsonSHA, cfgSHA := tok.Files()
 		want := certificate.NewProfile("vllm", "vllm-kv-map-v2", "llama3", jsonSHA, cfgSHA, tok.Config().ChatTemplate, 16, "auto", "sha256", strp("7"))
 		Expect(c.ProfileDigest).To(Equal(want.Digest()))
-		cov, why := c.Covers(want.Digest(), "P0", time.Now())
+		// The identity the gateway builds for a rule endpoint with the same addresses (gateway.IdentityOf).
+		id := certificate.Identity{Name: "P0", Address: e.URL(), Release: "v0.25.1", Model: "llama3",
+			Events: certificate.Events{ZMQ: e.PublishAddrs(), Replay: e.ReplayAddrs()}}
+		cov, why := c.Covers(want.Digest(), id, time.Now())
 		Expect(why).To(BeEmpty())
 		Expect(cov).To(ContainElements(certificate.CoverEngine, certificate.CoverRouter))
+		Expect(c.Verification()).To(Equal(certificate.Verified))
+		// The same certificate does not follow the name to another address.
+		moved := id
+		moved.Address = "http://127.0.0.1:1"
+		_, why = c.Covers(want.Digest(), moved, time.Now())
+		Expect(why).To(ContainSubstring("certified for " + e.URL() + ", rule has http://127.0.0.1:1"))
 		Expect(c.ExpiresAt.Sub(c.IssuedAt)).To(BeNumerically("~", 7*24*time.Hour, time.Second))
 		for _, f := range []string{ctk.ReportFile, ctk.JUnitFile, ctk.JSONFile} {
 			Expect(filepath.Join(dir, f)).To(BeAnExistingFile())

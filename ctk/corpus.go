@@ -2,6 +2,8 @@ package ctk
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -32,11 +34,17 @@ var baseCorpus = []Probe{
 	{"mixed-scripts", "Привет мир! Γειά σου κόσμε! مرحبا بالعالم! שלום עולם! नमस्ते दुनिया!"},
 }
 
-// Corpus is the built-in tokenizer probe corpus for a tokenizer: the base texts plus texts
-// holding the model's real special tokens (BOS, EOS, and the added special tokens the chat
-// template writes), which engines must match as single tokens.
+// Corpus is the tokenizer probe corpus for a staged tokenizer: the base texts, then every added
+// and special token of the tokenizer (reserved ones included) alone and glued to text on both
+// sides — an engine whose tokenizer lacks or renames one splits it into ordinary tokens — and a
+// text holding BOS, EOS and the chat markers between words.
 func Corpus(tok *tokenize.Tokenizer) []Probe {
 	out := append([]Probe(nil), baseCorpus...)
+	for _, a := range tok.AddedTokens() {
+		out = append(out,
+			Probe{fmt.Sprintf("added-token %d %q alone", a.ID, a.Content), a.Content},
+			Probe{fmt.Sprintf("added-token %d %q glued", a.ID, a.Content), "word" + a.Content + "next"})
+	}
 	cfg := tok.Config()
 	var specials []string
 	if cfg != nil {
@@ -66,12 +74,67 @@ func Corpus(tok *tokenize.Tokenizer) []Probe {
 	return out
 }
 
-// conversations are the chat-template probes: a system prompt, multi-turn history, and content
-// with whitespace and non-Latin text the template must pass through unchanged.
-var conversations = []struct {
+// grouped joins runs of up to n added-token probes into one text (newline-separated), for engines
+// where each probe costs a completion and an event round trip (TensorRT-LLM); other probes stay.
+func grouped(probes []Probe, n int) []Probe {
+	var out []Probe
+	var run []Probe
+	flush := func() {
+		if len(run) == 0 {
+			return
+		}
+		texts := make([]string, len(run))
+		for i, p := range run {
+			texts[i] = p.Text
+		}
+		out = append(out, Probe{fmt.Sprintf("%s … %s (%d added-token probes)", run[0].Name, run[len(run)-1].Name, len(run)), strings.Join(texts, "\n")})
+		run = run[:0]
+	}
+	for _, p := range probes {
+		if !strings.HasPrefix(p.Name, "added-token ") {
+			flush()
+			out = append(out, p)
+			continue
+		}
+		run = append(run, p)
+		if len(run) == n {
+			flush()
+		}
+	}
+	flush()
+	return out
+}
+
+// addedTokenConversations puts every added token inside a chat message: one user message per
+// token, up to perConversation messages per conversation.
+func addedTokenConversations(tok *tokenize.Tokenizer, perConversation int) []conversation {
+	var out []conversation
+	var cur conversation
+	for _, a := range tok.AddedTokens() {
+		if len(cur.Messages) == 0 {
+			cur.Name = fmt.Sprintf("added tokens from %d %q", a.ID, a.Content)
+		}
+		cur.Messages = append(cur.Messages, map[string]string{"role": "user", "content": "Say " + a.Content + " back."})
+		if len(cur.Messages) == perConversation {
+			out = append(out, cur)
+			cur = conversation{}
+		}
+	}
+	if len(cur.Messages) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// conversation is one chat-template probe.
+type conversation struct {
 	Name     string
 	Messages []map[string]string
-}{
+}
+
+// conversations are the chat-template probes: a system prompt, multi-turn history, and content
+// with whitespace and non-Latin text the template must pass through unchanged.
+var conversations = []conversation{
 	{"system-and-user", []map[string]string{
 		{"role": "system", "content": "You are a concise assistant."},
 		{"role": "user", "content": "What is the capital of France?"},

@@ -64,7 +64,7 @@ func withTemplate(tmpl string) *tokenize.Tokenizer {
 func startSim(family, release string, mod func(*sim.Config)) *sim.Engine {
 	c := sim.Config{Family: family, Release: release, Model: "llama3", Tokenizer: tokenizer("llama3"), ServedModelName: "llama3",
 		Endpoint: "ep-" + family, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond,
-		DrainWait: 50 * time.Millisecond}
+		DrainWait: 50 * time.Millisecond, DevMode: true}
 	if family == "vllm" || family == "sglang" {
 		c.PublishAddr, c.ReplayAddr = "tcp://*:0", "tcp://*:0"
 	}

@@ -316,8 +316,8 @@ func (p *Pool) stage(ct *contracts.Contract) (Staged, error) {
 	}
 	switch ct.Hash.Seed {
 	case "pythonhashseed":
-		if st.Binding == "engine" && st.Seed == nil {
-			return st, fieldErr("seed", "required for the engine binding: without PYTHONHASHSEED, vLLM roots its block hashes in random bytes per process, so no gateway can compute them (set seed to the engine's PYTHONHASHSEED; \"\" is a valid seed)")
+		if _, err := ct.EngineSeed(st.Algorithm, st.Seed); st.Binding == "engine" && err != nil {
+			return st, fieldErr("seed", "required for the engine binding: %v", err)
 		}
 	case "none":
 		// The rule refuses a seed for these families; the pool may carry one for its vLLM endpoints.

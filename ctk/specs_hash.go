@@ -18,21 +18,30 @@ import (
 	"github.com/kvexact/kvexact/engines/sglang"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
 // probeOutcome is what the hash-echo challenge saw: the probe prompt, our tokens for it, the
-// engine's stored events after it was sent, and which of them align with our tokens.
+// engine's stored events after it was sent, which of them are the probe's own, and which of those
+// align with our tokens.
 type probeOutcome struct {
-	prompt  string
-	want    []uint32 // our tokens for the prompt (add_special_tokens=true, as completions default)
-	after   []seen   // stored events seen after the probe was sent
-	aligned []alignedEvent
-	bs      int               // the engine's block size (from aligned events, else any stored event)
-	blocks  map[int]uint64    // block index → engine key, for full prompt blocks the engine stored
-	parents map[int]parentRef // block index of an event's first block → its parent
-	covered bool              // every block from the first stored one to the last full prompt block
-	first   int               // first stored block index
-	sentAt  int               // watcher event count when the probe was sent
+	prompt     string
+	nonce      string   // the prompt's unique hex nonce
+	want       []uint32 // our tokens for the prompt (add_special_tokens=true, as completions default)
+	engineWant []uint32 // the engine's own tokens for it (its tokenize endpoint; nil without one)
+	after      []seen   // stored events seen after the probe was sent
+	own        []seen   // those that are the probe's: its tokens (ours or the engine's) or its nonce
+	gaps       []string // stream irregularities seen while waiting for the probe's events
+	aligned    []alignedEvent
+	bs         int               // the engine's block size (from aligned events, else the probe's own)
+	blocks     map[int]uint64    // block index → engine key, for full prompt blocks the engine stored
+	parents    map[int]parentRef // block index of an event's first block → its parent
+	covered    bool              // every block from the first stored one to the last full prompt block
+	first      int               // first stored block index
+	sentAt     int               // watcher event count when the probe was sent
+	// engineCovered: the own events cover the engine's tokens as completely (no need to wait for
+	// the gateway's tokens, which will not come).
+	engineCovered bool
 }
 
 type alignedEvent struct {
@@ -79,6 +88,24 @@ func (r *endpointRun) noEventsReason() string {
 	return fmt.Sprintf("%s publishes no KV-cache events: %s (certified for content affinity only)", r.ep.Family, r.st.Contract.Hash.NoneReason)
 }
 
+// ensureWatcher subscribes to the endpoint's event stream once per run (the events spec, or
+// earlier the TensorRT-LLM tokenizer spec, which reads the prompt's ids from the engine's events).
+func (r *endpointRun) ensureWatcher(ctx context.Context) error {
+	if r.w != nil || r.watchErr != nil {
+		return r.watchErr
+	}
+	w, err := startWatcher(ctx, r.ep.Family, r.ep.Release, r.st, r.ep.Events)
+	if err != nil {
+		r.watchErr = fmt.Errorf("event source: %w", err)
+		return r.watchErr
+	}
+	r.w = w
+	if err := w.ready(ctx, r.opts.SubscribeTimeout); err != nil {
+		r.watchErr = fmt.Errorf("event stream %s: %w", r.streamName(), err)
+	}
+	return r.watchErr
+}
+
 func (r *endpointRun) specEvents(t *T) {
 	if !r.st.Contract.HasEvents() {
 		t.Skipf("%s", r.noEventsReason())
@@ -89,16 +116,11 @@ func (r *endpointRun) specEvents(t *T) {
 		return
 	}
 	ctx := t.Context()
-	w, err := startWatcher(ctx, r.ep.Family, r.ep.Release, r.st, r.ep.Events)
-	if err != nil {
-		t.Failf(LegEvents, eventsHint, "event source: %v", err)
+	if err := r.ensureWatcher(ctx); err != nil {
+		t.Failf(LegEvents, eventsHint, "%v", err)
 		return
 	}
-	r.w = w
-	if err := w.ready(ctx, r.opts.SubscribeTimeout); err != nil {
-		t.Failf(LegEvents, eventsHint, "event stream %s: %v", r.streamName(), err)
-		return
-	}
+	w := r.w
 	if r.ep.Family != "trtllm" {
 		r.warmUp(ctx)
 	}
@@ -107,33 +129,71 @@ func (r *endpointRun) specEvents(t *T) {
 		t.Failf(LegTokenizer, tokenizerHint, "probe prompt: %v", err)
 		return
 	}
-	p := &probeOutcome{prompt: prompt, want: want, sentAt: w.count()}
+	p := &probeOutcome{prompt: prompt, want: want, sentAt: w.count(), nonce: probeNonce(prompt)}
 	r.probe = p
+	// The engine's own ids for the prompt identify its events even when its tokenizer differs.
+	if ids, err := r.pr.Tokenize(ctx, r.pool.Model, prompt, true); err == nil {
+		p.engineWant = ids
+	}
+	noticesAt := w.noticeCount()
 	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: prompt, MaxTokens: 1}); err != nil {
 		t.Failf(LegEvents, "the engine must serve a one-token completion of the probe prompt", "probe completion: %v", err)
 		return
 	}
 	w.waitFor(ctx, r.opts.EventTimeout, func() bool {
-		p.analyze(w.events[p.sentAt:])
-		return p.covered
+		p.analyze(w.events[p.sentAt:], r.tok)
+		return p.covered || p.engineCovered
 	})
-	evs, _ := w.snapshot()
-	p.analyze(evs[p.sentAt:])
-	if len(p.after) == 0 {
+	evs, notices := w.snapshot()
+	p.analyze(evs[p.sentAt:], r.tok)
+	p.gaps = streamIrregularities(notices[noticesAt:])
+	lost := ""
+	if len(p.own) == 0 {
+		lost = r.lostLive(ctx, evs)
+	}
+	switch {
+	case len(p.own) > 0:
+	case lost != "":
+		t.Failf(LegSequence, sequenceHint, "%s", lost)
+		return
+	case len(p.gaps) > 0:
+		t.Skipf("not comparable: no stored event for the probe arrived, and the stream lost messages meanwhile (%s): see the sequence spec", strings.Join(firstN(p.gaps, 2), "; "))
+		return
+	case len(p.after) > 0:
+		t.Failf(LegEvents, fmt.Sprintf("give this endpoint's own publisher address as events (%s): the stream configured belongs to another endpoint or serves another model", r.eventsField()),
+			"the stream at %s belongs to another endpoint/model: %d stored events arrived after the probe completion, none for the probe's tokens (as the engine tokenizes them) or its nonce", r.streamName(), len(p.after))
+		return
+	default:
 		t.Failf(LegEvents, eventsHint, "no stored-block event arrived on %s within %s of the probe completion (%d other events seen)", r.streamName(), r.opts.EventTimeout, len(evs)-p.sentAt)
 		return
 	}
 	if len(p.aligned) == 0 {
-		t.Passf("%d stored events after the probe; none carries the gateway's tokens (see the token spec)", len(p.after))
+		t.Passf("%d stored events for the probe; none carries the gateway's tokens (see the token spec)", len(p.own))
 		return
 	}
-	t.Passf("%d stored events after the probe, %d carrying its tokens (blocks %d..%d)", len(p.after), len(p.aligned), p.first, p.first+len(p.blocks)-1)
+	t.Passf("%d stored events for the probe, %d carrying the gateway's tokens (blocks %d..%d)", len(p.own), len(p.aligned), p.first, p.first+len(p.blocks)-1)
 }
+
+func (r *endpointRun) eventsField() string {
+	if r.ep.Events.Drain != "" {
+		return "events.drain"
+	}
+	return "events.zmq"
+}
+
+// joinSettle is how long after subscribing ctk waits before the first message it causes.
+const joinSettle = 300 * time.Millisecond
 
 // warmUp proves the live subscription before the probe: a ZeroMQ subscription reaches the
 // publisher some time after the subscriber connects, and a message published before that is lost
 // (the slow-joiner rule), so a unique warm-up completion is sent until one of its events arrives.
+//
+// The sequence spec counts a message the replay holds but the live stream never delivered as
+// dropped, from the first message after the connect-time replay on. So the warm-up first lets the
+// subscription settle (joinSettle after the connect) — a message published in the first
+// milliseconds may be lost to the slow joiner, not by the engine.
 func (r *endpointRun) warmUp(ctx context.Context) {
+	sleep(ctx, time.Until(r.w.lastConnect().Add(joinSettle)))
 	wait := min(time.Second, r.opts.SubscribeTimeout/3)
 	for range 3 {
 		prompt, _, err := r.newProbePrompt(r.st.BlockSize / 2)
@@ -157,12 +217,11 @@ func (r *endpointRun) streamName() string {
 	return strings.Join(r.ep.Events.ZMQ, ", ")
 }
 
-// analyze finds the stored events (GPU medium) whose tokens align with want at a multiple of their
-// own block size, and records the engine keys of the full prompt blocks they hold.
-func (p *probeOutcome) analyze(evs []seen) {
-	p.after, p.aligned, p.bs = nil, nil, 0
-	p.blocks, p.parents, p.covered, p.first = map[int]uint64{}, map[int]parentRef{}, false, 0
-	sizes := map[int]int{}
+// analyze finds the probe's own stored events (GPU medium) among evs, and those whose tokens align
+// with want at a multiple of their own block size, and records the engine keys of the full prompt
+// blocks they hold.
+func (p *probeOutcome) analyze(evs []seen, tok *tokenize.Tokenizer) {
+	p.after, p.own = nil, nil
 	// Events that state no block size (TensorRT-LLM) carry per-block token lists, and a finished
 	// request's trailing partial block arrives alone: its few tokens would "align" anywhere. The
 	// block size of such a stream is the longest block it ever stored.
@@ -172,6 +231,7 @@ func (p *probeOutcome) analyze(evs []seen) {
 			implied = max(implied, ev.blockSize())
 		}
 	}
+	sizes := map[int]int{}
 	for _, ev := range evs {
 		if ev.Kind != engines.BlockStored || (ev.Medium != "" && ev.Medium != engines.MediumGPU) {
 			continue
@@ -181,32 +241,15 @@ func (p *probeOutcome) analyze(evs []seen) {
 		if ev.BlockSize <= 0 {
 			bs = implied
 		}
-		if bs <= 0 {
-			continue
-		}
-		sizes[bs]++
-		toks, hashes := fullBlocks(ev, bs)
-		if len(hashes) == 0 {
-			continue
-		}
-		for o := 0; o+bs <= len(p.want); o += bs {
-			m := min(len(toks), len(p.want)-o)
-			if m < bs || !slices.Equal(p.want[o:o+m], toks[:m]) {
-				continue
+		if p.isOwn(ev, bs, tok) {
+			p.own = append(p.own, ev)
+			if bs > 0 {
+				sizes[bs]++
 			}
-			p.aligned = append(p.aligned, alignedEvent{ev: ev, offset: o})
-			p.bs = bs
-			if _, ok := p.parents[o/bs]; !ok {
-				p.parents[o/bs] = parentRef{has: ev.HasParent, key: ev.Parent}
-			}
-			for j, h := range hashes {
-				if (j+1)*bs <= m {
-					p.blocks[o/bs+j] = h
-				}
-			}
-			break
 		}
 	}
+	c := cover(p.want, p.own, implied)
+	p.aligned, p.bs, p.blocks, p.parents, p.covered, p.first = c.aligned, c.bs, c.blocks, c.parents, c.covered, c.first
 	if p.bs == 0 {
 		best := 0
 		for bs, n := range sizes {
@@ -215,20 +258,121 @@ func (p *probeOutcome) analyze(evs []seen) {
 			}
 		}
 	}
-	if len(p.blocks) == 0 || p.bs == 0 {
-		return
-	}
-	p.first = len(p.want)
-	for i := range p.blocks {
-		p.first = min(p.first, i)
-	}
-	last := len(p.want)/p.bs - 1
-	for i := p.first; i <= last; i++ {
-		if _, ok := p.blocks[i]; !ok {
-			return
+	p.engineCovered = p.engineWant != nil && cover(p.engineWant, p.own, implied).covered
+}
+
+// isOwn says whether a stored event belongs to the probe: its tokens continue the gateway's or the
+// engine's tokenization of the prompt at a block boundary, or they decode to text holding the nonce.
+func (p *probeOutcome) isOwn(ev seen, bs int, tok *tokenize.Tokenizer) bool {
+	if bs > 0 {
+		toks, _ := fullBlocks(ev, bs)
+		if alignAt(p.want, toks, bs) >= 0 || p.engineWant != nil && alignAt(p.engineWant, toks, bs) >= 0 {
+			return true
 		}
 	}
-	p.covered = true
+	if p.nonce == "" || tok == nil {
+		return false
+	}
+	toks := ev.Tokens
+	if len(toks) == 0 {
+		for _, b := range ev.Blocks {
+			toks = append(toks, b...)
+		}
+	}
+	text, err := tok.Decode(toks, false)
+	return err == nil && strings.Contains(text, p.nonce[:16])
+}
+
+// alignAt is the token offset (a multiple of bs) at which toks continues want for at least one
+// whole block, or -1.
+func alignAt(want, toks []uint32, bs int) int {
+	if bs <= 0 || len(toks) < bs {
+		return -1
+	}
+	for o := 0; o+bs <= len(want); o += bs {
+		m := min(len(toks), len(want)-o)
+		if m >= bs && slices.Equal(want[o:o+m], toks[:m]) {
+			return o
+		}
+	}
+	return -1
+}
+
+// coverage is how a set of stored events covers one tokenization of the probe prompt.
+type coverage struct {
+	aligned []alignedEvent
+	bs      int
+	blocks  map[int]uint64
+	parents map[int]parentRef
+	covered bool
+	first   int
+}
+
+func cover(want []uint32, evs []seen, implied int) coverage {
+	c := coverage{blocks: map[int]uint64{}, parents: map[int]parentRef{}}
+	for _, ev := range evs {
+		bs := ev.blockSize()
+		if ev.BlockSize <= 0 {
+			bs = implied
+		}
+		toks, hashes := fullBlocks(ev, bs)
+		if len(hashes) == 0 {
+			continue
+		}
+		o := alignAt(want, toks, bs)
+		if o < 0 {
+			continue
+		}
+		m := min(len(toks), len(want)-o)
+		c.aligned = append(c.aligned, alignedEvent{ev: ev, offset: o})
+		c.bs = bs
+		if _, ok := c.parents[o/bs]; !ok {
+			c.parents[o/bs] = parentRef{has: ev.HasParent, key: ev.Parent}
+		}
+		for j, h := range hashes {
+			if (j+1)*bs <= m {
+				c.blocks[o/bs+j] = h
+			}
+		}
+	}
+	if len(c.blocks) == 0 || c.bs == 0 {
+		return c
+	}
+	c.first = len(want)
+	for i := range c.blocks {
+		c.first = min(c.first, i)
+	}
+	for i := c.first; i <= len(want)/c.bs-1; i++ {
+		if _, ok := c.blocks[i]; !ok {
+			return c
+		}
+	}
+	c.covered = true
+	return c
+}
+
+// probeNonce is the hex nonce of a probe prompt ("" when there is none).
+func probeNonce(prompt string) string {
+	const lead = "kvexact certification probe "
+	i := strings.Index(prompt, lead)
+	if i < 0 || len(prompt) < i+len(lead)+32 {
+		return ""
+	}
+	return prompt[i+len(lead) : i+len(lead)+32]
+}
+
+// streamIrregularities lists the gaps and rejects among notices.
+func streamIrregularities(notices []notice) []string {
+	var bad []string
+	for _, n := range notices {
+		switch n.Type {
+		case "gap":
+			bad = append(bad, fmt.Sprintf("rank %d: %d message(s) missing before seq %d (%s %s)", n.Rank, n.Missing, n.Seq, n.Reason, n.Detail))
+		case "reject":
+			bad = append(bad, fmt.Sprintf("rank %d: message seq %d rejected: %s %s", n.Rank, n.Seq, n.Reason, n.Detail))
+		}
+	}
+	return bad
 }
 
 // fullBlocks returns the event's tokens and keys cut to whole blocks (TensorRT-LLM may store a
@@ -259,7 +403,7 @@ func (r *endpointRun) needProbe(t *T) bool {
 		t.Skipf("%s", r.noEventsReason())
 		return false
 	}
-	if r.probe == nil || len(r.probe.after) == 0 {
+	if r.probe == nil || len(r.probe.own) == 0 {
 		t.Skipf("not comparable: no stored-block event for the probe (see the events spec)")
 		return false
 	}
@@ -288,6 +432,10 @@ func (r *endpointRun) specTokens(t *T) {
 		return
 	}
 	p := r.probe
+	if !p.covered && len(p.gaps) > 0 {
+		t.Skipf("not comparable: the probe's blocks %v arrived, others may have been lost in a sequence gap (%s): see the sequence spec", sortedKeys(p.blocks), firstN(p.gaps, 1)[0])
+		return
+	}
 	if !p.covered {
 		msg := r.tokenMismatch(t.Context())
 		t.Failf(LegTokens, tokenizerHint, "%s", msg)
@@ -316,7 +464,7 @@ func (r *endpointRun) tokenMismatch(ctx context.Context) string {
 		}
 	}
 	if len(p.aligned) == 0 {
-		ev := p.after[0]
+		ev := p.own[0]
 		toks := ev.Tokens
 		i := firstDiff(toks, p.want)
 		if i < 0 {
@@ -340,9 +488,9 @@ func sortedKeys(m map[int]uint64) []int {
 
 // keysFor computes the engine keys of want under algorithm a with the staged block size and seed.
 func (r *endpointRun) keysFor(a string) ([]uint64, error) {
-	var seed *string
-	if r.st.Contract.Hash.Seed == "pythonhashseed" {
-		seed = r.st.Seed
+	seed, err := r.st.Contract.EngineSeed(a, r.st.Seed)
+	if err != nil {
+		return nil, err
 	}
 	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(a), BlockSize: r.st.BlockSize, Seed: seed}, hashcore.Default())
 	if err != nil {
@@ -384,8 +532,9 @@ func (r *endpointRun) specKeys(t *T) {
 	case r.st.Binding == "router":
 		t.Skipf("the pool stages the router binding")
 		return
-	case ct.Hash.Seed == "pythonhashseed" && r.st.Seed == nil:
-		t.Skipf("the pool stages no seed: vLLM roots its keys at H(PYTHONHASHSEED), so the engine binding needs the engine's PYTHONHASHSEED as the pool's seed")
+	}
+	if _, err := ct.EngineSeed(r.st.Algorithm, r.st.Seed); err != nil {
+		t.Skipf("the pool stages no seed and the engine binding cannot follow: %v", err)
 		return
 	}
 	if !r.needProbe(t) {
@@ -398,6 +547,14 @@ func (r *endpointRun) specKeys(t *T) {
 	}
 	if !p.covered {
 		t.Skipf("not comparable: the tokens differ (see the token spec)")
+		return
+	}
+	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.HashBlockSize > 0 && cfg.HashBlockSize != p.bs {
+		// Hybrid geometry (vLLM resolve_kv_cache_block_sizes): the event's group is coarser than
+		// the hash chain, so its keys are every k-th hash of a finer chain, which the engine
+		// binding does not compute.
+		t.Failf(LegBlockSize, fmt.Sprintf("stage binding: router or auto (the gateway rehashes the events' tokens at block size %d); the engine binding cannot follow a chain of %d-token hashes published per %d-token block", p.bs, cfg.HashBlockSize, p.bs),
+			"the engine chains its block hashes at hash_block_size %d (%s) but its probe events carry block size %d: KV-cache groups of several block sizes (a hybrid model, or --prefix-match-unit)", cfg.HashBlockSize, cfg.Source, p.bs)
 		return
 	}
 	keys, err := r.keysFor(r.st.Algorithm)
@@ -433,7 +590,12 @@ func (r *endpointRun) specKeys(t *T) {
 	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.Algorithm != "" && cfg.Algorithm != r.st.Algorithm {
 		stated = fmt.Sprintf("; the engine's %s states algorithm %s", cfg.Source, cfg.Algorithm)
 	}
-	t.Failf(LegSeed, "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED",
+	hint := "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED"
+	if r.st.Seed == nil {
+		seed, _ := ct.EngineSeed(r.st.Algorithm, nil)
+		hint = fmt.Sprintf("the pool stages no seed, so the gateway used %s %s's default seed %q: unset PYTHONHASHSEED on the engine, or set seed in the pool and the rule to the engine's PYTHONHASHSEED", ct.Family, ct.Versions.String(), *seed)
+	}
+	t.Failf(LegSeed, hint,
 		"tokens and block size match, but no vLLM algorithm reproduces the engine's keys with the staged seed: %s%s", why, stated)
 }
 
@@ -453,15 +615,8 @@ func (r *endpointRun) specSequence(t *T) {
 		t.Skipf("no event seen on %s", r.streamName())
 		return
 	}
-	var bad []string
-	for _, n := range notices {
-		switch n.Type {
-		case "gap":
-			bad = append(bad, fmt.Sprintf("rank %d: %d message(s) missing before seq %d (%s %s)", n.Rank, n.Missing, n.Seq, n.Reason, n.Detail))
-		case "reject":
-			bad = append(bad, fmt.Sprintf("rank %d: message seq %d rejected: %s %s", n.Rank, n.Seq, n.Reason, n.Detail))
-		}
-	}
+	bad := streamIrregularities(notices)
+	bad = append(bad, r.startGaps(t.Context(), evs)...)
 	if len(bad) > 0 {
 		t.Failf(LegSequence, sequenceHint, "%d irregularities: %s", len(bad), strings.Join(firstN(bad, 4), "; "))
 		return
@@ -504,6 +659,50 @@ func (r *endpointRun) specReplay(t *T) {
 
 // replayHas asks a replay socket for everything from seq and wants a batch holding key.
 func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeout time.Duration) error {
+	n, found := 0, false
+	var ferr error
+	err := replayAll(ctx, addr, seq, timeout, func(got uint64, payload []byte) bool {
+		n++
+		b, err := decodeReplayed(family, payload)
+		if err != nil {
+			ferr = fmt.Errorf("replayed batch seq %d: %w", got, err)
+			return false
+		}
+		for _, ev := range b.Events {
+			if ev.Kind == engines.BlockStored && slices.Contains(ev.BlockHashes, key) {
+				if got != seq {
+					ferr = fmt.Errorf("the probe's batch came back as seq %d, live it was seq %d", got, seq)
+				}
+				found = true
+				return false
+			}
+		}
+		return true
+	})
+	switch {
+	case ferr != nil:
+		return ferr
+	case found:
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("the replay ended after %d batch(es) without the probe's batch (seq %d)", n, seq)
+}
+
+func decodeReplayed(family string, payload []byte) (engines.Batch, error) {
+	switch family {
+	case "vllm":
+		return vllm.DecodeBatch(payload)
+	case "sglang":
+		return sglang.DecodeBatch(payload)
+	}
+	return engines.Batch{}, fmt.Errorf("no ZeroMQ decoder for %s", family)
+}
+
+// replayAll asks a replay socket for everything from start and hands each batch to fn until the
+// end marker or fn returns false.
+func replayAll(ctx context.Context, addr string, start uint64, timeout time.Duration, fn func(seq uint64, payload []byte) bool) error {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout), zmq4.WithLogger(log.New(io.Discard, "", 0)))
@@ -511,7 +710,7 @@ func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeou
 	if err := d.Dial(addr); err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
-	if err := d.SendMulti(zmq4.NewMsgFrom(engines.ReplayRequest(seq)...)); err != nil {
+	if err := d.SendMulti(zmq4.NewMsgFrom(engines.ReplayRequest(start)...)); err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
 	n := 0
@@ -528,28 +727,11 @@ func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeou
 			return err
 		}
 		if end {
-			return fmt.Errorf("the replay ended after %d batch(es) without the probe's batch (seq %d)", n, seq)
+			return nil
 		}
 		n++
-		var b engines.Batch
-		switch family {
-		case "vllm":
-			b, err = vllm.DecodeBatch(payload)
-		case "sglang":
-			b, err = sglang.DecodeBatch(payload)
-		default:
-			return fmt.Errorf("no ZeroMQ decoder for %s", family)
-		}
-		if err != nil {
-			return fmt.Errorf("replayed batch seq %d: %w", got, err)
-		}
-		for _, ev := range b.Events {
-			if ev.Kind == engines.BlockStored && slices.Contains(ev.BlockHashes, key) {
-				if got != seq {
-					return fmt.Errorf("the probe's batch came back as seq %d, live it was seq %d", got, seq)
-				}
-				return nil
-			}
+		if !fn(got, payload) {
+			return nil
 		}
 	}
 }
@@ -562,7 +744,7 @@ func (r *endpointRun) specClear(t *T) {
 		t.Skipf("%s", r.noEventsReason())
 		return
 	}
-	if r.w == nil || r.probe == nil || len(r.probe.after) == 0 {
+	if r.w == nil || r.probe == nil || len(r.probe.own) == 0 {
 		t.Skipf("not run: no event stream (see the events spec)")
 		return
 	}

@@ -1,6 +1,7 @@
 package ctk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,6 +33,11 @@ func (r *endpointRun) specRelease(t *T) {
 	ct, err := contracts.Lookup(r.ep.Family, v)
 	var unknown *contracts.UnknownError
 	switch {
+	case errors.As(err, &unknown) && unknown.Nearest != nil:
+		n := unknown.Nearest
+		t.Failf(LegRelease, fmt.Sprintf("run a pinned release, or pin this one: add its contract (contracts/data) and vectors after verifying %s", strings.Join(n.RecheckList(), "; ")),
+			"the engine reports %s %s, which no pinned contract covers; nearest pinned: %s %s (contract %s, pin %s), whose facts are not assumed to hold", r.ep.Family, v, n.Family, n.Versions.String(), n.ID, n.Pin.Release)
+		return
 	case errors.As(err, &unknown):
 		t.Failf(LegRelease, "run a pinned release, or add a contract for this one (contracts/data) with its vectors", "the engine reports %s %s, which no pinned contract covers; known: %s", r.ep.Family, v, strings.Join(unknown.Known, "; "))
 		return
@@ -61,11 +67,62 @@ func (r *endpointRun) specModel(t *T) {
 
 const tokenizerHint = "stage the engine's own tokenizer.json and tokenizer_config.json for the model (the pool's tokenizer folder, the gateway's tokenizers.folders), or serve the model whose tokenizer the gateway stages"
 
+// byEvents says whether this endpoint's prompts are read back from its stored events (TensorRT-LLM,
+// which has no tokenize endpoint), subscribing to them first; false leaves prompt-token counts.
+func (r *endpointRun) byEvents(ctx context.Context) bool {
+	if r.ep.Family != "trtllm" || !r.st.Contract.HasEvents() || r.ep.Events.Drain == "" {
+		return false
+	}
+	return r.ensureWatcher(ctx) == nil
+}
+
+// idTally counts how probes were compared where the engine has no tokenize endpoint.
+type idTally struct{ ids, counts int }
+
+func (c idTally) String() string {
+	if c.counts == 0 {
+		return "token ids equal (read from the engine's stored events)"
+	}
+	return fmt.Sprintf("%d by token ids (from the engine's stored events), %d by prompt-token count only (no new stored event: already cached, or events unavailable)", c.ids, c.counts)
+}
+
+// compareByEvents compares ours with what the engine reports for a request it just served: the
+// ids its stored events hold when they can be read, else its prompt-token count. It returns a
+// difference ("" when equal).
+func (r *endpointRun) compareByEvents(ctx context.Context, events bool, mark, promptTokens int, ours []uint32, tally *idTally) string {
+	if events {
+		if ids, off, ok := r.promptFromEvents(ctx, mark, promptTokens); ok {
+			tally.ids++
+			seg := ours[min(off, len(ours)):]
+			n := min(len(ids), len(seg))
+			if i := firstDiff(ids[:n], seg[:n]); i >= 0 || n < len(ids) {
+				if i < 0 {
+					i = n
+				}
+				return fmt.Sprintf("first difference at token %d: engine %s, gateway %s", off+i, r.around(ids, i), r.around(ours, off+i))
+			}
+			if promptTokens != len(ours) {
+				return fmt.Sprintf("the engine counts %d prompt tokens, the gateway %d", promptTokens, len(ours))
+			}
+			return ""
+		}
+	}
+	tally.counts++
+	if promptTokens != len(ours) {
+		return fmt.Sprintf("the engine counts %d prompt tokens, the gateway %d", promptTokens, len(ours))
+	}
+	return ""
+}
+
 func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 	ctx := t.Context()
 	var diffs []string
 	corpus := Corpus(r.tok)
-	countOnly := false
+	if r.ep.Family == "trtllm" {
+		corpus = grouped(corpus, 16) // one completion and event round trip per probe
+	}
+	countOnly, events := false, false
+	var tally idTally
 	for _, p := range corpus {
 		ours, err := r.tok.Encode(p.Text, addSpecial)
 		if err != nil {
@@ -74,15 +131,21 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 		}
 		theirs, err := r.pr.Tokenize(ctx, r.pool.Model, p.Text, addSpecial)
 		if engines.IsNotSupported(err) {
-			// TensorRT-LLM: compare what the engine counts for the same prompt.
-			countOnly = true
+			// TensorRT-LLM: the ids its events store for the same prompt, else what it counts.
+			if !countOnly {
+				countOnly, events = true, r.byEvents(ctx)
+			}
+			mark := 0
+			if events {
+				mark = r.w.count()
+			}
 			c, cerr := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: p.Text, MaxTokens: 1, AddSpecial: &addSpecial})
 			if cerr != nil {
 				t.Failf(LegTokenizer, "the engine must answer a probe completion", "probe %s: %v (%v)", p.Name, cerr, err)
 				return
 			}
-			if c.PromptTokens != len(ours) {
-				diffs = append(diffs, fmt.Sprintf("%s: the engine counts %d prompt tokens, the gateway %d", p.Name, c.PromptTokens, len(ours)))
+			if d := r.compareByEvents(ctx, events, mark, c.PromptTokens, ours, &tally); d != "" {
+				diffs = append(diffs, p.Name+": "+d)
 			}
 			continue
 		}
@@ -99,7 +162,7 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 		return
 	}
 	if countOnly {
-		t.Passf("%d probes: prompt token counts equal (%s has no tokenize endpoint: counts only; its events prove the ids)", len(corpus), r.ep.Family)
+		t.Passf("%d probes (%s has no tokenize endpoint): %s", len(corpus), r.ep.Family, tally)
 		return
 	}
 	t.Passf("%d probes: token ids equal", len(corpus))
@@ -114,8 +177,10 @@ func (r *endpointRun) specTemplate(t *T) {
 		return
 	}
 	var diffs []string
-	countOnly := false
-	for _, c := range conversations {
+	countOnly, events := false, false
+	var tally idTally
+	convs := append(append([]conversation(nil), conversations...), addedTokenConversations(r.tok, 16)...)
+	for _, c := range convs {
 		body := chatBody(r.pool.Model, c.Messages)
 		req, err := tokenize.ParseChatRequest(body)
 		if err != nil {
@@ -141,14 +206,20 @@ func (r *endpointRun) specTemplate(t *T) {
 		}
 		theirs, err := r.pr.TokenizeChat(ctx, body)
 		if engines.IsNotSupported(err) {
-			countOnly = true
+			if !countOnly {
+				countOnly, events = true, r.byEvents(ctx)
+			}
+			mark := 0
+			if events {
+				mark = r.w.count()
+			}
 			cc, cerr := r.pr.Chat(ctx, body, 1)
 			if cerr != nil {
 				t.Failf(LegTemplate, "the engine must answer a probe chat completion", "conversation %s: %v", c.Name, cerr)
 				return
 			}
-			if cc.PromptTokens != len(ours) {
-				diffs = append(diffs, fmt.Sprintf("%s: the engine counts %d prompt tokens, the gateway %d", c.Name, cc.PromptTokens, len(ours)))
+			if d := r.compareByEvents(ctx, events, mark, cc.PromptTokens, ours, &tally); d != "" {
+				diffs = append(diffs, c.Name+": "+d)
 			}
 			continue
 		}
@@ -161,14 +232,14 @@ func (r *endpointRun) specTemplate(t *T) {
 		}
 	}
 	if len(diffs) > 0 {
-		t.Failf(LegTemplate, templateHint, "%d of %d conversations differ: %s", len(diffs), len(conversations), strings.Join(firstN(diffs, 3), "; "))
+		t.Failf(LegTemplate, templateHint, "%d of %d conversations differ: %s", len(diffs), len(convs), strings.Join(firstN(diffs, 3), "; "))
 		return
 	}
 	if countOnly {
-		t.Passf("%d conversations: prompt token counts equal (counts only)", len(conversations))
+		t.Passf("%d conversations: %s", len(convs), tally)
 		return
 	}
-	t.Passf("%d conversations: token ids equal", len(conversations))
+	t.Passf("%d conversations: token ids equal", len(convs))
 }
 
 // firstDiff is the first index where a and b differ (-1 when equal).

@@ -24,6 +24,7 @@ type seen struct {
 	BlockSize int
 	Medium    string
 	Extra     bool // extra keys or LoRA present
+	Replayed  bool // delivered by a replay exchange, not live
 	At        time.Time
 }
 
@@ -61,7 +62,9 @@ type watcher struct {
 	events    []seen
 	notices   []notice
 	connected map[int]bool
+	connectAt time.Time      // the latest connect of any rank
 	replayed  map[int]string // completed / failed
+	replaying map[int]bool   // a replay exchange is running: its events are not live
 	live      map[int]bool   // an event arrived after the rank's replay
 	lastErr   string
 	changed   chan struct{}
@@ -69,7 +72,7 @@ type watcher struct {
 
 // startWatcher starts the event source for an endpoint; it runs until stop.
 func startWatcher(ctx context.Context, family, release string, st Staged, ev Events) (*watcher, error) {
-	w := &watcher{done: make(chan struct{}), connected: map[int]bool{}, replayed: map[int]string{}, live: map[int]bool{}, changed: make(chan struct{}, 1)}
+	w := &watcher{done: make(chan struct{}), connected: map[int]bool{}, replayed: map[int]string{}, replaying: map[int]bool{}, live: map[int]bool{}, changed: make(chan struct{}, 1)}
 	cfg := ingest.Config{Endpoint: "ctk", Family: family, Release: release, BlockSize: st.BlockSize,
 		DialBackoffMin: 50 * time.Millisecond, DialBackoffMax: 500 * time.Millisecond, ReplayTimeout: 5 * time.Second, Trace: w.trace}
 	if family == "trtllm" {
@@ -104,7 +107,7 @@ func (w *watcher) trace(t ingest.Trace) {
 		ev := t.Event
 		s := seen{Rank: t.Rank, Seq: t.Seq, Kind: ev.Kind, Parent: ev.Parent, HasParent: ev.HasParent,
 			Hashes: slices.Clone(ev.BlockHashes), Tokens: slices.Clone(ev.TokenIDs), BlockSize: ev.BlockSize,
-			Medium: ev.Medium, At: t.Wall, Extra: ev.LoRAName != "" || ev.HasLoRAID || ev.CacheSalt != ""}
+			Medium: ev.Medium, At: t.Wall, Extra: ev.LoRAName != "" || ev.HasLoRAID || ev.CacheSalt != "", Replayed: w.replaying[t.Rank]}
 		for _, x := range ev.ExtraKeys {
 			if x != nil {
 				s.Extra = true
@@ -116,14 +119,18 @@ func (w *watcher) trace(t ingest.Trace) {
 			}
 		}
 		w.events = append(w.events, s)
-		w.live[t.Rank] = true
+		if !s.Replayed {
+			w.live[t.Rank] = true
+		}
 	case "connect":
 		w.connected[t.Rank] = true
+		w.connectAt = time.Now()
 	case "disconnect":
 		w.connected[t.Rank] = false
 	case "error":
 		w.lastErr = fmt.Sprintf("%s %s: %s", t.Reason, t.Addr, t.Detail)
 	case "replay":
+		w.replaying[t.Rank] = t.Reason == "requested"
 		if t.Reason == "completed" || t.Reason == "failed" {
 			w.replayed[t.Rank] = t.Reason
 			w.live[t.Rank] = false
@@ -198,6 +205,20 @@ func (w *watcher) snapshot() ([]seen, []notice) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.events), slices.Clone(w.notices)
+}
+
+// lastConnect is when the latest rank connected.
+func (w *watcher) lastConnect() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.connectAt
+}
+
+// noticeCount is the number of notices so far.
+func (w *watcher) noticeCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.notices)
 }
 
 // count is the number of events seen so far.

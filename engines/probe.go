@@ -51,6 +51,10 @@ type Prober interface {
 // EngineConfig is what an engine states about its cache configuration.
 type EngineConfig struct {
 	BlockSize int    // tokens per block (0 when not stated)
+	// HashBlockSize is the granularity the engine chains its block hashes at (vLLM hash_block_size:
+	// differs from BlockSize when KV-cache groups of several block sizes share one chain; 0 when
+	// not stated).
+	HashBlockSize int
 	Algorithm string // vLLM prefix_caching_hash_algo ("" when not stated)
 	Source    string // where the values came from, for messages
 }

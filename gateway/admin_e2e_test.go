@@ -117,6 +117,20 @@ func TestAdminRuleCRUDLive(t *testing.T) {
 	if _, after := p.adminDo("GET", "/admin/rules/pool", p.token, ""); !strings.Contains(after, `"selector": "rr"`) {
 		t.Fatalf("rejected update mutated the rule: %s", after)
 	}
+	// Names that would break a header or a metrics line are rejected, naming the field.
+	for _, name := range []string{"a\r\nX-Evil: 1", "a b", `a"b`, "ü"} {
+		var r map[string]any
+		json.Unmarshal([]byte(body), &r)
+		r["name"], r["models"] = name, []string{"other"}
+		if code, msg := p.adminDo("POST", "/admin/rules", p.token, mustJSON(r)); code != 422 || !strings.Contains(msg, "name") {
+			t.Fatalf("rule name %q: %d %s", name, code, msg)
+		}
+		r["name"] = "ok"
+		r["endpoints"].([]any)[0].(map[string]any)["name"] = name
+		if code, msg := p.adminDo("POST", "/admin/rules", p.token, mustJSON(r)); code != 422 || !strings.Contains(msg, "endpoints[0].name") {
+			t.Fatalf("endpoint name %q: %d %s", name, code, msg)
+		}
+	}
 	// Unknown JSON fields are rejected too.
 	if code, msg := p.adminDo("PUT", "/admin/rules/pool", p.token, `{"name":"pool","selektor":"rr"}`); code != 400 || !strings.Contains(msg, "selektor") {
 		t.Fatalf("unknown field: %d %s", code, msg)
@@ -136,8 +150,24 @@ func TestAdminRuleCRUDLive(t *testing.T) {
 	if c := p.complete("hello world", false); c.decision == "" || c.servedBy == "" || strings.Contains(c.body, "model_not_found") {
 		t.Fatalf("new rule not live: %+v", c)
 	}
+	proxySeries := func() []string {
+		_, m := p.adminDo("GET", "/metrics", p.token, "")
+		var out []string
+		for _, l := range strings.Split(m, "\n") {
+			if strings.HasPrefix(l, "kvexact_proxy_") && strings.Contains(l, `rule="second"`) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if len(proxySeries()) == 0 {
+		t.Fatal("the new rule has no proxy series")
+	}
 	if code, _ := p.adminDo("DELETE", "/admin/rules/second", p.token, ""); code != 204 {
 		t.Fatalf("delete: %d", code)
+	}
+	if left := proxySeries(); len(left) > 0 {
+		t.Fatalf("the deleted rule's series remain: %q", left)
 	}
 	if c := p.complete("hello world", false); c.status != 404 || !strings.Contains(c.body, "model_not_found") {
 		t.Fatalf("deleted rule still serves: %+v", c)

@@ -20,7 +20,6 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -40,7 +39,9 @@ type pool struct {
 	model   string
 	cleanup []func()
 	// transport is the proxy's upstream transport (so tests can drop its idle connections).
-	transport *h1.Transport
+	transport *http.Transport
+	// certPath is the certificate file the gateway reloads from (poolSpec.certFile).
+	certPath string
 }
 
 type poolSpec struct {
@@ -55,6 +56,11 @@ type poolSpec struct {
 	simMod          func(i int, c *sim.Config)
 	reprobe         time.Duration // 0: off
 	ruleMod         func(r *rules.Rule)
+	cfgMod          func(c *rules.Config)
+	certValid       time.Duration // the certificate's lifetime (default 1h)
+	certFile        bool          // write the certificate to a file the gateway reloads from
+	gwMod           func(o *gateway.Options)
+	wrap            func(http.Handler) http.Handler // around the proxy handler
 }
 
 func strp(s string) *string { return &s }
@@ -131,6 +137,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		spec.ruleMod(&rule)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: p.token}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if spec.cfgMod != nil {
+		spec.cfgMod(cfg)
+	}
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +152,13 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		if ct.SupportsBinding("engine") {
 			cov = append(cov, certificate.CoverEngine)
 		}
-		c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
-		for _, e := range r.Endpoints {
-			c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: cov})
+		valid := spec.certValid
+		if valid == 0 {
+			valid = time.Hour
+		}
+		c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(valid)}
+		for i := range r.Endpoints {
+			c.Endpoints = append(c.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), cov))
 		}
 		certs = append(certs, c)
 	}
@@ -154,7 +167,18 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if reprobe == 0 {
 		reprobe = -1
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.reg, ProbeInterval: -1, ReprobeInterval: reprobe})
+	opts := gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.reg, ProbeInterval: -1, ReprobeInterval: reprobe}
+	if spec.certFile && len(certs) > 0 {
+		p.certPath = t.TempDir() + "/certificate.json"
+		if err := certs[0].Write(p.certPath); err != nil {
+			t.Fatal(err)
+		}
+		opts.CertificatePaths = []string{p.certPath}
+	}
+	if spec.gwMod != nil {
+		spec.gwMod(&opts)
+	}
+	g, err := gateway.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +192,16 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
 		}
 		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport})
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
+		Usage: func(u proxy.UsageReport) {
+			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+		}})
+	g.OnRuleRemoved(px.Forget)
+	handler := px.Handler
+	if spec.wrap != nil {
+		handler = func(l string) http.Handler { return spec.wrap(px.Handler(l)) }
+	}
+	srv, err := g.Serve(handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +212,13 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	})
 	p.g, p.srv = g, srv
 	p.base = "http://" + srv.Client["127.0.0.1:0"]
+	if cfg.Server.TLS.Enabled() {
+		p.base = "https://" + srv.Client["127.0.0.1:0"]
+	}
 	p.admin = "http://" + srv.Admin
+	if cfg.Admin.TLS.Enabled() {
+		p.admin = "https://" + srv.Admin
+	}
 	if ct.HasEvents() {
 		p.waitSubscribed()
 	}

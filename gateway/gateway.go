@@ -41,6 +41,22 @@ type Options struct {
 	CertificatePaths []string
 	// CertificateKey verifies signed certificates when set.
 	CertificateKey ed25519.PublicKey
+	// RequireSigned refuses, on reload, certificates not verified with CertificateKey (the
+	// gateway's --require-signed; the command checks the certificates it starts with).
+	RequireSigned bool
+	// ExpiryCheck is how often certificate expiry is checked while running (default 1s).
+	ExpiryCheck time.Duration
+	// ParityCheckFirst and ParitySampleEvery tune the live parity watch: every stored-block event
+	// is checked for the first ParityCheckFirst after each (re)connect, restart or clear (default
+	// 64), then one in ParitySampleEvery (default 16; 1 checks all).
+	ParityCheckFirst  int
+	ParitySampleEvery int
+	// ResumeAfterBlocks is how many matching blocks the watch must see after a restart before
+	// KV-exact resumes on the endpoint (default DefaultResumeAfterBlocks).
+	ResumeAfterBlocks int
+	// ShortfallHits is how many consecutive KV-exact hits predicting at least one block, with no
+	// cached token reported by the engine, suspend the endpoint (default DefaultShortfallHits).
+	ShortfallHits int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -53,11 +69,6 @@ type Options struct {
 	// ReprobeInterval re-checks every certified endpoint's identity and tokenizer (default 60s;
 	// negative disables). A failure fences KV-exact for that endpoint.
 	ReprobeInterval time.Duration
-	// ErrorBody renders the errors a client listener answers before any handler sees the request
-	// (a malformed request line, oversized header fields, an unsupported Transfer-Encoding): it
-	// returns the content type and body. Nil: text/plain. The gateway binary passes
-	// proxy.ProtocolErrorBody, so those errors are OpenAI-shaped too.
-	ErrorBody func(status int, detail string) (contentType string, body []byte)
 }
 
 // Gateway is the running gateway.
@@ -73,9 +84,11 @@ type Gateway struct {
 	routeM  *route.Metrics
 	statusM *statusMetrics
 
-	mu       sync.RWMutex
-	runtimes map[string]*ruleRuntime // by rule name
-	certs    []*certificate.Certificate
+	mu        sync.RWMutex
+	runtimes  map[string]*ruleRuntime // by rule name
+	certs     []*certificate.Certificate
+	certPaths []string
+	removed   []func(rule string) // OnRuleRemoved hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -95,6 +108,11 @@ type ruleRuntime struct {
 	cancel   context.CancelFunc
 	done     sync.WaitGroup
 	errs     sync.Map // endpoint → last ingest error
+	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
+	// certificate granting coverage here stops being valid (zero: none granted).
+	epExact []*endpointExact
+	watches map[string]*endpointWatch // by endpoint, where events are watched
+	expires time.Time
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -135,7 +153,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates,
+		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	return g, nil
 }
@@ -175,6 +193,15 @@ func (g *Gateway) Start(ctx context.Context) error {
 			g.runReprobe(g.ctx, iv)
 		}()
 	}
+	expiry := g.opts.ExpiryCheck
+	if expiry <= 0 {
+		expiry = time.Second
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runExpiry(g.ctx, expiry)
+	}()
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)
@@ -250,7 +277,22 @@ func (g *Gateway) remove(name string) {
 			g.ingestM.Forget(name, e.Name)
 		}
 		g.statusM.forget(name)
+		g.statusM.forgetUsage(name)
+		g.mu.RLock()
+		hooks := g.removed
+		g.mu.RUnlock()
+		for _, f := range hooks {
+			f(name)
+		}
 	}
+}
+
+// OnRuleRemoved registers f to run after a rule was deleted and its runtime stopped: what the
+// gateway's callers keep per rule (the proxy's series and transports) goes with it.
+func (g *Gateway) OnRuleRemoved(f func(rule string)) {
+	g.mu.Lock()
+	g.removed = append(g.removed, f)
+	g.mu.Unlock()
 }
 
 func (rt *ruleRuntime) stop() {
@@ -312,15 +354,19 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		return nil, err
 	}
 	rt.router = router
+	for _, e := range rt.eps {
+		ok := rt.exact.Enabled && certified.Has(e.ID)
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+	}
 	return rt, g.startSources(rt, binding)
 }
 
-// seedFor returns the seed hashcore wants: vLLM's PYTHONHASHSEED, none for the others.
+// seedFor returns the seed hashcore wants: the one the engine roots in (the rule's PYTHONHASHSEED,
+// else the release's default seed for the algorithm), none for the others; nil where the engine's
+// roots are random, which hashcore then refuses with the reason.
 func seedFor(ct *contracts.Contract, r *rules.Rule) *string {
-	if ct.Hash.Seed == "pythonhashseed" {
-		return r.Seed
-	}
-	return nil
+	seed, _ := ct.EngineSeed(r.HashAlgorithm, r.Seed)
+	return seed
 }
 
 // certify decides, from the certificates, which endpoints may run KV-exact and with which binding.
@@ -361,16 +407,12 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	}
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
-	for _, e := range rt.eps {
-		var why string
-		for _, c := range certs {
-			var got []certificate.Coverage
-			if got, why = c.Covers(st.ProfileDigest, e.Name, now); got != nil {
-				cov[e.Name] = got
-				break
-			}
-		}
-		if cov[e.Name] == nil {
+	for i, e := range rt.eps {
+		c, got, why := certificate.CoversAny(certs, st.ProfileDigest, IdentityOf(r, i), now)
+		if got != nil {
+			cov[e.Name] = got
+			rt.noteExpiry(c.ExpiresAt)
+		} else {
 			st.Endpoints[e.Name] = why
 		}
 	}
@@ -450,10 +492,26 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
 			continue
 		}
+		var hasher *hashcore.Hasher
+		if binding == "engine" && rt.keyer != nil {
+			hasher = rt.keyer.Hasher
+		}
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, hasher)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)
+		}
+		if rt.watches == nil {
+			rt.watches = map[string]*endpointWatch{}
+		}
+		rt.watches[e.Name] = ew
+		if rt.exact.Enabled {
+			go g.probeProcess(ctx, ew) // the process identity the certificate's engine runs as
+		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
-			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log,
+			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 		})
 		if err != nil {
 			cancel()

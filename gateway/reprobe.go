@@ -31,20 +31,29 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 		if !rt.exact.Enabled {
 			continue
 		}
-		for _, e := range rt.eps {
+		for i, e := range rt.eps {
 			if rt.exact.Endpoints[e.Name] == "" || !isCertified(rt.exact.Endpoints[e.Name]) {
 				continue
 			}
+			x := rt.epExact[i]
+			if ew := rt.watches[e.Name]; ew != nil {
+				g.probeProcess(ctx, ew)
+			}
 			why := g.probeOnce(ctx, hc, rt, e)
 			switch {
-			case why != "" && e.Fenced() == "":
+			case why != "" && !x.held(holdReprobe):
 				g.log.Warn("re-probe failed: KV-exact fenced for this endpoint", "rule", rt.rule.Name, "endpoint", e.Name, "reason", why)
-				e.Fence(why)
+				x.hold(holdReprobe, why)
 				g.statusM.fence(rt.rule.Name, e.Name, true)
-			case why == "" && e.Fenced() != "":
+			case why == "" && x.held(holdReprobe):
 				g.log.Info("re-probe passed again: fence lifted", "rule", rt.rule.Name, "endpoint", e.Name)
-				e.Unfence()
+				x.release(holdReprobe)
 				g.statusM.fence(rt.rule.Name, e.Name, false)
+			}
+			// The router binding has no engine keys for the live parity watch to verify after a
+			// restart: a passing re-probe (identity and tokenizer) is what lets it resume.
+			if why == "" && rt.exact.Binding == "router" && x.release(holdRestart) {
+				g.log.Info("re-probe passed after a restart: KV-exact resumed", "rule", rt.rule.Name, "endpoint", e.Name)
 			}
 		}
 	}

@@ -2,21 +2,25 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvexact/kvexact/gateway/admin"
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/keypair"
 )
 
 // ParseFunc turns a client request body into what the router needs (the proxy's parser), so that
@@ -35,7 +39,7 @@ type Servers struct {
 	errs    chan error
 }
 
-// server is what Servers runs: an h1.Server on client listeners, a net/http.Server for admin.
+// server is what Servers runs.
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -43,15 +47,18 @@ type server interface {
 }
 
 // Serve binds every client listener and the admin listener and serves until Shutdown. handler
-// builds the client handler of a listener (the proxy). Client listeners run gateway/h1's server:
-// the data path's small requests cost a third less CPU than through net/http's (docs/benchmarks/
-// proxy.md); the admin listener keeps net/http.
+// builds the client handler of a listener (the proxy). Both kinds of listener are net/http servers
+// with the configured timeouts and header limits (rules.Server); with TLS configured, HTTP/2 is
+// offered by ALPN, and server.h2c accepts HTTP/2 with prior knowledge on a plain client listener.
 func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseFunc) (*Servers, error) {
 	s := &Servers{Client: map[string]string{}, errs: make(chan error, 16)}
-	start := func(addr string, srv server) (string, error) {
+	start := func(addr string, srv *http.Server) (string, error) {
 		l, err := listen(addr)
 		if err != nil {
 			return "", err
+		}
+		if srv.TLSConfig != nil {
+			l = tls.NewListener(l, srv.TLSConfig)
 		}
 		s.servers = append(s.servers, srv)
 		s.wg.Add(1)
@@ -63,21 +70,84 @@ func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseF
 		}()
 		return l.Addr().String(), nil
 	}
+	sc := g.cfg.Server
+	clientTLS, err := g.tlsConfig("server.tls", sc.TLS)
+	if err != nil {
+		return nil, err
+	}
 	for _, l := range g.Listeners() {
-		bound, err := start(l, &h1.Server{Handler: handler(l), ReadHeaderTimeout: 10 * time.Second, ErrorBody: g.opts.ErrorBody, Log: g.log})
+		srv := NewHTTPServer(handler(l), sc, clientTLS, g.log)
+		bound, err := start(l, srv)
 		if err != nil {
 			s.Shutdown(context.Background())
 			return nil, fmt.Errorf("listen %s: %w", l, err)
 		}
 		s.Client[l] = bound
 	}
-	bound, err := start(g.cfg.Admin.Listen, &http.Server{Handler: admin.Handler(&adminBackend{g: g, parse: parse}, g.cfg.Admin.Token), ReadHeaderTimeout: 10 * time.Second})
+	adminTLS, err := g.tlsConfig("admin.tls", g.cfg.Admin.TLS)
+	if err != nil {
+		s.Shutdown(context.Background())
+		return nil, err
+	}
+	adminSC := sc
+	adminSC.H2C = false
+	bound, err := start(g.cfg.Admin.Listen, NewHTTPServer(admin.Handler(&adminBackend{g: g, parse: parse}, g.cfg.Admin.Token), adminSC, adminTLS, g.log))
 	if err != nil {
 		s.Shutdown(context.Background())
 		return nil, fmt.Errorf("admin listen %s: %w", g.cfg.Admin.Listen, err)
 	}
 	s.Admin = bound
 	return s, nil
+}
+
+// NewHTTPServer is a client or admin listener's server: net/http with sc's header timeout, idle
+// timeout and header-size limit (the per-request body deadline and header-field count are the
+// handler's: see proxy.Config), HTTP/1.1, HTTP/2 when tlsConf is set, and h2c when sc.H2C.
+func NewHTTPServer(h http.Handler, sc rules.Server, tlsConf *tls.Config, log *slog.Logger) *http.Server {
+	sc = sc.WithDefaults()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: time.Duration(sc.ReadHeaderTimeout),
+		IdleTimeout:       time.Duration(sc.IdleTimeout),
+		MaxHeaderBytes:    sc.MaxHeaderBytes,
+		TLSConfig:         tlsConf,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Protocols:         new(http.Protocols),
+	}
+	srv.Protocols.SetHTTP1(true)
+	if tlsConf != nil {
+		srv.Protocols.SetHTTP2(true)
+	}
+	srv.Protocols.SetUnencryptedHTTP2(sc.H2C && tlsConf == nil)
+	return srv
+}
+
+// tlsConfig is a listener's TLS configuration (nil without TLS): the key pair re-read when its
+// files change, and for the admin listener an optional client CA every client must chain to.
+func (g *Gateway) tlsConfig(field string, t rules.TLS) (*tls.Config, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	kp, err := keypair.Load(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	kp.OnError = func(err error) {
+		g.log.Warn("TLS certificate reload failed; serving the previous one", "field", field, "err", err)
+	}
+	c := &tls.Config{GetCertificate: kp.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s.clientCAFile: %w", field, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s.clientCAFile: %s holds no PEM certificate", field, t.ClientCAFile)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
 }
 
 // Err reports the first server failure.
@@ -102,9 +172,10 @@ type adminBackend struct {
 	parse ParseFunc
 }
 
-func (a *adminBackend) Status() any                    { return a.g.Status() }
-func (a *adminBackend) Rules() *rules.Store            { return a.g.store }
-func (a *adminBackend) Registry() *prometheus.Registry { return a.g.reg }
+func (a *adminBackend) Status() any                      { return a.g.Status() }
+func (a *adminBackend) ReloadCertificates() (any, error) { return a.g.ReloadCertificates() }
+func (a *adminBackend) Rules() *rules.Store              { return a.g.store }
+func (a *adminBackend) Registry() *prometheus.Registry   { return a.g.reg }
 func (a *adminBackend) Inventory(rule, ep string) ([]inventory.KeyCount, bool) {
 	return a.g.Inventory(rule, ep)
 }

@@ -13,6 +13,8 @@ import (
 type Status struct {
 	Rules        []RuleStatus `json:"rules"`
 	Certificates []string     `json:"certificates,omitempty"`
+	// CertificateStatus describes each loaded certificate (validity, signature verification).
+	CertificateStatus []CertificateStatus `json:"certificate_status,omitempty"`
 }
 
 // RuleStatus is one rule's state.
@@ -42,6 +44,9 @@ type EndpointStatus struct {
 	Certified string `json:"certified,omitempty"`
 	Fenced    string `json:"fenced,omitempty"`
 	EventErr  string `json:"event_error,omitempty"`
+	// Exact is the endpoint's runtime exactness: eligible, suspended or uncertified, since when,
+	// why, and the live checks' evidence.
+	Exact *EndpointExact `json:"exact,omitempty"`
 }
 
 // Status reports every rule.
@@ -53,7 +58,7 @@ func (g *Gateway) Status() Status {
 	}
 	g.mu.RUnlock()
 	sort.Slice(rts, func(i, j int) bool { return rts[i].rule.Name < rts[j].rule.Name })
-	st := Status{Certificates: g.opts.CertificatePaths}
+	st := Status{Certificates: g.opts.CertificatePaths, CertificateStatus: g.certificateStatus()}
 	for _, rt := range rts {
 		rs := RuleStatus{Name: rt.rule.Name, Listener: g.listenerOf(rt.rule), Models: rt.rule.Models,
 			Engine: rt.rule.Engine.Family + " " + rt.rule.Engine.Release, Contract: rt.contract.ID, Selector: rt.rule.Selector,
@@ -64,6 +69,10 @@ func (g *Gateway) Status() Status {
 				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced()}
 			if v, ok := rt.errs.Load(e.Name); ok {
 				es.EventErr = v.(string)
+			}
+			if x := rt.exactOf(e.Name); x != nil {
+				xs := x.status()
+				es.Exact = &xs
 			}
 			rs.Endpoints = append(rs.Endpoints, es)
 		}
@@ -125,6 +134,8 @@ func (g *Gateway) SetEndpointState(rule, endpoint, state string) bool {
 type statusMetrics struct {
 	exact  *prometheus.GaugeVec
 	fenced *prometheus.GaugeVec
+	ep     *endpointMetrics
+	usage  *usageMetrics
 }
 
 func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
@@ -137,6 +148,8 @@ func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
 			Help: "1 while a failed re-probe (version, model or tokenizer changed) keeps KV-exact off for the endpoint.",
 		}, []string{"rule", "endpoint"})}
 	reg.MustRegister(m.exact, m.fenced)
+	m.ep = newEndpointMetrics(reg)
+	m.usage = newUsageMetrics(reg)
 	return m
 }
 
@@ -151,9 +164,22 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 		reason = reason[:200]
 	}
 	m.exact.WithLabelValues(rt.rule.Name, rt.exact.Binding, reason).Set(v)
+	for _, x := range rt.epExact {
+		x.mu.Lock()
+		x.publish()
+		x.mu.Unlock()
+	}
 }
 
 func (m *statusMetrics) forget(rule string) {
 	m.exact.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.ep.eligible.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.ep.reason.DeletePartialMatch(prometheus.Labels{"rule": rule})
+}
+
+// forgetUsage drops a removed rule's usage counters (a rebuilt rule keeps counting).
+func (m *statusMetrics) forgetUsage(rule string) {
+	m.usage.predicted.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.usage.realized.DeletePartialMatch(prometheus.Labels{"rule": rule})
 }

@@ -58,7 +58,7 @@ func TestBlockHashVectors(t *testing.T) {
 		})
 	}
 	// The suite must cover every engine-produced binding, not silently shrink.
-	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "sglang/"} {
+	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "vllm/sha256_msgpack", "vllm/xxhash_msgpack", "sglang/"} {
 		if !engines[want] {
 			t.Errorf("no engine-produced vector file for %s under %s", want, dir)
 		}
@@ -84,9 +84,17 @@ func TestBlockHashVectorsCount(t *testing.T) {
 		if f.Header.Generated() {
 			continue
 		}
-		counts[strings.TrimSuffix(filepath.Base(path), ".json")] += len(f.Cases)
+		rel, _ := filepath.Rel(dir, path)
+		counts[strings.TrimSuffix(filepath.ToSlash(rel), ".json")] += len(f.Cases)
 	}
-	want := map[string]int{"sha256": 72, "sha256_cbor": 72, "xxhash": 72, "xxhash_cbor": 72, "page_hash": 61}
+	want := map[string]int{}
+	for _, a := range []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"} {
+		want["vllm/v0.25.1/"+a] = 72
+		want["vllm/v0.28.0/"+a] = 74
+	}
+	want["vllm/main-msgpack/sha256_msgpack"] = 74
+	want["vllm/main-msgpack/xxhash_msgpack"] = 74
+	want["sglang/v0.5.18/page_hash"] = 61
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%s: %d cases, want %d", k, counts[k], n)

@@ -195,6 +195,7 @@ func evVLLMEvent(t *testing.T, v any) engines.Event {
 	if w, ok := m["kv_cache_spec_sliding_window"]; ok && w != nil {
 		e.SlidingWin = evInt(t, w)
 	}
+	e.Locality = evStr(m["locality"])
 	evSplit(&e)
 	return e
 }
@@ -263,6 +264,80 @@ func TestEventSamplesVLLM(t *testing.T) {
 				t.Fatalf("re-encode (%v): %v\n got %x\nwant %x", layout, err, out, p)
 			}
 		})
+	}
+}
+
+// TestEventSamplesVLLMReleases: the v0.28 samples (locality, CPU and STORAGE media, a full-report
+// re-emission, a sliding-window group) decode field by field and re-encode byte for byte, and their
+// keys are the v0.28 default-seed vectors' (an engine run with PYTHONHASHSEED unset).
+func TestEventSamplesVLLMReleases(t *testing.T) {
+	var f struct {
+		Tag     string `json:"tag"`
+		Samples []struct {
+			Name    string `json:"name"`
+			Payload string `json:"payload_hex"`
+			Decoded []any  `json:"decoded"`
+			Frames  struct {
+				Topic string      `json:"topic_hex"`
+				Seq   json.Number `json:"seq"`
+				Hex   string      `json:"seq_hex"`
+			} `json:"zmq_frames"`
+		} `json:"samples"`
+	}
+	evLoad(t, "vllm/v0.28.0/events-samples.json", &f)
+	if len(f.Samples) != 5 {
+		t.Fatalf("%d samples, want 5", len(f.Samples))
+	}
+	dir, err := vectors.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vf, err := vectors.Load(filepath.Join(dir, "vllm", "v0.28.0", "sha256_cbor.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]bool{}
+	for _, c := range vf.Cases {
+		if c.Name == "seed_unset_bs16" {
+			for _, k := range c.Expected.Keys {
+				want[k] = true
+			}
+		}
+	}
+	layout, err := vllm.LayoutForRelease(f.Tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, s := range f.Samples {
+		t.Run(s.Name, func(t *testing.T) {
+			p := evUnhex(t, s.Payload)
+			evCheckFrames(t, evUnhex(t, s.Frames.Topic), evUnhex(t, s.Frames.Hex), p, evU64(t, s.Frames.Seq))
+			got, err := vllm.DecodeBatch(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(evBatch(t, s.Decoded, evVLLMEvent), got, cmpopts.EquateEmpty()); d != "" {
+				t.Fatalf("decoded vs the sample's rendering (-want +got):\n%s", d)
+			}
+			out, err := vllm.EncodeBatch(got, layout)
+			if err != nil || !bytes.Equal(out, p) {
+				t.Fatalf("re-encode (%v): %v\n got %x\nwant %x", layout, err, out, p)
+			}
+			for _, ev := range got.Events {
+				seen[ev.Medium+"/"+ev.Locality] = true
+				for _, h := range ev.BlockHashes {
+					if !want[h] {
+						t.Errorf("key %d is not a seed_unset_bs16 vector key", h)
+					}
+				}
+			}
+		})
+	}
+	for _, m := range []string{"GPU/", "CPU/", "STORAGE/LOCAL", "STORAGE/REMOTE"} {
+		if !seen[m] {
+			t.Errorf("no sample event with medium/locality %s", m)
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ mkdir -p "$out/kvbench" docs/bench
 } | tee "$out/machine.txt"
 benchtime=${BENCHTIME:-1s}
 if [ -z "${SKIP_GO_BENCH:-}" ]; then
-  for pkg in gateway/hashcore gateway/inventory gateway/tokenize gateway/ingest gateway/route gateway/proxy gateway/h1 \
+  for pkg in gateway/hashcore gateway/inventory gateway/tokenize gateway/ingest gateway/route gateway/proxy \
              engines/vllm engines/sglang engines/trtllm engines/sim bench/kvbench; do
     file="$out/$(echo "$pkg" | tr / _).txt"
     if ! list=$(go test -list 'Benchmark.*' "./$pkg" 2>&1); then
@@ -52,6 +52,10 @@ if [ -z "${SKIP_KVBENCH:-}" ]; then
   # Any other failure stops the run, as before.
   rc=0
   "$out/kvbench-bin" overhead --out "$out/kvbench" --charts docs/bench --gateway "$out/gateway-bin" || rc=$?
+  # Pool scale: 16 and 64 endpoints over 10M resident keys, prompts up to 100k tokens
+  # (KVBENCH_SCALE_ARGS, e.g. --resident 10000000,100000000 for the 100M cell: about 3 GiB).
+  # shellcheck disable=SC2086
+  "$out/kvbench-bin" scale --out "$out/kvbench" ${KVBENCH_SCALE_ARGS:-}
   if [ "$rc" -eq 3 ]; then
     echo "== kvbench overhead: proxy comparison not run (see above); the document says why"
   elif [ "$rc" -ne 0 ]; then

@@ -5,7 +5,9 @@
 #   2. ctk certify catches it: the demo expects exit status 1 and shows the differing leg;
 #   3. the gateway starts with the certificate: KV-exact runs on E0–E2 only, and says why not on E3;
 #   4. the same shared-prefix workload runs through a round-robin listener and a KV-exact listener;
-#   5. a table of what the engines' own receipts say: cached-token ratio and time to first token.
+#   5. a table of what the engines' own receipts say: cached-token ratio and time to first token;
+#   6. live: E1 restarts with PYTHONHASHSEED=1 on the same ports; the live parity watch fences it
+#      within seconds, the status says why, and the KV-exact run is repeated without it.
 # Everything runs on 127.0.0.1 and is cleaned up on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -120,6 +122,34 @@ clears=()
 for i in 0 1 2 3; do clears+=(--clear "http://127.0.0.1:$((BASE + i))/sim/clear"); done
 "$BIN/kvbench" drive --model "$MODEL" --requests "${DEMO_REQUESTS:-160}" --prefixes 16 --concurrency 4 \
   --run "round-robin=http://127.0.0.1:$((BASE + 30))" --run "kv-exact=http://127.0.0.1:$((BASE + 31))" "${clears[@]}"
+
+step "5. Live: E1 restarts on the same ports with PYTHONHASHSEED=1; the gateway fences it by itself"
+kill "${PIDS[1]}"; wait "${PIDS[1]}" 2>/dev/null || true
+PYTHONHASHSEED=1 "$BIN/enginesim" --family vllm --release v0.25.1 --model "$MODEL" --served-model-name "$MODEL" \
+  --endpoint E1 --http "127.0.0.1:$((BASE + 1))" --zmq "tcp://*:$((BASE + 11))" --replay "tcp://*:$((BASE + 21))" \
+  --prefill-per-token 300us --decode-per-token 2ms --max-concurrency 4 --capacity "${DEMO_CAPACITY:-320}" \
+  --log-level warn >"$WORK/E1-restarted.log" 2>&1 &
+PIDS[1]=$!
+wait_line "$WORK/E1-restarted.log" "enginesim listening" 60 "${PIDS[1]}"
+start=$(date +%s%N)
+fenced=0
+for n in $(seq 1 100); do
+  # Traffic that reaches E1 directly (another client): its stored-block events are what the live
+  # parity watch re-hashes with the certified seed.
+  curl -fsS -o /dev/null -H 'Content-Type: application/json' "http://127.0.0.1:$((BASE + 1))/v1/completions" \
+    -d "{\"model\": \"$MODEL\", \"prompt\": \"After the restart, request $n: a prompt long enough to fill a few KV blocks of sixteen tokens each, so that its events carry token ids to check.\", \"max_tokens\": 1}" || true
+  curl -fsS -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$((BASE + 32))/admin/status" >"$WORK/status.json"
+  if grep -q '"parity_mismatch"' "$WORK/status.json"; then fenced=1; break; fi
+  sleep 0.1
+done
+if [ "$fenced" != 1 ]; then
+  echo "demo: the gateway did not fence the restarted E1" >&2; tail -20 "$WORK/gateway.log" >&2; exit 1
+fi
+printf 'E1 fenced %d ms after it came back (log: %s)\n' $(( ($(date +%s%N) - start) / 1000000 )) \
+  "$(grep 'endpoint=E1' "$WORK/gateway.log" | grep -m1 'do not match' | sed 's/^time=[^ ]* //' | cut -c1-200)"
+"$BIN/kvbench" status --file "$WORK/status.json" --rule kv-exact
+"$BIN/kvbench" drive --model "$MODEL" --requests "${DEMO_REQUESTS:-160}" --prefixes 16 --concurrency 4 \
+  --run "kv-exact-E1-fenced=http://127.0.0.1:$((BASE + 31))" "${clears[@]}"
 
 step "Done"
 echo "Cached-token ratio and TTFT come from the engines' own receipts (usage.prompt_tokens_details.cached_tokens,"

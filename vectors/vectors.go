@@ -73,6 +73,9 @@ type Case struct {
 	BlockSize int
 	// Seed is the PYTHONHASHSEED string (vLLM; nil = unset).
 	Seed *string
+	// NoneHashSeed is, for a reproducible case with PYTHONHASHSEED unset, the seed the engine itself
+	// resolved and rooted its chain in (vLLM ≥ v0.28 for its cryptographic algorithms).
+	NoneHashSeed *string
 	// Reproducible is false for documentation cases whose expected values cannot be reproduced.
 	Reproducible bool
 	// Bigram is SGLang's EAGLE bigram mode.
@@ -461,6 +464,16 @@ func (p *parser) vllmCase(path string, v any) (*Case, error) {
 	}
 	if c.Reproducible, err = p.boolean(path+".reproducible", m["reproducible"]); err != nil {
 		return nil, err
+	}
+	switch s := m["none_hash_seed"].(type) {
+	case nil:
+	case string:
+		if c.Seed != nil {
+			return nil, p.errf(path+".none_hash_seed", "only a case with hash_seed null resolves its own seed")
+		}
+		c.NoneHashSeed = &s
+	default:
+		return nil, p.errf(path+".none_hash_seed", "want a string or null, got %s", kind(s))
 	}
 	if c.Tokens, err = p.tokens(path+".token_ids", m["token_ids"]); err != nil {
 		return nil, err

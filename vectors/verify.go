@@ -110,6 +110,9 @@ func (c *Case) Binding() hashcore.Binding {
 	b := hashcore.Binding{Algorithm: hashcore.Algorithm(c.Algo), BlockSize: c.BlockSize, Bigram: c.Bigram}
 	if b.Algorithm.IsVLLM() {
 		b.Seed = c.Seed
+		if b.Seed == nil {
+			b.Seed = c.NoneHashSeed
+		}
 	}
 	return b
 }

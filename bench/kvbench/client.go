@@ -31,8 +31,10 @@ type Result struct {
 	// Predicted is the cached prefix (tokens) the decision expected on its target.
 	Predicted int
 	// Seeded: the load law's cold-start seeding sent this KV-exact hit to a cold endpoint.
-	Seeded  bool
-	Headers bool // response headers arrived
+	Seeded bool
+	// PredictedHit: the decision's score needed predict-on-route blocks (not engine-confirmed).
+	PredictedHit bool
+	Headers      bool // response headers arrived
 }
 
 // decision is the part of X-Kvexact-Decision the benchmark reads.
@@ -40,6 +42,7 @@ type decision struct {
 	Target    string `json:"target"`
 	Tier      string `json:"tier"`
 	Seeded    bool   `json:"seeded"`
+	Predicted bool   `json:"predicted"`
 	Endpoints []struct {
 		Name   string `json:"name"`
 		Prefix int    `json:"prefix"`
@@ -76,7 +79,7 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 	if h := resp.Header.Get(proxy.HeaderDecision); h != "" {
 		var d decision
 		if json.Unmarshal([]byte(h), &d) == nil {
-			r.Target, r.Tier, r.Seeded = d.Target, d.Tier, d.Seeded
+			r.Target, r.Tier, r.Seeded, r.PredictedHit = d.Target, d.Tier, d.Seeded, d.Predicted
 			for _, e := range d.Endpoints {
 				if e.Name == d.Target {
 					r.Predicted = e.Prefix * blockSize

@@ -24,7 +24,7 @@ var sectionPackages = map[string][]string{
 	"tokenizer.md":    {"gateway/tokenize"},
 	"ingest.md":       {"gateway/ingest"},
 	"decoders.md":     {"engines/vllm", "engines/sglang", "engines/trtllm"},
-	"proxy.md":        {"gateway/proxy", "gateway/h1"},
+	"proxy.md":        {"gateway/proxy"},
 	"simulator.md":    {"engines/sim"},
 	"route.md":        {"gateway/route"},
 }
@@ -66,6 +66,12 @@ func WriteDocument(rawDir, sectionsDir, chartsDir, out string) error {
 	b.WriteString("Contents: [1. Routing quality](#1-routing-quality-kvbench) · [2. Overhead](#2-overhead) · [3. Component benchmarks](#3-component-benchmarks)\n\n")
 	writeRouting(&b, rep, rel)
 	writeOverhead(&b, ov, rel, rawDir)
+	if sc, err := os.ReadFile(filepath.Join(rawDir, "kvbench", "scale.md")); err == nil {
+		// kvbench scale's table (docs/benchmarks/peers.md has the peer figures it is set against).
+		b.WriteString("## 2b. Pool scale (kvbench scale)\n\n")
+		b.Write(sc)
+		b.WriteString("\n")
+	}
 	if err := writeSections(&b, rawDir, sectionsDir); err != nil {
 		return err
 	}
@@ -85,17 +91,20 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 	fmt.Fprintf(b, "Command: `go run ./cmd/kvbench --out .cache/bench/kvbench --charts docs/bench` (recorded: `%s`), %d cores (%s), %s, load average %s before and %s after (the machine is shared); %.0f s.\n\n",
 		rep.Command, m.Cores, m.CPU, m.Go, m.Load, rep.MachineAfter.Load, rep.Elapsed)
 	p, ps := rep.Plan, rep.Pool
-	fmt.Fprintf(b, "**Setup.** One process: %d vLLM %s simulators (`engines/sim`, engine hash binding `sha256`, PYTHONHASHSEED pinned) with %d KV blocks of 16 tokens each, %d running requests per engine, %s per uncached prompt token and %s per output token; a fresh pool and gateway per cell, so every cell starts cold. KV-exact policies run under a certificate for the rule's profile (as `ctk certify` writes it), with the rule's `least-load` selector on a miss. The **oracle** decides in the client with the simulators' true cache contents (`sim.CacheKeys`) and true in-flight counts, under the same hard load law (ε = 0.75), and sends through the same gateway data path (a single-endpoint rule per engine), so only the decision differs.\n\n",
+	fmt.Fprintf(b, "**Setup.** One process: %d vLLM %s simulators (`engines/sim`, engine hash binding `sha256`, PYTHONHASHSEED pinned) with %d KV blocks of 16 tokens each, %d running requests per engine, %s per uncached prompt token and %s per output token; a fresh pool and gateway per cell, so every cell starts cold. KV-exact policies run under a certificate for the rule's profile (as `ctk certify` writes it), with the rule's `least-load` selector on a miss. The **oracle** decides in the client with the simulators' true cache contents (`sim.CacheKeys`), the blocks of every request in flight on each engine and true in-flight counts, under the gateway's own hard load law (ε = 0.75), and sends through the same gateway data path (a single-endpoint rule per engine), so only the decision differs; the target *oracle is an upper bound* checks, per workload and load, that no policy beats it by more than two standard errors. The **peers' strategies** (Dynamo without KV events, SGLang's approximate tree, AIBrix prefix-cache, llm-d estimate; llm-d precise is KV-exact's router binding) decide in the client the same way, from what each peer's router knows (docs/benchmarks/peers.md cites their algorithms).\n\n",
 		ps.Endpoints, release, ps.CapacityBlocks, ps.MaxConcurrency, ps.PrefillPerToken, ps.DecodePerToken)
 	sh := p.Shape
 	fmt.Fprintf(b, "**Workloads** (seed %d, open-loop Poisson arrivals, streaming, %d output tokens): "+
 		"*system-prompt* — %d shared system prompts of ~%d tokens, Zipf popularity (s = %.2f), a unique ~%d-token question each; "+
 		"*multi-turn* — %d conversations open at a time, each 3–%d turns of ~%d tokens with ~%d-token replies (chat API, the template renders the history); "+
 		"*rag* — a shared instruction, %d of %d documents of ~%d tokens (Zipf) and a unique question; "+
-		"*control* — unique ~%d-token prompts, nothing shared. "+
+		"*control* — unique ~%d-token prompts, nothing shared; "+
+		"*chat-trace* — %d chats open at a time shaped by LMSYS-Chat-1M's published means (%.1f turns, %.1f-token prompts, %.1f-token replies); "+
+		"*tenant-salted* — the system-prompt workload, each request carrying one of %d tenants' `cache_salt`. "+
 		"Offered load is a multiple of the pool's **uncached** capacity (slots ÷ uncached service time of the workload's mean prompt: %s); each cell sends rate × %s requests (%d–%d); the first %.0f%% by arrival are left out of the figures. Goodput counts requests with TTFT ≤ %.0f ms per second. Imbalance is max ÷ mean requests served per engine.\n\n",
 		p.Seed, sh.MaxTokens, sh.SystemPrompts, sh.SystemPromptTokens, sh.ZipfS, sh.UserTokens, sh.Conversations, sh.MaxTurns, sh.TurnTokens, sh.ReplyTokens,
-		sh.DocsPerRequest, sh.Documents, sh.DocumentTokens, sh.ControlTokens, capacityList(rep), p.Duration, p.MinRequests, p.MaxRequests, 100*rep.Warmup, rep.SLOms)
+		sh.DocsPerRequest, sh.Documents, sh.DocumentTokens, sh.ControlTokens,
+		sh.TraceConversations, sh.TraceMeanTurns, sh.TracePromptTokens, sh.TraceReplyTokens, sh.Tenants, capacityList(rep), p.Duration, p.MinRequests, p.MaxRequests, 100*rep.Warmup, rep.SLOms)
 	b.WriteString("**Evidence.** A cell is reported only when its decision proof and delivery proof hold: every response's decision target (`X-Kvexact-Decision`), gateway receipt (`X-Kvexact-Endpoint`) and simulator receipt (`X-Kvexact-Served-By`) name the same engine (and, for the oracle, the engine it chose); for KV-exact, `kvexact_kv_exact_hits_total{rule,endpoint}` moved on a sharing workload, by exactly the KV-exact decisions the headers name per endpoint, and backend receipts (`cached_tokens`) confirm hits; for the baselines the hit counters did not move. Cached-token ratios come from the backends' receipts only. Invalid cells are listed, never charted.\n\n")
 
 	invalid := 0
@@ -220,6 +229,13 @@ func cellsOf(rep *Report, w string) []*Cell {
 	return out
 }
 
+// OverheadSection renders the overhead section of BENCHMARKS.md from one kvbench overhead run.
+func OverheadSection(ov *Overhead, charts string) string {
+	var b strings.Builder
+	writeOverhead(&b, ov, charts, "")
+	return b.String()
+}
+
 func writeOverhead(b *strings.Builder, ov *Overhead, charts, rawDir string) {
 	b.WriteString("## 2. Overhead\n\n")
 	if ov == nil {
@@ -264,7 +280,7 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 	if ov.GatewayCommand != "" {
 		gwText = fmt.Sprintf("The gateway is a child process too, in its own process group (`%s`, binary %s, GOMAXPROCS = cores)", ov.GatewayCommand, ov.Gateway)
 	}
-	fmt.Fprintf(b, "Same small non-streaming request throughout (`%s`, a ~250-byte JSON answer). The tiny upstream is a separate process (`kvbench upstream`, 4 loopback listeners, fixed answer with a served-by receipt). nginx (%s) runs from a generated config in its own process group: `worker_processes %d`, `upstream` of the same 4 listeners (round robin) with `keepalive 64`, `proxy_http_version 1.1`, access log off, `daemon off`. %s: one rule, selector `rr`, kvExactMode 0, no debug header, no health probes, Prometheus metrics on — it parses every JSON body; nginx does not. Both proxies are stopped with their process group afterwards. Direct is wrk straight to one upstream listener. Before measuring, each target's answer must carry the upstream's receipt (and, through the gateway, a matching `X-Kvexact-Endpoint`); %s; every round measures the three back to back, the order rotating between rounds; a wrk run with non-2xx responses or socket errors aborts the comparison.\n\n",
+	fmt.Fprintf(b, "Same small non-streaming request throughout (`%s`, a ~250-byte JSON answer). The tiny upstream is a separate process (`kvbench upstream`, 4 loopback listeners, fixed answer with a served-by receipt). nginx (%s) runs from a generated config in its own process group: `worker_processes %d`, `upstream` of the same 4 listeners (round robin) with `keepalive 64`, `proxy_http_version 1.1`, access log off, `daemon off`. %s: one rule, selector `rr`, kvExactMode 0, no debug header, no health probes, Prometheus metrics on — it parses every JSON body; nginx does not. Both proxies are stopped with their process group afterwards. Direct is wrk straight to one upstream listener. Before measuring, each target's answer must carry the upstream's receipt (and, through the gateway, a matching `X-Kvexact-Endpoint`); %s; every round measures every target back to back, the order rotating between rounds; a wrk run with non-2xx responses or socket errors aborts the comparison.\n\n",
 		smallRequest, ov.Nginx, m.Cores, gwText, warm)
 	hasCPU := false
 	for _, r := range ov.Proxy {
@@ -302,10 +318,10 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 	fmt.Fprintf(b, "| **median** | | %.0f | %.0f | %s | %.0f | %s | **%.2f** | %.2f | %s |\n", md.Direct, md.Nginx, cpu(md.NginxCPUus), md.Gateway, cpu(md.GatewayCPUus), ov.RatioVsNginx, ov.RatioVsDirect, cpuRatio)
 	b.WriteString("\nThe ratio columns' medians are medians of the per-round ratios, not ratios of the medians.\n")
 	verdict := "met"
-	if ov.RatioVsNginx < 0.7 {
+	if ov.RatioVsNginx < 0.45 {
 		verdict = "**missed**"
 	}
-	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.2f** over %d rounds (target ≥ 0.70: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
+	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.3f** over %d rounds (target ≥ 0.45, issue #17: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
 	if hasCPU {
 		fmt.Fprintf(b, " CPU per request, medians: nginx %.1f µs, gateway %.1f µs (gateway / nginx %.2f).", md.NginxCPUus, md.GatewayCPUus, ov.CPURatioVsNginx)
 	}
@@ -313,6 +329,8 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 		fmt.Fprintf(b, " Only %d rounds: fewer than the 5 a quoted median needs.", len(ov.Proxy))
 	}
 	fmt.Fprintf(b, "\n\n![Proxy throughput](%s/proxy-throughput.svg)\n\n", charts)
+	writeBaseline(b, ov)
+	writeLatency(b, ov)
 }
 
 func orDash(s string) string {

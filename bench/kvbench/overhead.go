@@ -36,6 +36,20 @@ type Overhead struct {
 	RatioVsNginx    float64 `json:"ratioVsNginx,omitempty"`
 	RatioVsDirect   float64 `json:"ratioVsDirect,omitempty"`
 	CPURatioVsNginx float64 `json:"cpuRatioVsNginx,omitempty"`
+	// Latency rounds at a fixed rate (LatencyRate small requests/s) and streaming time-to-first-
+	// byte rounds, every target in each round; Added* are the medians of target − direct.
+	LatencyRate  int                     `json:"latencyRate,omitempty"`
+	Latency      []LatencyRound          `json:"latency,omitempty"`
+	Stream       []LatencyRound          `json:"stream,omitempty"`
+	AddedLatency map[string]AddedLatency `json:"addedLatency,omitempty"`
+	AddedTTFB    map[string]AddedLatency `json:"addedTtfb,omitempty"`
+	// AddedSaturation is the added p50/p99 under wrk's closed-loop saturation.
+	AddedSaturation map[string]AddedLatency `json:"addedSaturation,omitempty"`
+	// Baseline names the optional fourth target, another gateway build measured in the same
+	// rounds (e.g. the previous release), and its binary.
+	Baseline             string  `json:"baseline,omitempty"`
+	BaselineBin          string  `json:"baselineBinary,omitempty"`
+	RatioBaselineVsNginx float64 `json:"ratioBaselineVsNginx,omitempty"`
 	// Command is the kvbench invocation that wrote this.
 	Command        string `json:"command,omitempty"`
 	WrkCommand     string `json:"wrkCommand,omitempty"`
@@ -206,6 +220,12 @@ type ProxyRound struct {
 	NginxN       int64   `json:"nginxRequests"`
 	GatewayN     int64   `json:"gatewayRequests"`
 	Order        string  `json:"order"`
+	// Baseline* are the optional baseline gateway's (ProxyOptions.Baseline).
+	Baseline      float64 `json:"baselineRps,omitempty"`
+	BaselineCPUus float64 `json:"baselineCpuUsPerRequest,omitempty"`
+	BaselineN     int64   `json:"baselineRequests,omitempty"`
+	// Saturation latency percentiles per target (wrk --latency), µs.
+	Saturation map[string]LatencyFigure `json:"saturation,omitempty"`
 }
 
 // UpstreamResponse is the tiny upstream's answer: a 1-token completion with a usage receipt.
@@ -225,7 +245,12 @@ func ServeUpstream(ctx context.Context, n int, ready func([]string)) error {
 		}
 		name := fmt.Sprintf("u%d", i)
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"stream":true`)) {
+				w.Header().Set(sim.ReceiptHeader, name)
+				serveStream(w, name)
+				return
+			}
 			h := w.Header()
 			h.Set("Content-Type", "application/json")
 			h.Set(sim.ReceiptHeader, name)
@@ -257,7 +282,16 @@ type ProxyOptions struct {
 	Nginx       string // nginx binary
 	Wrk         string // wrk binary
 	Gateway     string // gateway binary (cmd/gateway), see ResolveGateway
-	Log         io.Writer
+	// Baseline, when set, is a second gateway binary measured as a fourth target in the same
+	// rounds (BaselineName labels it, e.g. "gateway-h1").
+	Baseline     string
+	BaselineName string
+	// LatencyRate is the fixed rate of the latency rounds (0: no latency rounds); LatencyDuration
+	// their length; StreamRequests the streaming requests per target per round (0: none).
+	LatencyRate     int
+	LatencyDuration time.Duration
+	StreamRequests  int
+	Log             io.Writer
 }
 
 // MissingTool names a program the proxy comparison needs and how to install it.
@@ -379,6 +413,12 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }
+    location /stream/ {
+      proxy_pass http://pool;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
   }
 }
 `, ThisMachine().Cores, dir, ub.String(), nport)
@@ -412,10 +452,31 @@ http {
 		"nginx":   {url: fmt.Sprintf("http://127.0.0.1:%d", nport), pgid: nginxProc.pgid},
 		"gateway": {url: "http://" + gwAddr, pgid: gw.pgid},
 	}
+	order := []string{"direct", "nginx", "gateway"}
+	procs := map[string]*groupProc{"nginx": nginxProc, "gateway": gw}
+	if o.Baseline != "" {
+		if o.BaselineName == "" {
+			o.BaselineName = "baseline"
+		}
+		bdir := filepath.Join(dir, "baseline")
+		if err := os.MkdirAll(bdir, 0o755); err != nil {
+			return err
+		}
+		bg, bAddr, err := startGateway(ctx, o.Baseline, ups, bdir, o.Log)
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		defer bg.stop()
+		targets[o.BaselineName] = proxyTarget{url: "http://" + bAddr, pgid: bg.pgid}
+		procs[o.BaselineName] = bg
+		order = append(order, o.BaselineName)
+		ov.Baseline, ov.BaselineBin = o.BaselineName, describeBinary(o.Baseline)
+	}
+	isGateway := func(name string) bool { return name == "gateway" || name == o.BaselineName && o.Baseline != "" }
 	// Delivery check before measuring: every target answers 200 with the upstream's receipt.
-	for _, name := range []string{"direct", "nginx", "gateway"} {
-		if err := waitServing(ctx, targets[name].url, name == "gateway"); err != nil {
-			if p := map[string]*groupProc{"nginx": nginxProc, "gateway": gw}[name]; p != nil {
+	for _, name := range order {
+		if err := waitServing(ctx, targets[name].url, isGateway(name)); err != nil {
+			if p := procs[name]; p != nil {
 				err = p.explain(err)
 			}
 			return fmt.Errorf("%s: %w", name, err)
@@ -426,7 +487,7 @@ http {
 	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
 		return err
 	}
-	ov.WrkCommand = fmt.Sprintf("wrk -t%d -c%d -d%s -s post.lua <target>/v1/completions (body %s)", o.Threads, o.Connections, wrkSeconds(o.Duration), smallRequest)
+	ov.WrkCommand = fmt.Sprintf("wrk -t%d -c%d -d%s --latency -s post.lua <target>/v1/completions (body %s)", o.Threads, o.Connections, wrkSeconds(o.Duration), smallRequest)
 	ov.LoadAvg = loadAvg()
 	fmt.Fprintf(o.Log, "proxy comparison: load average %s at the start\n", ov.LoadAvg)
 	measure := func(name string, d time.Duration) (proxyRun, error) {
@@ -452,7 +513,30 @@ http {
 		}
 		return run, nil
 	}
-	order := []string{"direct", "nginx", "gateway"}
+	// accounted runs f against target name, charging the target's process group's CPU time to the
+	// requests f reports.
+	accounted := func(name string, f func(url string) LatencyFigure) (LatencyFigure, error) {
+		t := targets[name]
+		var before time.Duration
+		if t.pgid != 0 {
+			var err error
+			if before, _, err = groupCPU("/proc", t.pgid); err != nil {
+				return LatencyFigure{}, err
+			}
+		}
+		fig := f(t.url)
+		if t.pgid != 0 {
+			after, _, err := groupCPU("/proc", t.pgid)
+			if err != nil {
+				return LatencyFigure{}, err
+			}
+			fig.CPUus = cpuPerRequest(after-before, int64(fig.Requests))
+		}
+		if fig.Errors > 0 {
+			return fig, fmt.Errorf("%s: %d failed requests: the run is invalid", name, fig.Errors)
+		}
+		return fig, nil
+	}
 	if o.Warmup > 0 {
 		ov.WarmupSeconds, _ = strconv.ParseFloat(strings.TrimSuffix(wrkSeconds(o.Warmup), "s"), 64)
 		for _, name := range order {
@@ -465,14 +549,17 @@ http {
 	}
 	for round := 0; round < o.Rounds; round++ {
 		var pr ProxyRound
-		rot := append(append([]string{}, order[round%3:]...), order[:round%3]...)
+		k := round % len(order)
+		rot := append(append([]string{}, order[k:]...), order[:k]...)
 		pr.Order = strings.Join(rot, ",")
+		pr.Saturation = map[string]LatencyFigure{}
 		for _, name := range rot {
 			r, err := measure(name, o.Duration)
 			if err != nil {
 				return fmt.Errorf("round %d %s: %w", round+1, name, err)
 			}
-			fmt.Fprintf(o.Log, "round %d  %-8s %9.0f req/s %s\n", round+1, name, r.RPS, cpuNote(r))
+			fmt.Fprintf(o.Log, "round %d  %-10s %9.0f req/s %s, p50 %.0f µs, p99 %.0f µs\n", round+1, name, r.RPS, cpuNote(r), r.P50us, r.P99us)
+			pr.Saturation[name] = LatencyFigure{P50us: r.P50us, P99us: r.P99us, Requests: int(r.Requests), CPUus: r.CPUus}
 			switch name {
 			case "direct":
 				pr.Direct, pr.DirectN = r.RPS, r.Requests
@@ -480,10 +567,49 @@ http {
 				pr.Nginx, pr.NginxN, pr.NginxCPUus = r.RPS, r.Requests, r.CPUus
 			case "gateway":
 				pr.Gateway, pr.GatewayN, pr.GatewayCPUus = r.RPS, r.Requests, r.CPUus
+			default:
+				pr.Baseline, pr.BaselineN, pr.BaselineCPUus = r.RPS, r.Requests, r.CPUus
 			}
 		}
 		ov.Proxy = append(ov.Proxy, pr)
+		if o.LatencyRate > 0 {
+			lr := LatencyRound{Order: pr.Order, Targets: map[string]LatencyFigure{}}
+			for _, name := range rot {
+				f, err := accounted(name, func(url string) LatencyFigure {
+					return fixedRate(ctx, url+"/v1/completions", o.LatencyRate, o.LatencyDuration)
+				})
+				if err != nil {
+					return fmt.Errorf("round %d latency: %w", round+1, err)
+				}
+				fmt.Fprintf(o.Log, "round %d  %-10s at %d req/s: p50 %.0f µs, p99 %.0f µs, %.1f CPU µs/request (%d requests)\n", round+1, name, o.LatencyRate, f.P50us, f.P99us, f.CPUus, f.Requests)
+				lr.Targets[name] = f
+			}
+			ov.Latency = append(ov.Latency, lr)
+		}
+		if o.StreamRequests > 0 {
+			sr := LatencyRound{Order: pr.Order, Targets: map[string]LatencyFigure{}}
+			for _, name := range rot {
+				path := "/v1/completions"
+				if name == "nginx" {
+					path = "/stream/v1/completions" // nginx's unbuffered location
+				}
+				f, err := accounted(name, func(url string) LatencyFigure { return ttfb(ctx, url+path, o.StreamRequests) })
+				if err != nil {
+					return fmt.Errorf("round %d stream: %w", round+1, err)
+				}
+				fmt.Fprintf(o.Log, "round %d  %-10s stream: TTFB p50 %.0f µs, p99 %.0f µs (%d requests)\n", round+1, name, f.P50us, f.P99us, f.Requests)
+				sr.Targets[name] = f
+			}
+			ov.Stream = append(ov.Stream, sr)
+		}
 	}
+	ov.LatencyRate = o.LatencyRate
+	ov.AddedLatency, ov.AddedTTFB = added(ov.Latency), added(ov.Stream)
+	sat := make([]LatencyRound, len(ov.Proxy))
+	for i, r := range ov.Proxy {
+		sat[i] = LatencyRound{Order: r.Order, Targets: r.Saturation}
+	}
+	ov.AddedSaturation = added(sat)
 	ov.LoadAvgAfter = loadAvg()
 	var vn, vd, vc []float64
 	for _, r := range ov.Proxy {
@@ -493,6 +619,13 @@ http {
 		}
 	}
 	ov.RatioVsNginx, ov.RatioVsDirect, ov.CPURatioVsNginx = median(vn), median(vd), median(vc)
+	if o.Baseline != "" {
+		var vb []float64
+		for _, r := range ov.Proxy {
+			vb = append(vb, r.Baseline/r.Nginx)
+		}
+		ov.RatioBaselineVsNginx = median(vb)
+	}
 	return nil
 }
 
@@ -574,8 +707,9 @@ var (
 
 // wrkResult is what a valid wrk run reports.
 type wrkResult struct {
-	RPS      float64 // Requests/sec
-	Requests int64   // "N requests in T": requests completed
+	RPS          float64 // Requests/sec
+	Requests     int64   // "N requests in T": requests completed
+	P50us, P99us float64 // from --latency's distribution (0 when absent)
 }
 
 // parseWrk reads wrk's report; a run with non-2xx responses or socket errors is invalid.
@@ -605,6 +739,7 @@ func parseWrk(out []byte) (wrkResult, error) {
 	if r.Requests == 0 {
 		return r, errors.New("wrk: 0 requests completed: the run is invalid")
 	}
+	r.P50us, r.P99us = parseWrkLatency(out)
 	return r, nil
 }
 
@@ -614,7 +749,7 @@ func wrkSeconds(d time.Duration) string {
 }
 
 func runWrk(ctx context.Context, o ProxyOptions, script, url string, d time.Duration) (wrkResult, error) {
-	out, err := exec.CommandContext(ctx, o.Wrk, "-t"+strconv.Itoa(o.Threads), "-c"+strconv.Itoa(o.Connections), "-d"+wrkSeconds(d), "-s", script, url).CombinedOutput()
+	out, err := exec.CommandContext(ctx, o.Wrk, "-t"+strconv.Itoa(o.Threads), "-c"+strconv.Itoa(o.Connections), "-d"+wrkSeconds(d), "--latency", "-s", script, url).CombinedOutput()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
 	}

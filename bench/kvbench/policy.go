@@ -2,8 +2,10 @@ package kvbench
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway/route"
 )
 
 // Policy is one routing policy under test.
@@ -17,6 +19,23 @@ type Policy struct {
 	Law      string `json:"law,omitempty"`
 	// Oracle routes in the client with the simulators' true cache contents.
 	Oracle bool `json:"oracle,omitempty"`
+	// Peer names a peer's strategy (peers.go) that routes in the client, like the oracle.
+	Peer string `json:"peer,omitempty"`
+	// Binding is the KV-exact rule's key binding ("": the pool's engine binding).
+	Binding string `json:"binding,omitempty"`
+	// Predict is the KV-exact rule's predictOnRoute TTL (0: off).
+	Predict time.Duration `json:"predict,omitempty"`
+}
+
+// clientSide policies decide in the client and send through one listener per engine.
+func (p Policy) clientSide() bool { return p.Oracle || p.Peer != "" }
+
+// clientTier is the decision tier the benchmark records for a client-side hit.
+func (p Policy) clientTier() string {
+	if p.Oracle {
+		return "oracle"
+	}
+	return "peer"
 }
 
 // The policy names used in reports.
@@ -33,17 +52,29 @@ func KVExact(scoring, law string) Policy {
 	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law}
 }
 
+// PolicyKVXPredict is the default KV-exact policy with predict-on-route.
+const PolicyKVXPredict = "kv-exact overlap/hard +predict"
+
+// KVExactPredict is KV-exact (overlap, hard) with predict-on-route at a 2 s TTL: long enough to
+// cover an engine's event latency, short enough that a prediction the engine never confirms
+// (evicted, or never cached) stops counting soon.
+func KVExactPredict() Policy {
+	p := KVExact("overlap", "hard")
+	p.Name, p.Predict = PolicyKVXPredict, 2*time.Second
+	return p
+}
+
 // MainPolicies run on every workload and load: the three baselines, KV-exact with each scoring under
-// the default law, and the oracle.
+// the default law, the peers' strategies, and the oracle.
 func MainPolicies() []Policy {
-	return []Policy{
+	return append(append([]Policy{
 		{Name: PolicyRR, Selector: "rr"},
 		{Name: PolicyLeastLoad, Selector: "least-load"},
 		{Name: PolicyCHWBL, Selector: "chwbl"},
 		KVExact("overlap", "hard"),
 		KVExact("prefix", "hard"),
-		{Name: PolicyOracle, Oracle: true},
-	}
+		KVExactPredict(),
+	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true})
 }
 
 // LawPolicies are the other load laws, run on the system-prompt workload.
@@ -57,76 +88,66 @@ func LawPolicies() []Policy {
 	return out
 }
 
-// oracle routes with perfect knowledge: the simulators' true cache contents and the true number of
-// requests each one holds, under the same bounded-load law as the gateway's default (hard,
-// ε = 0.75): the deepest cached prefix among endpoints under cap, ties to the least loaded; with
-// nothing cached anywhere, the least loaded.
+// oracle routes with full knowledge and no lookahead: the simulators' true cache contents, the
+// blocks of every request in flight on each engine (queued or running: they will be cached by the
+// time a request queued behind them runs, FIFO), and the true number of requests each one holds.
+// It chooses with the gateway's own load law (the hard law of the default rule), so it is
+// KV-exact's decision with perfect information: the deepest true prefix among endpoints under
+// cap, ties to the least loaded; with nothing cached anywhere, the least loaded.
 type oracle struct {
-	mu    sync.Mutex
-	sims  []*sim.Engine
-	load  []int
-	turn  int
-	eps   float64
-	depth []int
+	mu       sync.Mutex
+	caches   func(i int) map[uint64]int // endpoint i's true cache: block key → copies
+	law      route.Law
+	bs       int
+	capacity int
+	load     []int
+	pending  []map[uint64]int // endpoint → block key → requests in flight holding it
+	cands    []route.Scored
 }
 
-func newOracle(sims []*sim.Engine) *oracle {
-	return &oracle{sims: sims, load: make([]int, len(sims)), depth: make([]int, len(sims)), eps: 0.75}
+func newOracle(sims []*sim.Engine, law route.Law, capacityBlocks int) *oracle {
+	return newOracleOf(len(sims), func(i int) map[uint64]int { return sims[i].CacheKeys(0) }, law, sims[0].Config().BlockSize, capacityBlocks)
 }
 
-// pick chooses an endpoint for a prompt's block keys and takes one load unit on it.
-func (o *oracle) pick(keys []uint64) (idx, depth int) {
+func newOracleOf(n int, caches func(int) map[uint64]int, law route.Law, bs, capacityBlocks int) *oracle {
+	return &oracle{caches: caches, law: law, bs: bs, capacity: max(capacityBlocks, 1),
+		load: make([]int, n), pending: mapsOf[int](n), cands: make([]route.Scored, n)}
+}
+
+// depth is the true prefix of keys endpoint i holds or is computing.
+func (o *oracle) depth(i int, cache map[uint64]int, keys []uint64) int {
+	d := 0
+	for _, k := range keys {
+		if cache[k] <= 0 && o.pending[i][k] == 0 {
+			break
+		}
+		d++
+	}
+	return d
+}
+
+func (o *oracle) pick(_ *Request, keys []uint64) ticket {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := len(o.sims)
-	total := 0
-	for i, s := range o.sims {
-		total += o.load[i]
-		cache := s.CacheKeys(0)
-		d := 0
-		for _, k := range keys {
-			if cache[k] <= 0 {
-				break
-			}
-			d++
-		}
-		o.depth[i] = d
+	for i := range o.cands {
+		o.cands[i] = route.Scored{Index: i, Score: o.depth(i, o.caches(i), keys), Load: o.load[i], Capacity: o.capacity}
 	}
-	capN := int((1+o.eps)*float64(total)/float64(n) + 0.999999)
-	capN = max(capN, 1)
-	best := -1
-	o.turn++
-	for j := 0; j < n; j++ {
-		i := (o.turn + j) % n // rotate ties among equals so no endpoint is favoured by its index
-		if o.load[i] >= capN {
-			continue
-		}
-		if best < 0 || o.depth[i] > o.depth[best] || (o.depth[i] == o.depth[best] && o.load[i] < o.load[best]) {
-			best = i
-		}
-	}
-	if best < 0 { // cannot happen (the least loaded is always under cap); stay safe
-		best = 0
-		for i := range o.load {
-			if o.load[i] < o.load[best] {
-				best = i
-			}
-		}
-	}
-	if o.depth[best] == 0 {
-		for j := 0; j < n; j++ {
-			i := (o.turn + j) % n
-			if o.load[i] < o.load[best] {
-				best = i
-			}
-		}
-	}
+	v := o.law.Pick(o.cands, len(keys))
+	best := max(v.Pos, 0)
 	o.load[best]++
-	return best, o.depth[best]
+	for _, k := range keys {
+		o.pending[best][k]++
+	}
+	return ticket{idx: best, predicted: o.cands[best].Score * o.bs, keys: keys}
 }
 
-func (o *oracle) done(i int) {
+func (o *oracle) done(t ticket) {
 	o.mu.Lock()
-	o.load[i]--
-	o.mu.Unlock()
+	defer o.mu.Unlock()
+	o.load[t.idx]--
+	for _, k := range t.keys {
+		if o.pending[t.idx][k]--; o.pending[t.idx][k] <= 0 {
+			delete(o.pending[t.idx], k)
+		}
+	}
 }

@@ -53,6 +53,17 @@ func DefaultPoolShape() PoolShape {
 	return PoolShape{Endpoints: 4, CapacityBlocks: 512, MaxConcurrency: 4, PrefillPerToken: 150 * time.Microsecond, DecodePerToken: 2 * time.Millisecond}
 }
 
+// Scaled is the shape with n engines whose simulated time runs n/4 times slower: the offered
+// request rate at a given load, and with it the CPU the gateway, simulators and client need, stays
+// that of the 4-engine pool, so a 64-engine cell measures routing, not CPU starvation of 2 cores.
+func (s PoolShape) Scaled(n int) PoolShape {
+	f := float64(n) / float64(s.Endpoints)
+	s.Endpoints = n
+	s.PrefillPerToken = time.Duration(float64(s.PrefillPerToken) * f)
+	s.DecodePerToken = time.Duration(float64(s.DecodePerToken) * f)
+	return s
+}
+
 // ServiceTime is one uncached request's time in an engine slot.
 func (s PoolShape) ServiceTime(promptTokens float64, maxTokens int) time.Duration {
 	return time.Duration(promptTokens*float64(s.PrefillPerToken)) + time.Duration(max(maxTokens-1, 0))*s.DecodePerToken
@@ -66,12 +77,14 @@ func (s PoolShape) Capacity(promptTokens float64, maxTokens int) float64 {
 
 // Pool is a set of simulators with a gateway in front of them.
 type Pool struct {
-	Sims    []*sim.Engine
-	G       *gateway.Gateway
-	Reg     *prometheus.Registry
-	URL     string   // where clients send
-	URLs    []string // the oracle's listeners, one per engine in order
-	Hasher  *hashcore.Hasher
+	Sims   []*sim.Engine
+	G      *gateway.Gateway
+	Reg    *prometheus.Registry
+	URL    string   // where clients send
+	URLs   []string // the oracle's listeners, one per engine in order
+	Hasher *hashcore.Hasher
+	// Law is the rule's bounded-load law as the router builds it (the oracle decides with it).
+	Law     route.Law
 	cleanup []func()
 }
 
@@ -109,6 +122,10 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if pol.Exact {
 		rule.KVExactMode = 3
 		rule.Binding = "engine"
+		rule.PredictOnRoute = rules.Duration(pol.Predict)
+		if pol.Binding != "" {
+			rule.Binding = pol.Binding
+		}
 		rule.Scoring = pol.Scoring
 		rule.LoadLaw.Kind = pol.Law
 	}
@@ -141,7 +158,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		return nil, err
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "bench"}, DebugHeader: true, Rules: []rules.Rule{rule}}
-	if pol.Oracle {
+	if pol.clientSide() {
 		// The oracle decides in the client, then sends through the same proxy as every other policy:
 		// one single-endpoint rule per engine, each on its own listener, so the data path (and its
 		// cost) is the same and only the decision differs.
@@ -159,6 +176,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
+	p.Law = lawOf(&cfg.Rules[0])
 	var certs []*certificate.Certificate
 	if pol.Exact {
 		certs = append(certs, Certificate(cfg.Rules[0], ct, tok, model))
@@ -192,7 +210,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		srv.Shutdown(sctx)
 		transport.CloseIdleConnections()
 	})
-	if pol.Oracle {
+	if pol.clientSide() {
 		for _, r := range cfg.Rules {
 			p.URLs = append(p.URLs, "http://"+srv.Client[r.Listener])
 		}
@@ -200,7 +218,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		p.URL = "http://" + srv.Client["127.0.0.1:0"]
 	}
 	if pol.Exact {
-		if st := g.Status().Rules[0].Exact; !st.Enabled || st.Binding != "engine" {
+		if st := g.Status().Rules[0].Exact; !st.Enabled || st.Binding != rule.Binding {
 			return nil, fmt.Errorf("KV-exact not enabled by the certificate: %+v", st)
 		}
 		if err := p.waitSubscribed(ctx, model); err != nil {
@@ -208,6 +226,26 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		}
 	}
 	return p, nil
+}
+
+// lawOf is the load law a mode-3 (single-pool KV-exact) router applies for the rule. The oracle's
+// rules are selector-only, whose normalized law carries mode 1's default (no spill relief): without
+// it, an endpoint at its cap keeps every request sharing a short prefix (RAG's instruction) while
+// the others, never sent anything, score 0 — the first oracle piled a whole RAG run on one engine.
+func lawOf(r *rules.Rule) route.Law {
+	l := route.Law{Kind: route.LawKind(r.LoadLaw.Kind), FactorPct: 175}
+	if l.Kind == "" {
+		l.Kind = route.LawHard
+	}
+	if r.LoadLaw.Epsilon != nil {
+		l.FactorPct = int(100*(1+*r.LoadLaw.Epsilon) + 0.5)
+	}
+	l.Lambda = r.LoadLaw.Lambda
+	l.SpillRelief = true // mode 3's default
+	if r.LoadLaw.SpillRelief != nil && r.KVExactMode == 3 {
+		l.SpillRelief = *r.LoadLaw.SpillRelief
+	}
+	return l
 }
 
 func freePort() (int, error) {
@@ -225,8 +263,8 @@ func Certificate(r rules.Rule, ct *contracts.Contract, tok *tokenize.Tokenizer, 
 	js, cs := tok.Files()
 	prof := certificate.NewProfile(ct.Family, ct.ID, model, js, cs, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
 	c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(24 * time.Hour)}
-	for _, e := range r.Endpoints {
-		c.Endpoints = append(c.Endpoints, certificate.Endpoint{Name: e.Name, Address: e.Address, Certified: []certificate.Coverage{certificate.CoverRouter, certificate.CoverEngine}})
+	for i := range r.Endpoints {
+		c.Endpoints = append(c.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), []certificate.Coverage{certificate.CoverRouter, certificate.CoverEngine}))
 	}
 	return c
 }

@@ -58,6 +58,11 @@ type Evidence struct {
 	// expected and the cached tokens the backend reported.
 	PredictedTokens int64 `json:"predictedTokens"`
 	ActualTokens    int64 `json:"actualTokens"`
+	// PredictedHits: KV-exact decisions that needed predict-on-route blocks; they are kept out of
+	// ConfirmedHits and FalseHits, and PredictedConfirmed counts those whose receipt shows cached
+	// tokens.
+	PredictedHits      int `json:"predictedHits,omitempty"`
+	PredictedConfirmed int `json:"predictedConfirmed,omitempty"`
 }
 
 // Cell is one (workload, policy, load) measurement.
@@ -70,14 +75,17 @@ type Cell struct {
 	Measured int     `json:"measured"`
 	Errors   int     `json:"errors"`
 
-	MeanPromptTokens float64     `json:"meanPromptTokens"`
-	CachedRatio      float64     `json:"cachedRatio"` // Σ cached_tokens / Σ prompt_tokens, from receipts
-	TTFT             Percentiles `json:"ttftMs"`
-	E2E              Percentiles `json:"e2eMs"`
-	Throughput       float64     `json:"throughput"` // completed requests/s
-	OutputTokens     float64     `json:"outputTokensPerS"`
-	Goodput          float64     `json:"goodput"` // requests/s with TTFT ≤ SLO
-	GoodputFrac      float64     `json:"goodputFraction"`
+	MeanPromptTokens float64 `json:"meanPromptTokens"`
+	CachedRatio      float64 `json:"cachedRatio"` // Σ cached_tokens / Σ prompt_tokens, from receipts
+	// CachedRatioSE is the standard error of CachedRatio over the cell's requests (ratio estimator:
+	// √Σ(cᵢ − R·pᵢ)² ÷ Σpᵢ), the noise the oracle check allows.
+	CachedRatioSE float64     `json:"cachedRatioSE"`
+	TTFT          Percentiles `json:"ttftMs"`
+	E2E           Percentiles `json:"e2eMs"`
+	Throughput    float64     `json:"throughput"` // completed requests/s
+	OutputTokens  float64     `json:"outputTokensPerS"`
+	Goodput       float64     `json:"goodput"` // requests/s with TTFT ≤ SLO
+	GoodputFrac   float64     `json:"goodputFraction"`
 	// Imbalance is max/mean of requests served per endpoint (1 = even).
 	Imbalance   float64        `json:"imbalance"`
 	PerEndpoint map[string]int `json:"perEndpoint"`
@@ -97,9 +105,14 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 	defer pool.Close()
 	bs := pool.Sims[0].Config().BlockSize
 	before := pool.HitCounters()
-	var orc *oracle
-	if pol.Oracle {
-		orc = newOracle(pool.Sims)
+	var ch chooser
+	switch {
+	case pol.Oracle:
+		ch = newOracle(pool.Sims, pool.Law, env.Pool.CapacityBlocks)
+	case pol.Peer != "":
+		if ch = newChooser(pol.Peer, len(pool.Sims), bs, env.Pool.CapacityBlocks, env.Pool.MaxConcurrency, w.MaxTokens, env.Model, time.Now); ch == nil {
+			return nil, fmt.Errorf("policy %s: unknown peer strategy %q", pol.Name, pol.Peer)
+		}
 	}
 	transport := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
 	defer transport.CloseIdleConnections()
@@ -126,21 +139,21 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if orc == nil {
+			if ch == nil {
 				results[i] = send(rctx, client, pool.URL, q, at, bs)
 				return
 			}
-			keys, err := pool.Hasher.Keys(q.Tokens, nil, nil)
+			keys, err := pool.Hasher.Keys(q.Tokens, q.extras(), nil)
 			if err != nil {
 				results[i] = Result{Err: err.Error()}
 				return
 			}
-			idx, depth := orc.pick(keys)
-			defer orc.done(idx)
-			r := send(rctx, client, pool.URLs[idx], q, at, bs)
-			r.Want, r.Predicted = pool.Sims[idx].Config().Endpoint, depth*bs
-			if depth > 0 {
-				r.Tier = "oracle"
+			t := ch.pick(q, keys)
+			defer ch.done(t)
+			r := send(rctx, client, pool.URLs[t.idx], q, at, bs)
+			r.Want, r.Predicted = pool.Sims[t.idx].Config().Endpoint, t.predicted
+			if t.predicted > 0 {
+				r.Tier = pol.clientTier()
 			}
 			results[i] = r
 		}()
@@ -204,6 +217,14 @@ func summarize(env *Env, w *Workload, pol Policy, load, rate float64, rs []Resul
 	}
 	if prompt > 0 {
 		c.CachedRatio = float64(cached) / float64(prompt)
+		var ss float64
+		for i := skip; i < len(rs); i++ {
+			if r := &rs[i]; r.Status == http.StatusOK && r.Err == "" {
+				d := float64(r.Cached) - c.CachedRatio*float64(r.Prompt)
+				ss += d * d
+			}
+		}
+		c.CachedRatioSE = math.Sqrt(ss) / float64(prompt)
 	}
 	c.TTFT, c.E2E = pct(ttft), pct(e2e)
 	if window := (last - first).Seconds(); window > 0 {
@@ -243,13 +264,13 @@ func judge(c *Cell, pol Policy, rs []Result) {
 		if r.Tier != "" {
 			ev.Tiers[r.Tier]++
 		}
-		if pol.Oracle && r.Tier != "oracle" && !strings.HasPrefix(r.Tier, route.TierSelector) {
+		if pol.clientSide() && r.Tier != pol.clientTier() && !strings.HasPrefix(r.Tier, route.TierSelector) {
 			ev.Tiers["unexpected "+r.Tier]++
 		}
-		if r.Target == "" || r.Target != r.Endpoint || r.Endpoint != r.ServedBy || (pol.Oracle && r.Target != r.Want) {
+		if r.Target == "" || r.Target != r.Endpoint || r.Endpoint != r.ServedBy || (pol.clientSide() && r.Target != r.Want) {
 			ev.ReceiptMismatches++
 		}
-		if r.Tier == route.TierKVExact || r.Tier == "oracle" {
+		if r.Tier == route.TierKVExact || r.Tier == "oracle" || r.Tier == "peer" {
 			if r.Tier == route.TierKVExact {
 				ev.KVExactByEndpoint[r.Target]++
 			}
@@ -258,7 +279,12 @@ func judge(c *Cell, pol Policy, rs []Result) {
 			}
 			ev.PredictedTokens += int64(r.Predicted)
 			ev.ActualTokens += int64(r.Cached)
-			if r.Status == http.StatusOK && r.Err == "" {
+			if r.PredictedHit {
+				ev.PredictedHits++
+				if r.Status == http.StatusOK && r.Err == "" && r.Cached > 0 {
+					ev.PredictedConfirmed++
+				}
+			} else if r.Status == http.StatusOK && r.Err == "" {
 				if r.Cached > 0 {
 					ev.ConfirmedHits++
 				} else {
@@ -300,16 +326,16 @@ func judge(c *Cell, pol Policy, rs []Result) {
 		if Sharing(c.Workload) && ev.ConfirmedHits == 0 {
 			bad = append(bad, "no backend receipt confirms a KV-exact hit (cached_tokens is 0 on every one)")
 		}
-	case pol.Oracle:
+	case pol.clientSide():
 		if moved != 0 {
-			bad = append(bad, "KV-exact hit counters moved under the oracle")
+			bad = append(bad, "KV-exact hit counters moved under a client-side policy")
 		}
-		if Sharing(c.Workload) && ev.ConfirmedHits == 0 {
+		if pol.Oracle && Sharing(c.Workload) && ev.ConfirmedHits == 0 {
 			bad = append(bad, "no backend receipt confirms an oracle hit")
 		}
 		for t := range ev.Tiers {
 			if strings.HasPrefix(t, "unexpected") {
-				bad = append(bad, "decision tier "+t+" on an oracle listener")
+				bad = append(bad, "decision tier "+t+" on a client-side listener")
 			}
 		}
 	default:

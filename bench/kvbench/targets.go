@@ -3,6 +3,7 @@ package kvbench
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Target is one stated goal checked against measured cells.
@@ -86,6 +87,110 @@ func Targets(r *Report) []Target {
 			}
 			out = append(out, t)
 		}
+	}
+	out = append(out, peerTargets(r)...)
+	return append(out, OracleChecks(r)...)
+}
+
+// noise is the difference two cells' cached ratios may show by chance: two standard errors of the
+// difference.
+func noise(a, b *Cell) float64 {
+	return 2 * math.Sqrt(a.CachedRatioSE*a.CachedRatioSE+b.CachedRatioSE*b.CachedRatioSE)
+}
+
+// peerTargets: on every sharing workload and load, KV-exact (default) against each peer strategy's
+// cached-token ratio and TTFT p90, and against 90 % of the oracle's cached tokens.
+func peerTargets(r *Report) []Target {
+	var out []Target
+	for _, w := range r.Plan.Workloads {
+		if !Sharing(w) {
+			continue
+		}
+		for _, l := range r.Plan.Loads {
+			kx := r.cell(w, PolicyKVXDefault, l)
+			if kx == nil {
+				continue
+			}
+			for _, p := range r.Plan.Policies {
+				if p.Peer == "" && p.Name != PolicyLLMDPrecise {
+					continue
+				}
+				pc := r.cell(w, p.Name, l)
+				t := Target{Name: "cached ratio and TTFT p90 ≥ " + p.Name, Workload: w, Load: l, Want: "cached ≥ (within noise), TTFT p90 ≤"}
+				if pc == nil || !pc.Valid || !kx.Valid {
+					t.Note = "cell missing or invalid"
+					out = append(out, t)
+					continue
+				}
+				t.Evaluated = true
+				t.Got = fmt.Sprintf("cached %.3f vs %.3f (noise %.3f), TTFT p90 %.0f vs %.0f ms", kx.CachedRatio, pc.CachedRatio, noise(kx, pc), kx.TTFT.P90, pc.TTFT.P90)
+				t.Met = kx.CachedRatio >= pc.CachedRatio-noise(kx, pc) && kx.TTFT.P90 <= pc.TTFT.P90
+				out = append(out, t)
+			}
+			orc := r.cell(w, PolicyOracle, l)
+			t := Target{Name: "cached ratio ≥ 90% of oracle", Workload: w, Load: l, Want: "≥ 0.90"}
+			if orc == nil || !orc.Valid || !kx.Valid {
+				t.Note = "cell missing or invalid"
+			} else {
+				t.Evaluated = true
+				ratio := 0.0
+				if orc.CachedRatio > 0 {
+					ratio = kx.CachedRatio / orc.CachedRatio
+				}
+				t.Got = fmt.Sprintf("%.3f (%.3f vs %.3f)", ratio, kx.CachedRatio, orc.CachedRatio)
+				t.Met = orc.CachedRatio > 0 && ratio >= 0.90
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// OracleChecks verifies that the oracle is an upper bound: in every (workload, load) with a valid
+// oracle cell, no valid policy's cached ratio exceeds the oracle's by more than the run's noise.
+// When one does, the check is missed and names it: the oracle is not an upper bound for that cell.
+func OracleChecks(r *Report) []Target {
+	var out []Target
+	seen := map[string]bool{}
+	for _, o := range r.Cells {
+		if o.Policy != PolicyOracle {
+			continue
+		}
+		key := fmt.Sprintf("%s/%g", o.Workload, o.Load)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		t := Target{Name: "oracle is an upper bound", Workload: o.Workload, Load: o.Load, Want: "no policy's cached ratio above the oracle's + noise"}
+		if !o.Valid {
+			t.Note = "oracle cell invalid"
+			out = append(out, t)
+			continue
+		}
+		t.Evaluated, t.Met = true, true
+		var above []string
+		maxName, maxGap := "", math.Inf(-1)
+		for _, c := range r.Cells {
+			if c.Workload != o.Workload || c.Load != o.Load || c == o || !c.Valid {
+				continue
+			}
+			gap := c.CachedRatio - o.CachedRatio
+			if gap > maxGap {
+				maxName, maxGap = c.Policy, gap
+			}
+			if gap > noise(c, o) {
+				above = append(above, fmt.Sprintf("%s %.3f > %.3f + %.3f", c.Policy, c.CachedRatio, o.CachedRatio, noise(c, o)))
+			}
+		}
+		if len(above) > 0 {
+			t.Met = false
+			t.Got = "NOT an upper bound for this cell: " + strings.Join(above, "; ")
+		} else if maxName != "" {
+			t.Got = fmt.Sprintf("oracle %.3f; closest %s %+.3f", o.CachedRatio, maxName, maxGap)
+		} else {
+			t.Got = fmt.Sprintf("oracle %.3f; no other valid cell", o.CachedRatio)
+		}
+		out = append(out, t)
 	}
 	return out
 }

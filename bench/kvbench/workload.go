@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -17,10 +18,17 @@ const (
 	WorkloadMultiTurn    = "multi-turn"    // chats that grow turn by turn
 	WorkloadRAG          = "rag"           // documents reused across users
 	WorkloadControl      = "control"       // nothing shared
+	// WorkloadChatTrace follows LMSYS-Chat-1M's published statistics (docs/benchmarks/peers.md):
+	// 2.0 turns per conversation on average, 69.5-token user turns, 214.5-token replies.
+	WorkloadChatTrace = "chat-trace"
+	// WorkloadTenants is the system-prompt workload with each request salted by its tenant
+	// (cache_salt): the same prompt of two tenants shares no KV block, so a router that ignores
+	// the salt predicts hits the engine cannot give (false sharing).
+	WorkloadTenants = "tenant-salted"
 )
 
 // Workloads lists them in report order.
-var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl}
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants}
 
 // Sharing reports whether a workload has shared prefixes (the control has none).
 func Sharing(name string) bool { return name != WorkloadControl }
@@ -31,6 +39,8 @@ type Request struct {
 	Chat   bool
 	Body   []byte
 	Tokens []uint32
+	// CacheSalt is the body's cache_salt ("" = none); the engine hashes it into every block key.
+	CacheSalt string
 	// Arrival is the scheduled send time, from the start of the run (open loop, Poisson).
 	Arrival time.Duration
 }
@@ -41,6 +51,16 @@ type Workload struct {
 	Requests []Request
 	// MeanPromptTokens is the mean rendered prompt length.
 	MeanPromptTokens float64
+	// MaxTokens is every request's output length.
+	MaxTokens int
+}
+
+// extras are the request fields the engine hashes into block keys besides the tokens.
+func (q *Request) extras() *hashcore.Extras {
+	if q.CacheSalt == "" {
+		return nil
+	}
+	return &hashcore.Extras{CacheSalt: q.CacheSalt}
 }
 
 // Shape sets the sizes of the workloads, in tokens (approximate: text is drawn in words).
@@ -58,13 +78,21 @@ type Shape struct {
 	DocsPerRequest     int
 	ControlTokens      int // control: unique prompt length
 	MaxTokens          int // output tokens per request
+	// Chat trace (LMSYS-Chat-1M, Table 1 of arXiv:2309.11998): mean turns per conversation, mean
+	// user-turn and reply lengths; turns are geometric, lengths exponential around those means.
+	TraceConversations int
+	TraceMeanTurns     float64
+	TracePromptTokens  float64
+	TraceReplyTokens   float64
+	Tenants            int // tenant-salted: distinct cache_salt values
 }
 
 // DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
 func DefaultShape() Shape {
 	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
 		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
-		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6}
+		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6,
+		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4}
 }
 
 // tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
@@ -84,13 +112,60 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 		return words(textRand(seed, kind, id), max(1, int(math.Round(float64(tokens)/tpw))))
 	}
 	r := rand.New(rand.NewPCG(seed, uint64(len(name))*7919+1))
-	w := &Workload{Name: name}
+	w := &Workload{Name: name, MaxTokens: sh.MaxTokens}
 	completion := func(prompt string) Request {
 		body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": sh.MaxTokens,
 			"stream": true, "stream_options": map[string]any{"include_usage": true}})
 		return Request{Body: body}
 	}
 	switch name {
+	case WorkloadTenants:
+		// The system-prompt workload's prompts, each request from one of the tenants (uniform).
+		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.SystemPrompts-1))
+		sys := make([]string, sh.SystemPrompts)
+		for i := range sys {
+			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
+		}
+		for i := 0; i < n; i++ {
+			s := sys[z.Uint64()]
+			salt := fmt.Sprintf("tenant-%d", r.IntN(max(sh.Tenants, 1)))
+			body, _ := json.Marshal(map[string]any{"model": model, "prompt": s + "\n\nUser: " + text("question", i, sh.UserTokens) + "\nAssistant:",
+				"max_tokens": sh.MaxTokens, "cache_salt": salt, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+			w.Requests = append(w.Requests, Request{Body: body, CacheSalt: salt})
+		}
+	case WorkloadChatTrace:
+		type conv struct {
+			id, turns, limit int
+			msgs             []map[string]string
+		}
+		length := func(mean float64) int { return max(1, int(math.Round(r.ExpFloat64()*mean))) }
+		next := 0
+		fresh := func() *conv {
+			// Geometric turn count with the trace's mean: P(k) = p(1−p)^(k−1), p = 1/mean.
+			c := &conv{id: next, limit: 1}
+			for r.Float64() > 1/sh.TraceMeanTurns {
+				c.limit++
+			}
+			next++
+			return c
+		}
+		slots := make([]*conv, max(sh.TraceConversations, 1))
+		for i := range slots {
+			slots[i] = fresh()
+		}
+		for i := 0; i < n; i++ {
+			k := r.IntN(len(slots))
+			c := slots[k]
+			c.turns++
+			c.msgs = append(c.msgs, map[string]string{"role": "user", "content": fmt.Sprintf("Chat %d turn %d. ", c.id, c.turns) + text("trace-turn", c.id*1000+c.turns, length(sh.TracePromptTokens))})
+			body, _ := json.Marshal(map[string]any{"model": model, "messages": c.msgs, "max_tokens": sh.MaxTokens,
+				"stream": true, "stream_options": map[string]any{"include_usage": true}})
+			w.Requests = append(w.Requests, Request{Chat: true, Body: body})
+			c.msgs = append(c.msgs, map[string]string{"role": "assistant", "content": text("trace-reply", c.id*1000+c.turns, length(sh.TraceReplyTokens))})
+			if c.turns >= c.limit {
+				slots[k] = fresh()
+			}
+		}
 	case WorkloadSystemPrompt:
 		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.SystemPrompts-1))
 		sys := make([]string, sh.SystemPrompts)

@@ -58,6 +58,7 @@ func run(args []string) error {
 		return nil
 	})
 	fs.IntVar(&c.CapacityBlocks, "capacity", sim.DefaultCapacityBlocks, "KV cache capacity in blocks per rank")
+	fs.StringVar(&c.ReportMode, "kv-cache-report-mode", "", "vLLM kv_cache_report_mode for every request: incremental (default) or full (re-emits prefix-cache hits; v0.26+)")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", sim.DefaultMaxModelLen, "context length")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", sim.DefaultPrefillPerToken, "prefill time per uncached prompt token")
 	fs.DurationVar(&c.DecodePerToken, "decode-per-token", sim.DefaultDecodePerToken, "decode time per output token")
@@ -73,6 +74,9 @@ func run(args []string) error {
 	fs.IntVar(&c.DrainBuffer, "drain-buffer", sim.DefaultDrainBuffer, "TensorRT-LLM event_buffer_max_size")
 	fs.BoolVar(&c.NoTRTPartialBlocks, "no-trt-partial-blocks", false, "TensorRT-LLM: do not store trailing partial blocks")
 	fs.IntVar(&c.Faults.DropEvents, "drop-events", 0, "fault: drop the next N event messages (sequence gap)")
+	fs.IntVar(&c.Faults.SkipSeqEvery, "skip-seq-every", 0, "fault: after every N event messages skip one sequence number (a gap that keeps recurring, nothing lost)")
+	fs.BoolVar(&c.NoEvents, "no-kv-events", false, "KV events off (no --kv-events-config; TensorRT-LLM event_buffer_max_size 0)")
+	fs.StringVar(&c.ReportVersion, "report-version", "", "version string the engine reports (default: the release's); any string")
 	fs.BoolVar(&c.Faults.Refuse, "refuse", false, "fault: refuse API connections")
 	fs.IntVar(&c.Faults.Status5xx, "status-5xx", 0, "fault: answer the next N inference requests with --status-code")
 	fs.IntVar(&c.Faults.StatusCode, "status-code", 503, "fault: the 5xx status to answer")
@@ -87,6 +91,7 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	c.Role = sim.Role(*role)
+	c.DevMode = os.Getenv("VLLM_SERVER_DEV_MODE") == "1" // vLLM mounts /reset_prefix_cache only then
 	c.Seed = seed
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {

@@ -38,13 +38,26 @@ func run(args []string) int {
 	var certs listFlag
 	fs.Var(&certs, "certificate", "certificate written by ctk certify (repeatable)")
 	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
+	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
+	parityFirst := fs.Int("parity-check-first", 64, "live parity watch: check every stored-block event for this many events after each (re)connect, restart or clear")
+	paritySample := fs.Int("parity-sample-every", 16, "live parity watch: after those, check one event in this many (1: all)")
+	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
+	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
+	var eppf eppFlags
+	eppf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	for name, v := range map[string]int{"parity-check-first": *parityFirst, "parity-sample-every": *paritySample, "resume-after-blocks": *resumeAfter, "shortfall-hits": *shortfall} {
+		if v < 1 {
+			fmt.Fprintf(os.Stderr, "gateway: --%s: %d must be at least 1\n", name, v)
+			return 2
+		}
 	}
 	if *gcFloor < 0 {
 		fmt.Fprintf(os.Stderr, "gateway: --gc-floor-mib: %d is negative\n", *gcFloor)
@@ -63,11 +76,12 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
 	}
-	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, ErrorBody: proxy.ProtocolErrorBody}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
 	}
 	opts.ReprobeInterval = *reprobe
+	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1
 	}
@@ -77,16 +91,22 @@ func run(args []string) int {
 			return 2
 		}
 	}
-	for _, p := range certs {
-		c, err := certificate.Load(p, opts.CertificateKey)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gateway: --certificate %s: %v\n", p, err)
-			return 2
-		}
+	if *requireSigned && *certKey == "" {
+		fmt.Fprintln(os.Stderr, "gateway: --require-signed needs --certificate-key (the public key certificates must verify with)")
+		return 2
+	}
+	opts.RequireSigned = *requireSigned
+	if opts.Certificates, err = gateway.LoadCertificates(certs, opts.CertificateKey, *requireSigned); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: --certificate %v\n", err)
+		return 2
+	}
+	for i, c := range opts.Certificates {
 		if ok, why := c.Valid(time.Now()); !ok {
-			log.Warn("certificate not in force; KV-exact stays off where it alone would cover", "file", p, "reason", why)
+			log.Warn("certificate not in force; KV-exact stays off where it alone would cover", "file", certs[i], "reason", why)
 		}
-		opts.Certificates = append(opts.Certificates, c)
+		if v := c.Verification(); v != certificate.Verified {
+			log.Warn("certificate origin not verified: anyone who could write the file could have edited it", "file", certs[i], "verification", v)
+		}
 	}
 	g, err := gateway.New(opts)
 	if err != nil {
@@ -113,17 +133,29 @@ func run(args []string) int {
 			}
 			return r, err
 		},
-		Routers:      g.Routers,
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		DebugHeader:  cfg.DebugHeader,
-		Log:          log,
-		Metrics:      proxy.NewMetrics(g.Registry()),
+		Routers:         g.Routers,
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxHeaderFields: cfg.Server.MaxHeaderFields,
+		BodyTimeout:     time.Duration(cfg.Server.BodyTimeout),
+		DebugHeader:     cfg.DebugHeader,
+		Log:             log,
+		Metrics:         proxy.NewMetrics(g.Registry()),
+		Usage: func(u proxy.UsageReport) {
+			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+		},
 	})
+	g.OnRuleRemoved(p.Forget)
 	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
 	}
+	stopEPP, err := eppf.start(ctx, g, cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
+		return 2
+	}
+	defer stopEPP()
 	for l, bound := range srv.Client {
 		log.Info("gateway listening", "listener", l, "addr", bound)
 	}
@@ -135,6 +167,17 @@ func run(args []string) int {
 			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)
 		}
 	}
+	// SIGHUP re-reads the certificate files; a file that fails leaves the ones in force.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if _, err := g.ReloadCertificates(); err != nil {
+				log.Error("SIGHUP: certificate reload failed", "err", err)
+			}
+		}
+	}()
 	// One line a harness can wait for.
 	fmt.Printf("gateway ready admin=%s listeners=%s\n", srv.Admin, strings.Join(boundList(srv), ","))
 	select {

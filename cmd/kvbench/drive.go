@@ -257,6 +257,14 @@ func status(args []string) int {
 				Reason    string            `json:"reason"`
 				Endpoints map[string]string `json:"endpoints"`
 			} `json:"exact"`
+			// The runtime exactness of each endpoint (eligible, suspended, uncertified).
+			EndpointStates []struct {
+				Name  string `json:"name"`
+				Exact *struct {
+					State   string   `json:"state"`
+					Reasons []string `json:"reasons"`
+				} `json:"exact"`
+			} `json:"endpoints"`
 		} `json:"rules"`
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -277,8 +285,18 @@ func status(args []string) int {
 			names = append(names, n)
 		}
 		sort.Strings(names)
+		suspended := map[string]string{}
+		for _, e := range r.EndpointStates {
+			if e.Exact != nil && e.Exact.State == "suspended" {
+				suspended[e.Name] = strings.Join(e.Exact.Reasons, "; ")
+			}
+		}
 		for _, n := range names {
-			fmt.Printf("  %s: %s\n", n, r.Exact.Endpoints[n])
+			if why, ok := suspended[n]; ok {
+				fmt.Printf("  %s: %s, SUSPENDED while running: %s\n", n, r.Exact.Endpoints[n], why)
+			} else {
+				fmt.Printf("  %s: %s\n", n, r.Exact.Endpoints[n])
+			}
 		}
 		return 0
 	}

@@ -6,6 +6,9 @@
 //	kvbench overhead [--out dir] [--gateway bin]    decision time and proxy throughput vs nginx
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
+//	kvbench charts --results results.json --charts dir   redraw a sweep's charts
+//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400]
+//	                                                decision time, memory per key at pool scale
 package main
 
 import (
@@ -41,6 +44,10 @@ func run(args []string) int {
 			return runUpstream(ctx, args[1:])
 		case "drive":
 			return drive(args[1:])
+		case "scale":
+			return runScale(ctx, args[1:])
+		case "charts":
+			return runCharts(args[1:])
 		case "status":
 			return status(args[1:])
 		}
@@ -60,6 +67,8 @@ func runSweep(ctx context.Context, args []string) int {
 	workloads := fs.String("workloads", "", "comma-separated workloads (default: all)")
 	loads := fs.String("loads", "", "comma-separated offered loads, fractions of the uncached pool capacity (default: the plan's)")
 	noLaws := fs.Bool("no-laws", false, "skip the load-law variants")
+	endpoints := fs.Int("endpoints", 4, "simulated engines (at most 256); above 4 their simulated time slows in proportion, so the offered rate stays that of 4")
+	policies := fs.String("policies", "", "comma-separated policy names to run, of the plan's (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -94,6 +103,26 @@ func runSweep(ctx context.Context, args []string) int {
 			plan.Loads = append(plan.Loads, v)
 		}
 	}
+	if *policies != "" {
+		want := strings.Split(*policies, ",")
+		var keep []kvbench.Policy
+		for _, p := range plan.Policies {
+			for _, w := range want {
+				if p.Name == strings.TrimSpace(w) {
+					keep = append(keep, p)
+				}
+			}
+		}
+		if len(keep) == 0 {
+			var names []string
+			for _, p := range plan.Policies {
+				names = append(names, p.Name)
+			}
+			fmt.Fprintf(os.Stderr, "kvbench: --policies: none of %q is one of: %s\n", *policies, strings.Join(names, ", "))
+			return 2
+		}
+		plan.Policies = keep
+	}
 	if *noLaws {
 		plan.LawPolicies, plan.LawWorkloads, plan.LawLoads = nil, nil, nil
 	}
@@ -102,7 +131,21 @@ func runSweep(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "kvbench: tokenizer %s: %v (run make tokenizers or set KVEXACT_TOKENIZERS)\n", *model, err)
 		return 1
 	}
-	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: kvbench.DefaultPoolShape(), SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
+	if *endpoints < 1 || *endpoints > 256 {
+		fmt.Fprintf(os.Stderr, "kvbench: --endpoints: %d is not in 1..256\n", *endpoints)
+		return 2
+	}
+	shape := kvbench.DefaultPoolShape()
+	if *endpoints != shape.Endpoints {
+		// The SLO follows the slower simulated prefill unless given.
+		sloSet := false
+		fs.Visit(func(f *flag.Flag) { sloSet = sloSet || f.Name == "slo" })
+		if !sloSet {
+			*slo = time.Duration(float64(*slo) * float64(*endpoints) / float64(shape.Endpoints))
+		}
+		shape = shape.Scaled(*endpoints)
+	}
+	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: shape, SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
 	rep, err := kvbench.Run(ctx, env, plan, func(c *kvbench.Cell) {
 		valid := "valid"
 		if !c.Valid {
@@ -164,6 +207,11 @@ func runOverhead(ctx context.Context, args []string) int {
 	wrk := fs.String("wrk", "wrk", "wrk binary")
 	gatewayBin := fs.String("gateway", "", "`PATH` of the gateway binary to measure (default: a gateway binary beside this executable, else go build ./cmd/gateway into a temporary directory)")
 	skipProxy := fs.Bool("no-proxy", false, "decision time only")
+	latencyRate := fs.Int("latency-rate", 1000, "fixed rate of the latency rounds, small requests/s (0: no latency rounds)")
+	latencyDur := fs.Duration("latency-duration", 3*time.Second, "length of each fixed-rate run")
+	streamN := fs.Int("stream-requests", 300, "streaming requests per target per round for time to first byte (0: none)")
+	baseline := fs.String("baseline", "", "`PATH` of a second gateway binary measured in the same rounds (e.g. the previous release)")
+	baselineName := fs.String("baseline-name", "baseline", "the baseline's name in the tables")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -199,7 +247,8 @@ func runOverhead(ctx context.Context, args []string) int {
 			var self string
 			if self, proxyErr = os.Executable(); proxyErr == nil {
 				proxyErr = kvbench.MeasureProxy(ctx, kvbench.ProxyOptions{UpstreamCmd: []string{self, "upstream"}, Rounds: *rounds, Duration: *dur,
-					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr}, ov)
+					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr,
+					Baseline: *baseline, BaselineName: *baselineName, LatencyRate: *latencyRate, LatencyDuration: *latencyDur, StreamRequests: *streamN}, ov)
 			}
 		}
 		if proxyErr != nil {
@@ -227,6 +276,11 @@ func runOverhead(ctx context.Context, args []string) int {
 	}
 	if *charts == "" {
 		*charts = *out
+	}
+	// The overhead section as BENCHMARKS.md renders it, for this run alone.
+	if err := os.WriteFile(filepath.Join(*out, "overhead.md"), []byte(kvbench.OverheadSection(ov, *charts)), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench overhead: %v\n", err)
+		return 1
 	}
 	if err := kvbench.WriteProxyChart(ov, *charts); err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench overhead: %v\n", err)
@@ -275,6 +329,94 @@ func runDoc(args []string) int {
 	}
 	if err := kvbench.WriteDocument(*raw, *sections, *charts, *out); err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench doc: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runScale(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kvbench scale", flag.ContinueOnError)
+	out := fs.String("out", ".cache/bench/kvbench", "directory for scale.json and scale.md")
+	model := fs.String("model", "llama3", "tokenizer model slug")
+	def := kvbench.DefaultScalePlan()
+	eps := fs.String("endpoints", ints(def.Endpoints), "comma-separated endpoint counts (at most 256)")
+	resident := fs.String("resident", ints(def.Resident), "comma-separated resident key counts (100000000 needs about 3 GiB)")
+	prompts := fs.String("prompts", ints(def.Prompts), "comma-separated prompt sizes, tokens")
+	repeats := fs.Int("repeats", def.Repeats, "decisions timed per cell (at most; --budget bounds the time)")
+	budget := fs.Duration("budget", def.Budget, "time spent per cell at most (at least 5 decisions)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	plan := kvbench.ScalePlan{Repeats: *repeats, Budget: *budget}
+	for _, f := range []struct {
+		name, v string
+		dst     *[]int
+		lim     int
+	}{{"endpoints", *eps, &plan.Endpoints, 256}, {"resident", *resident, &plan.Resident, 1 << 30}, {"prompts", *prompts, &plan.Prompts, 1 << 20}} {
+		for _, x := range strings.Split(f.v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil || n <= 0 || n > f.lim {
+				fmt.Fprintf(os.Stderr, "kvbench scale: --%s: %q is not a whole number in 1..%d\n", f.name, x, f.lim)
+				return 2
+			}
+			*f.dst = append(*f.dst, n)
+		}
+	}
+	toks := tokenize.NewPool("")
+	sc, err := kvbench.MeasureScale(ctx, toks, *model, plan, func(v any) {
+		switch c := v.(type) {
+		case kvbench.ScaleInventory:
+			fmt.Fprintf(os.Stderr, "inventory %d endpoints, %d keys: %.1f B/key, %.2f M stores/s\n", c.Endpoints, c.Resident, c.BytesPerKey, c.StoreOpsPerSec/1e6)
+		case kvbench.ScaleCell:
+			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens: p50 %.2f ms p99 %.2f ms, CPU %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
+				c.Endpoints, c.Resident, c.PromptTokens, c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
+		}
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	sc.Command = strings.TrimSpace("kvbench scale " + strings.Join(args, " "))
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	b, _ := json.MarshalIndent(sc, "", "  ")
+	if err := os.WriteFile(filepath.Join(*out, "scale.json"), b, 0o644); err == nil {
+		err = os.WriteFile(filepath.Join(*out, "scale.md"), []byte(kvbench.ScaleTable(sc)), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func ints(v []int) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, strconv.Itoa(x))
+	}
+	return strings.Join(s, ",")
+}
+
+// runCharts redraws the charts of a sweep already measured (results.json), e.g. after a chart change.
+func runCharts(args []string) int {
+	fs := flag.NewFlagSet("kvbench charts", flag.ContinueOnError)
+	results := fs.String("results", ".cache/bench/kvbench/results.json", "a sweep's results.json")
+	charts := fs.String("charts", "docs/bench", "directory for the SVG charts")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	b, err := os.ReadFile(*results)
+	if err == nil {
+		var rep kvbench.Report
+		if err = json.Unmarshal(b, &rep); err == nil {
+			err = kvbench.WriteCharts(&rep, *charts)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench charts: %v\n", err)
 		return 1
 	}
 	return 0

@@ -36,8 +36,8 @@ func TestQuick(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Cells) != 3 {
-		t.Fatalf("%d cells, want 3 (round-robin, kv-exact, oracle)", len(rep.Cells))
+	if len(rep.Cells) != 5 {
+		t.Fatalf("%d cells, want 5 (round-robin, kv-exact, kv-exact +predict, llm-d estimate, oracle)", len(rep.Cells))
 	}
 	for _, c := range rep.Cells {
 		if !c.Valid {
@@ -71,6 +71,16 @@ func TestQuick(t *testing.T) {
 			if ev.ConfirmedHits == 0 {
 				t.Errorf("oracle: no receipt confirms a hit")
 			}
+		case kvbench.PolicyKVXPredict:
+			// Predicted hits are counted apart; the engine-confirmed ones still need receipts.
+			if moved == 0 || ev.ConfirmedHits+ev.PredictedConfirmed == 0 || ev.PredictedConfirmed > ev.PredictedHits {
+				t.Errorf("kv-exact +predict: counter moved %v, %d confirmed, %d of %d predicted confirmed", moved, ev.ConfirmedHits, ev.PredictedConfirmed, ev.PredictedHits)
+			}
+		case "llm-d estimate":
+			// A client-side peer: no KV-exact counter, its own hits under tier "peer", receipts decide.
+			if moved != 0 || ev.Tiers["peer"] == 0 || ev.ConfirmedHits == 0 {
+				t.Errorf("llm-d estimate: counters moved %v, tiers %v, %d confirmed", moved, ev.Tiers, ev.ConfirmedHits)
+			}
 		}
 	}
 	for _, f := range kvbench.ChartFiles {
@@ -84,7 +94,7 @@ func TestQuick(t *testing.T) {
 		t.Fatalf("kvbench doc exited %d", code)
 	}
 	md, _ := os.ReadFile(doc)
-	for _, want := range []string{"## 1. Routing quality", "### Targets", "kv-exact overlap/hard", "## 3. Component benchmarks"} {
+	for _, want := range []string{"## 1. Routing quality", "### Targets", "kv-exact overlap/hard", "llm-d estimate", "oracle is an upper bound", "## 3. Component benchmarks"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("document lacks %q", want)
 		}
@@ -123,5 +133,34 @@ func TestOverheadWithoutNginx(t *testing.T) {
 	md, _ := os.ReadFile(doc)
 	if !strings.Contains(string(md), "Not measured in this run: nginx not found") {
 		t.Error("the document does not say why the proxy comparison did not run")
+	}
+}
+
+// TestScaleSmoke runs kvbench scale on a tiny plan: every decision must be the KV-exact hit on the
+// endpoint holding the prompt (MeasureScale fails otherwise), and the JSON and table come out.
+func TestScaleSmoke(t *testing.T) {
+	if _, err := tokenize.NewPool("").Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	dir := t.TempDir()
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "3", "--resident", "20000", "--prompts", "256", "--repeats", "5"}); code != 0 {
+		t.Fatalf("kvbench scale exited %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc kvbench.Scale
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Cells) != 1 || sc.Cells[0].Decisions != 5 || sc.Cells[0].Score != sc.Cells[0].Blocks || sc.Cells[0].Blocks < 16 || sc.Cells[0].CPUms < 0 {
+		t.Fatalf("cells %+v", sc.Cells)
+	}
+	if len(sc.Inventories) != 1 || sc.Inventories[0].BytesPerKey <= 0 || sc.Inventories[0].StoreOpsPerSec <= 0 {
+		t.Fatalf("inventories %+v", sc.Inventories)
+	}
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "300"}); code != 2 {
+		t.Fatalf("--endpoints 300 exited %d, want 2 (the limit is 256)", code)
 	}
 }

@@ -57,12 +57,14 @@ func main() {
 
 // FileNames maps each binding to its output file.
 var FileNames = map[hashcore.Algorithm]string{
-	hashcore.VLLMSHA256:     "vllm-sha256.json",
-	hashcore.VLLMSHA256CBOR: "vllm-sha256_cbor.json",
-	hashcore.VLLMXXHash:     "vllm-xxhash.json",
-	hashcore.VLLMXXHashCBOR: "vllm-xxhash_cbor.json",
-	hashcore.SGLangSHA256:   "sglang-sha256.json",
-	hashcore.RouterXXH3V1:   "router-kvexact-xxh3-v1.json",
+	hashcore.VLLMSHA256:        "vllm-sha256.json",
+	hashcore.VLLMSHA256CBOR:    "vllm-sha256_cbor.json",
+	hashcore.VLLMXXHash:        "vllm-xxhash.json",
+	hashcore.VLLMXXHashCBOR:    "vllm-xxhash_cbor.json",
+	hashcore.VLLMSHA256MsgPack: "vllm-sha256_msgpack.json",
+	hashcore.VLLMXXHashMsgPack: "vllm-xxhash_msgpack.json",
+	hashcore.SGLangSHA256:      "sglang-sha256.json",
+	hashcore.RouterXXH3V1:      "router-kvexact-xxh3-v1.json",
 }
 
 // input is one generated case's inputs.

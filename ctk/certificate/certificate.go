@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,16 +80,60 @@ const (
 	CoverAffinity Coverage = "affinity"
 )
 
-// Endpoint is one endpoint's result.
+// Endpoint is one endpoint's result, with the identity it was certified under: the gateway grants
+// coverage only to a rule endpoint whose name, HTTP address, event addresses, engine release and
+// model all equal these (see Covers), so a certificate cannot follow a name to another engine.
 type Endpoint struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
+	// Release is the engine's /version answer at certification.
 	Release string `json:"release"`
+	// Model is the model the endpoint served at certification (written since identity binding;
+	// "" in older certificates, which then cover nothing).
+	Model string `json:"model,omitempty"`
+	// Events are the event addresses certified; nil in certificates written before identity
+	// binding (they cover nothing), empty for an engine without events.
+	Events *Events `json:"events,omitempty"`
 	// Certified lists the bindings proven (empty when the endpoint failed).
 	Certified []Coverage `json:"certified"`
 	// Failures name the specs that failed, for humans.
 	Failures []string `json:"failures,omitempty"`
 }
+
+// Events are an endpoint's KV event addresses: ZeroMQ publish and replay, one per data-parallel rank
+// in rank order, or the TensorRT-LLM drain URL.
+type Events struct {
+	ZMQ    []string `json:"zmq,omitempty"`
+	Replay []string `json:"replay,omitempty"`
+	Drain  string   `json:"drain,omitempty"`
+}
+
+// Identity is what a certificate entry binds: the running rule's endpoint as the gateway reaches it.
+type Identity struct {
+	Name    string
+	Address string
+	Release string // the rule's engine release (v0.25.1); compared without a leading "v"
+	Model   string
+	Events  Events
+}
+
+// NewEndpoint is the certificate entry of an endpoint certified for cov under identity id.
+func NewEndpoint(id Identity, cov []Coverage) Endpoint {
+	ev := id.Events
+	return Endpoint{Name: id.Name, Address: id.Address, Release: id.Release, Model: id.Model, Events: &ev, Certified: cov}
+}
+
+// Verification says how far a loaded certificate's origin was checked.
+type Verification string
+
+const (
+	// Verified: signed, and the signature verifies with the configured key.
+	Verified Verification = "verified"
+	// Unsigned: no signature; anyone who can write the file could have edited it.
+	Unsigned Verification = "unsigned"
+	// SignedUnverified: signed, but no key was configured to check the signature.
+	SignedUnverified Verification = "signed, not verified (no --certificate-key)"
+)
 
 // Certificate binds a profile to endpoints.
 type Certificate struct {
@@ -101,6 +146,19 @@ type Certificate struct {
 	Issuer        string     `json:"issuer,omitempty"`
 	// Signature is base64 ed25519 over Payload() when the certificate is signed.
 	Signature string `json:"signature,omitempty"`
+
+	verification Verification // set by Parse
+}
+
+// Verification reports whether Parse verified the signature, found none, or had no key to check it.
+func (c *Certificate) Verification() Verification {
+	if c.verification == "" {
+		if c.Signature == "" {
+			return Unsigned
+		}
+		return SignedUnverified
+	}
+	return c.verification
 }
 
 // Payload is the signed bytes: the certificate's JSON with an empty signature.
@@ -128,9 +186,10 @@ func (c *Certificate) Write(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// Load reads a certificate. With a public key, the signature must verify; without one, an unsigned
-// certificate is accepted (signing is optional) but a signed one is still checked for integrity
-// against nothing and reported by Signed().
+// Load reads a certificate. With a public key, the signature must verify (an unsigned certificate
+// is refused). Without one, any certificate whose profile digest matches its profile is accepted,
+// signed or not, and Verification says so (Unsigned or SignedUnverified): nothing then proves who
+// wrote it, which the gateway's status shows and `--require-signed` refuses.
 func Load(path string, pub ed25519.PublicKey) (*Certificate, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -161,6 +220,7 @@ func Parse(b []byte, pub ed25519.PublicKey) (*Certificate, error) {
 		if err != nil || !ed25519.Verify(pub, c.Payload(), sig) {
 			return nil, errors.New("certificate: signature does not verify with the configured key")
 		}
+		c.verification = Verified
 	}
 	return &c, nil
 }
@@ -176,9 +236,11 @@ func (c *Certificate) Valid(now time.Time) (bool, string) {
 	return true, ""
 }
 
-// Covers reports which bindings the certificate proves for an endpoint under a profile digest, or
-// why it proves none.
-func (c *Certificate) Covers(profileDigest, endpoint string, now time.Time) ([]Coverage, string) {
+// Covers reports which bindings the certificate proves for the endpoint id under a profile digest,
+// or why it proves none. The entry is found by name; its recorded identity (address, event
+// addresses, release, model) must then equal id's, so a name moved to another engine is a named
+// mismatch, never a silent pass.
+func (c *Certificate) Covers(profileDigest string, id Identity, now time.Time) ([]Coverage, string) {
 	if ok, why := c.Valid(now); !ok {
 		return nil, why
 	}
@@ -186,9 +248,12 @@ func (c *Certificate) Covers(profileDigest, endpoint string, now time.Time) ([]C
 		return nil, fmt.Sprintf("certificate profile %s differs from the rule's staged profile %s (%s)", short(c.ProfileDigest), short(profileDigest), c.diffHint())
 	}
 	for _, e := range c.Endpoints {
-		if e.Name == endpoint {
+		if e.Name == id.Name {
 			if len(e.Certified) == 0 {
-				return nil, fmt.Sprintf("endpoint %s failed certification: %s", endpoint, strings.Join(e.Failures, "; "))
+				return nil, fmt.Sprintf("endpoint %s failed certification: %s", id.Name, strings.Join(e.Failures, "; "))
+			}
+			if why := e.mismatch(id); why != "" {
+				return nil, why
 			}
 			return e.Certified, ""
 		}
@@ -198,7 +263,47 @@ func (c *Certificate) Covers(profileDigest, endpoint string, now time.Time) ([]C
 		names[i] = e.Name
 	}
 	sort.Strings(names)
-	return nil, fmt.Sprintf("endpoint %s is not in the certificate (it covers %s)", endpoint, strings.Join(names, ", "))
+	return nil, fmt.Sprintf("endpoint %s is not in the certificate (it covers %s)", id.Name, strings.Join(names, ", "))
+}
+
+// mismatch names the first identity field of the entry that differs from id ("" when all match).
+func (e *Endpoint) mismatch(id Identity) string {
+	const rerun = "re-run ctk certify with identity binding"
+	if e.Events == nil || e.Model == "" {
+		return fmt.Sprintf("the certificate entry for %s records no event addresses or model (written before identity binding): %s", id.Name, rerun)
+	}
+	if a, b := strings.TrimRight(e.Address, "/"), strings.TrimRight(id.Address, "/"); a != b {
+		return fmt.Sprintf("certified for %s, rule has %s", e.Address, id.Address)
+	}
+	if !slices.Equal(e.Events.ZMQ, id.Events.ZMQ) || !slices.Equal(e.Events.Replay, id.Events.Replay) ||
+		strings.TrimRight(e.Events.Drain, "/") != strings.TrimRight(id.Events.Drain, "/") {
+		return fmt.Sprintf("certified with events %s, rule has %s", e.Events, &id.Events)
+	}
+	if strings.TrimPrefix(e.Release, "v") != strings.TrimPrefix(id.Release, "v") {
+		return fmt.Sprintf("certified on engine release %q, rule has %q", e.Release, id.Release)
+	}
+	if e.Model != id.Model {
+		return fmt.Sprintf("certified serving model %q, rule has %q", e.Model, id.Model)
+	}
+	return ""
+}
+
+// String lists the addresses for reasons.
+func (ev *Events) String() string {
+	var parts []string
+	if len(ev.ZMQ) > 0 {
+		parts = append(parts, "zmq "+strings.Join(ev.ZMQ, ","))
+	}
+	if len(ev.Replay) > 0 {
+		parts = append(parts, "replay "+strings.Join(ev.Replay, ","))
+	}
+	if ev.Drain != "" {
+		parts = append(parts, "drain "+ev.Drain)
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, " ")
 }
 
 func (c *Certificate) diffHint() string {

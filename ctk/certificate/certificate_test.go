@@ -13,7 +13,13 @@ func sample() *Certificate {
 	p := Profile{Family: "vllm", Contract: "vllm-kv-map-v2", Model: "llama3", TokenizerSHA256: "aa", ConfigSHA256: "bb", BlockSize: 16, Binding: "auto", Algorithm: "sha256", SeedFingerprint: SeedFingerprint(&seed), RouterKeys: "kvexact-xxh3-v1"}
 	now := time.Now().UTC().Truncate(time.Second)
 	return &Certificate{Format: FormatVersion, Profile: p, ProfileDigest: p.Digest(), IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-		Endpoints: []Endpoint{{Name: "e0", Certified: []Coverage{CoverEngine, CoverRouter}}, {Name: "e1", Failures: []string{"hash parity: seed differs"}}}}
+		Endpoints: []Endpoint{NewEndpoint(ident("e0"), []Coverage{CoverEngine, CoverRouter}), {Name: "e1", Failures: []string{"hash parity: seed differs"}}}}
+}
+
+// ident is e0's identity as the rule and the certificate both record it.
+func ident(name string) Identity {
+	return Identity{Name: name, Address: "http://127.0.0.1:8000", Release: "v0.25.1", Model: "llama3",
+		Events: Events{ZMQ: []string{"tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558"}, Replay: []string{"tcp://127.0.0.1:5600", "tcp://127.0.0.1:5601"}}}
 }
 
 func TestRoundTripAndCoverage(t *testing.T) {
@@ -27,21 +33,21 @@ func TestRoundTripAndCoverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if cov, why := got.Covers(c.ProfileDigest, "e0", now); len(cov) != 2 || why != "" {
+	if cov, why := got.Covers(c.ProfileDigest, ident("e0"), now); len(cov) != 2 || why != "" {
 		t.Fatalf("e0: %v %s", cov, why)
 	}
-	if cov, why := got.Covers(c.ProfileDigest, "e1", now); cov != nil || !strings.Contains(why, "seed differs") {
+	if cov, why := got.Covers(c.ProfileDigest, ident("e1"), now); cov != nil || !strings.Contains(why, "seed differs") {
 		t.Fatalf("e1: %v %s", cov, why)
 	}
-	if _, why := got.Covers(c.ProfileDigest, "e9", now); !strings.Contains(why, "not in the certificate") {
+	if _, why := got.Covers(c.ProfileDigest, ident("e9"), now); !strings.Contains(why, "not in the certificate") {
 		t.Fatalf("e9: %s", why)
 	}
 	other := c.Profile
 	other.BlockSize = 32
-	if _, why := got.Covers(other.Digest(), "e0", now); !strings.Contains(why, "differs from the rule's staged profile") {
+	if _, why := got.Covers(other.Digest(), ident("e0"), now); !strings.Contains(why, "differs from the rule's staged profile") {
 		t.Fatalf("profile mismatch: %s", why)
 	}
-	if _, why := got.Covers(c.ProfileDigest, "e0", now.Add(25*time.Hour)); !strings.Contains(why, "expired") {
+	if _, why := got.Covers(c.ProfileDigest, ident("e0"), now.Add(25*time.Hour)); !strings.Contains(why, "expired") {
 		t.Fatalf("expiry: %s", why)
 	}
 }
@@ -127,5 +133,60 @@ func TestKeyFiles(t *testing.T) {
 	}
 	if _, err := LoadPublicKey(priv); err == nil {
 		t.Fatal("private key file accepted as public key")
+	}
+}
+
+// TestIdentityBinding: an entry covers only the endpoint it was certified as; every identity field
+// that differs is named in the reason, and an entry written before identity binding covers nothing.
+func TestIdentityBinding(t *testing.T) {
+	c := sample()
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		edit func(id *Identity)
+		want string
+	}{
+		"address":      {func(id *Identity) { id.Address = "http://127.0.0.1:9000" }, "certified for http://127.0.0.1:8000, rule has http://127.0.0.1:9000"},
+		"rank missing": {func(id *Identity) { id.Events.ZMQ = id.Events.ZMQ[:1]; id.Events.Replay = id.Events.Replay[:1] }, "certified with events zmq tcp://127.0.0.1:5557,tcp://127.0.0.1:5558"},
+		"ranks swapped": {func(id *Identity) {
+			id.Events.ZMQ = []string{id.Events.ZMQ[1], id.Events.ZMQ[0]}
+		}, "rule has zmq tcp://127.0.0.1:5558,tcp://127.0.0.1:5557"},
+		"replay":  {func(id *Identity) { id.Events.Replay = nil }, "replay tcp://127.0.0.1:5600,tcp://127.0.0.1:5601, rule has zmq tcp://127.0.0.1:5557,tcp://127.0.0.1:5558"},
+		"release": {func(id *Identity) { id.Release = "v0.24.0" }, `certified on engine release "v0.25.1", rule has "v0.24.0"`},
+		"model":   {func(id *Identity) { id.Model = "qwen3" }, `certified serving model "llama3", rule has "qwen3"`},
+	} {
+		id := ident("e0")
+		tc.edit(&id)
+		cov, why := c.Covers(c.ProfileDigest, id, now)
+		if cov != nil || !strings.Contains(why, tc.want) {
+			t.Errorf("%s: coverage %v, reason %q; want a reason containing %q", name, cov, why, tc.want)
+		}
+	}
+	id := ident("e0")
+	id.Release = "0.25.1" // /version answers without the tag's v
+	id.Address += "/"
+	if cov, why := c.Covers(c.ProfileDigest, id, now); cov == nil {
+		t.Fatalf("equal identity refused: %s", why)
+	}
+	c.Endpoints[0].Events = nil
+	if cov, why := c.Covers(c.ProfileDigest, ident("e0"), now); cov != nil || !strings.Contains(why, "before identity binding") {
+		t.Fatalf("legacy entry: %v %q", cov, why)
+	}
+}
+
+func TestVerification(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	path := filepath.Join(t.TempDir(), "cert.json")
+	c := sample()
+	c.Write(path)
+	if got, _ := Load(path, nil); got.Verification() != Unsigned {
+		t.Fatalf("unsigned: %s", got.Verification())
+	}
+	c.Sign(priv)
+	c.Write(path)
+	if got, _ := Load(path, nil); got.Verification() != SignedUnverified {
+		t.Fatalf("signed without key: %s", got.Verification())
+	}
+	if got, err := Load(path, pub); err != nil || got.Verification() != Verified {
+		t.Fatalf("signed with key: %v %v", got, err)
 	}
 }

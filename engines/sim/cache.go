@@ -18,6 +18,9 @@ type policy struct {
 	// mergeRemoved merges consecutive removals of one step into one event (SGLang, TensorRT-LLM);
 	// vLLM sends one BlockRemoved per evicted hash.
 	mergeRemoved bool
+	// reportReuse re-emits BlockStored for the prefix-cache hits of every admitted request (vLLM
+	// kv_cache_report_mode="full"): the same event shape, no new copy.
+	reportReuse bool
 }
 
 // block is one physical KV block.
@@ -279,6 +282,9 @@ func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 		c.hold(id)
 	}
 	s.blocks = append(s.blocks[:0], copies...)
+	if c.pol.reportReuse && n > 0 && c.onStored != nil {
+		c.emitStored(c.onStored(s, 0, n))
+	}
 	s.storedN, s.hitN, s.reserve = n, n, need
 	c.reserved += need
 	c.queriedTokens += uint64(promptLen)

@@ -45,6 +45,9 @@ type Config struct {
 	// LoRAModules are the LoRA adapters served on top of the model, as vLLM's --lora-modules
 	// ("name=path"; the path is only reported): vLLM family only.
 	LoRAModules []string
+	// ServeChatTemplate, when set, is the Jinja chat template chats are rendered with instead of the
+	// tokenizer folder's (an engine started with another --chat-template than was certified).
+	ServeChatTemplate string
 	// Endpoint names this simulator in receipts (header and response id); default "sim".
 	Endpoint string
 
@@ -81,6 +84,10 @@ type Config struct {
 	Seed *string
 	// CapacityBlocks is the number of KV blocks per rank (default 4096).
 	CapacityBlocks int
+	// ReportMode is vLLM's kv_cache_report_mode as every request asks for it: "incremental" (the
+	// default) or "full", which re-emits BlockStored for blocks reused from the prefix cache. Only
+	// releases whose contract has the mode (events.residency: presence) accept "full".
+	ReportMode string
 	// MaxModelLen is the context length (default 8192).
 	MaxModelLen int
 
@@ -118,6 +125,15 @@ type Config struct {
 
 	// Faults are the fault switches at start.
 	Faults Faults
+
+	// NoEvents runs the engine with KV events off (vLLM and SGLang without --kv-events-config,
+	// TensorRT-LLM with event_buffer_max_size 0): no publisher, an always-empty drain.
+	NoEvents bool
+	// ReportVersion is the version string the engine reports (/version, /server_info), default
+	// the release's; any string, so an unknown or malformed release can be staged.
+	ReportVersion string
+	// DevMode is vLLM's VLLM_SERVER_DEV_MODE=1: only then is POST /reset_prefix_cache mounted.
+	DevMode bool
 
 	Logger *slog.Logger
 
@@ -168,7 +184,9 @@ func (c *Config) resolve() error {
 	if c.DPRanks < 1 || c.DPRanks > 64 {
 		return fmt.Errorf("sim: dp ranks: %d out of range 1..64", c.DPRanks)
 	}
-	if ct.Transport == "zmq-multipart-v1" && c.PublishAddr == "" {
+	if c.NoEvents {
+		c.PublishAddr, c.ReplayAddr = "", ""
+	} else if ct.Transport == "zmq-multipart-v1" && c.PublishAddr == "" {
 		c.PublishAddr = ct.Events.DefaultEndpoint
 	}
 	if c.HWM == 0 {
@@ -193,6 +211,9 @@ func (c *Config) resolve() error {
 	}
 	if c.Family == "vllm" && !ct.SupportsAlgorithm(c.Algorithm) {
 		return fmt.Errorf("sim: algorithm: %q is not one of %s", c.Algorithm, strings.Join(ct.Hash.Algorithms, ", "))
+	}
+	if err := c.resolveReportMode(); err != nil {
+		return err
 	}
 	if c.Family != "vllm" && c.Seed != nil {
 		// Only vLLM reads PYTHONHASHSEED for its block hashes; others ignore it, as the engines do.

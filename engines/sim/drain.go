@@ -48,6 +48,9 @@ func (d *drain) add(rank int, evs []engines.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ev := range evs {
+		if d.faults.takeSkip() {
+			d.ids[rank]++
+		}
 		ev.EventID = d.ids[rank]
 		d.ids[rank]++
 		ev.WindowSize, ev.HasWindowSize = d.window, true

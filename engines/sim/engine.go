@@ -86,6 +86,11 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.tok = tok
+	if cfg.ServeChatTemplate != "" {
+		if e.tok, err = withChatTemplate(tok, cfg.ServeChatTemplate); err != nil {
+			return nil, err
+		}
+	}
 	if e.cfg.ServedModelName == "" {
 		e.cfg.ServedModelName = cfg.Model
 		if cfg.Family == "trtllm" || cfg.Family == "llamacpp" {
@@ -106,8 +111,11 @@ func New(cfg Config) (*Engine, error) {
 	e.engineID = hex.EncodeToString(idb[:])
 	switch cfg.Family {
 	case "vllm":
-		seed := cfg.Seed
+		seed, rootErr := cfg.contract.EngineSeed(cfg.Algorithm, cfg.Seed)
 		e.seedDesc = "PYTHONHASHSEED set"
+		if cfg.Seed == nil && rootErr == nil {
+			e.seedDesc = "PYTHONHASHSEED unset: the release's default seed"
+		}
 		if seed == nil {
 			// vLLM draws os.urandom(32) as its root when PYTHONHASHSEED is unset. The hash core
 			// roots at H(seed string), so a random 32-byte seed string gives an equally
@@ -137,7 +145,9 @@ func New(cfg Config) (*Engine, error) {
 				r.llama = append(r.llama, &llamaSlot{id: s})
 			}
 		default:
-			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, policyFor(cfg.Family), r.storedEvent)
+			pol := policyFor(cfg.Family)
+			pol.reportReuse = cfg.ReportMode == ReportFull
+			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, pol, r.storedEvent)
 		}
 		e.ranks = append(e.ranks, r)
 	}
@@ -277,6 +287,9 @@ func (e *Engine) setRefuse(refuse bool) {
 
 // startEvents resolves each rank's addresses and opens its event stream.
 func (e *Engine) startEvents() error {
+	if e.cfg.NoEvents {
+		return nil
+	}
 	if e.ct.Transport == "http-drain-v1" {
 		e.drain.startup()
 		return nil
@@ -576,7 +589,7 @@ func (r *rank) emitLocked(evs []engines.Event) {
 	switch {
 	case r.pub != nil:
 		r.pub.publish(engines.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9, Events: evs, DPRank: r.idx, HasDPRank: true})
-	case e.drain != nil:
+	case e.drain != nil && !e.cfg.NoEvents:
 		e.drain.add(r.idx, evs)
 	}
 }

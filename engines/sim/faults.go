@@ -12,6 +12,9 @@ type Faults struct {
 	// sequence number (a gap; replay still has them, as after a PUB high-water-mark drop);
 	// TensorRT-LLM events consume their event_id and are discarded (a gap in the drain).
 	DropEvents int `json:"drop_events"`
+	// SkipSeqEvery: after every N event messages one sequence number (TensorRT-LLM: event_id) is
+	// skipped without a message being lost, again and again: a stream that keeps skipping numbers.
+	SkipSeqEvery int `json:"skip_seq_every,omitempty"`
 	// Refuse closes the API listener (connection refused) until cleared, or for RefuseMS.
 	Refuse   bool `json:"refuse"`
 	RefuseMS int  `json:"refuse_ms,omitempty"`
@@ -28,7 +31,7 @@ type Faults struct {
 }
 
 func (f *Faults) validate() error {
-	if f.DropEvents < 0 || f.Status5xx < 0 || f.DelayMS < 0 || f.RefuseMS < 0 {
+	if f.DropEvents < 0 || f.SkipSeqEvery < 0 || f.Status5xx < 0 || f.DelayMS < 0 || f.RefuseMS < 0 {
 		return errors.New("sim: faults: counts and delays must not be negative")
 	}
 	if f.StatusCode != 0 && (f.StatusCode < 500 || f.StatusCode > 599) {
@@ -40,6 +43,7 @@ func (f *Faults) validate() error {
 // FaultPatch changes some switches; nil fields keep their value.
 type FaultPatch struct {
 	DropEvents *int  `json:"drop_events"`
+	SkipSeq    *int  `json:"skip_seq_every"`
 	Refuse     *bool `json:"refuse"`
 	RefuseMS   *int  `json:"refuse_ms"`
 	Status5xx  *int  `json:"status_5xx"`
@@ -56,6 +60,7 @@ type faultBox struct {
 	// onRefuse is called when Refuse changes (the engine closes or reopens its listener).
 	onRefuse func(refuse bool)
 	timer    *time.Timer
+	sent     uint64 // event messages counted for SkipSeqEvery
 }
 
 func (b *faultBox) get() Faults {
@@ -74,6 +79,7 @@ func (b *faultBox) apply(p FaultPatch) (Faults, error) {
 		}
 	}
 	set(&n.DropEvents, p.DropEvents)
+	set(&n.SkipSeqEvery, p.SkipSeq)
 	set(&n.RefuseMS, p.RefuseMS)
 	set(&n.Status5xx, p.Status5xx)
 	set(&n.StatusCode, p.StatusCode)
@@ -120,6 +126,18 @@ func (b *faultBox) takeDrop() bool {
 		return true
 	}
 	return false
+}
+
+// takeSkip counts one event message against SkipSeqEvery; true when a sequence number must be
+// skipped before it.
+func (b *faultBox) takeSkip() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.f.SkipSeqEvery <= 0 {
+		return false
+	}
+	b.sent++
+	return b.sent%uint64(b.f.SkipSeqEvery) == 0
 }
 
 // take5xx consumes one forced error; the status, or 0 when the request proceeds.

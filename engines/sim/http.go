@@ -33,7 +33,10 @@ func (e *Engine) routes() *http.ServeMux {
 		h("GET /version", e.handleVersion)
 		h("POST /tokenize", e.handleTokenize)
 		h("POST /detokenize", e.handleDetokenize)
-		h("POST /reset_prefix_cache", e.handleResetPrefixCache)
+		if e.cfg.DevMode {
+			// vLLM mounts its development routes only with VLLM_SERVER_DEV_MODE=1.
+			h("POST /reset_prefix_cache", e.handleResetPrefixCache)
+		}
 		h("GET /ping", e.handleHealth)
 	case "sglang":
 		for _, p := range []string{"/server_info", "/get_server_info"} {

@@ -13,6 +13,9 @@ import (
 
 // version is the package version the family reports for the release tag.
 func (e *Engine) version() string {
+	if e.cfg.ReportVersion != "" {
+		return e.cfg.ReportVersion
+	}
 	v := strings.TrimPrefix(e.cfg.Release, "v")
 	return v
 }
@@ -225,7 +228,7 @@ func (e *Engine) handleFlushCache(w http.ResponseWriter, r *http.Request) {
 // ---- SGLang ----
 
 func (e *Engine) kvEventsConfigJSON() string {
-	if e.ct.Transport != "zmq-multipart-v1" {
+	if e.ct.Transport != "zmq-multipart-v1" || e.cfg.NoEvents {
 		return ""
 	}
 	m := map[string]any{"publisher": "zmq", "endpoint": e.cfg.PublishAddr, "topic": e.cfg.Topic, "buffer_steps": e.cfg.ReplayBuffer}

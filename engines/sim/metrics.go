@@ -165,6 +165,12 @@ func (e *Engine) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		p.family("llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.")
 		p.sample("llamacpp:n_tokens_max", nil, float64(e.cfg.MaxModelLen))
 	}
+	if e.cfg.Family == "vllm" || e.cfg.Family == "sglang" {
+		// prometheus_client's process collector: the process identity a gateway re-probe compares
+		// to tell a restart on the same ports.
+		p.family("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
+		p.sample("process_start_time_seconds", nil, float64(e.created.UnixMicro())/1e6)
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(p.b.String()))

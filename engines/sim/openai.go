@@ -124,6 +124,9 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		return nil, 400, jsonErrorMessage(err)
 	}
 	b := &p.body
+	if msg := e.checkFields(raw, kind); msg != "" {
+		return nil, 400, msg
+	}
 	if e.cfg.Family == "trtllm" {
 		var keys map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &keys); err == nil {

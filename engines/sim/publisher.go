@@ -257,6 +257,9 @@ func (p *publisher) send(pub zmq4.Socket, b engines.Batch) {
 		return
 	}
 	p.mu.Lock()
+	if p.faults.takeSkip() {
+		p.seq++
+	}
 	seq := p.seq
 	p.seq++
 	if len(p.ring) >= p.ringCap {

@@ -25,20 +25,28 @@ type sample struct {
 	} `json:"zmq_frames"`
 }
 
+// loadSamples reads every release's event samples (v0.25.1: 7, v0.28.0: 5 with the v0.26+ fields).
 func loadSamples(t testing.TB) []sample {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "vllm", "v0.25.1", "events-samples.json"))
-	if err != nil {
-		t.Fatal(err)
+	var all []sample
+	for _, rel := range []struct {
+		dir string
+		n   int
+	}{{"v0.25.1", 7}, {"v0.28.0", 5}} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "vllm", rel.dir, "events-samples.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct{ Samples []sample }
+		if err := json.Unmarshal(raw, &f); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Samples) != rel.n {
+			t.Fatalf("%s: %d samples, want %d", rel.dir, len(f.Samples), rel.n)
+		}
+		all = append(all, f.Samples...)
 	}
-	var f struct{ Samples []sample }
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Samples) != 7 {
-		t.Fatalf("%d samples, want 7", len(f.Samples))
-	}
-	return f.Samples
+	return all
 }
 
 func (s sample) bytes(t testing.TB) []byte {

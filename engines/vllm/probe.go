@@ -74,7 +74,8 @@ func (p *Prober) RenderChat(ctx context.Context, body []byte) (string, error) {
 var cacheConfigRe = regexp.MustCompile(`(?m)^vllm:cache_config_info\{([^}]*)\}`)
 var labelRe = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
-// Config reads block_size and prefix_caching_hash_algo from vllm:cache_config_info on /metrics.
+// Config reads block_size, hash_block_size and prefix_caching_hash_algo from vllm:cache_config_info
+// on /metrics.
 func (p *Prober) Config(ctx context.Context) (engines.EngineConfig, error) {
 	status, b, err := p.c.Do(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
@@ -93,6 +94,10 @@ func (p *Prober) Config(ctx context.Context) (engines.EngineConfig, error) {
 		case "block_size":
 			if n, err := strconv.Atoi(string(l[2])); err == nil {
 				cfg.BlockSize = n
+			}
+		case "hash_block_size":
+			if n, err := strconv.Atoi(string(l[2])); err == nil {
+				cfg.HashBlockSize = n
 			}
 		case "prefix_caching_hash_algo":
 			cfg.Algorithm = string(l[2])

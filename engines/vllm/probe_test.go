@@ -20,7 +20,7 @@ func TestProberAgainstSimulator(t *testing.T) {
 	}
 	seed := "0"
 	e, err := sim.New(sim.Config{Family: "vllm", Release: "v0.25.1", Model: dir, ServedModelName: "llama3", Seed: &seed,
-		PublishAddr: "tcp://*:0", BlockSize: 32, Algorithm: "sha256_cbor", PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
+		PublishAddr: "tcp://*:0", BlockSize: 32, Algorithm: "sha256_cbor", DevMode: true, PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond})
 	if err != nil {
 		t.Fatal(err)
 	}

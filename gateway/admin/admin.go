@@ -140,16 +140,34 @@ func Handler(b Backend, token string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"endpoint": r.PathValue("endpoint"), "state": st})
 	})
+	if cr, ok := b.(CertificateReloader); ok {
+		mux.HandleFunc("POST /admin/certificates/reload", func(w http.ResponseWriter, r *http.Request) {
+			st, err := cr.ReloadCertificates()
+			if err != nil {
+				fail(w, http.StatusUnprocessableEntity, "certificate reload failed, the certificates in force stay: "+err.Error())
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"certificates": st})
+		})
+	}
 	return requireToken(token, mux)
 }
 
+// CertificateReloader is a Backend that can re-read its certificate files (POST
+// /admin/certificates/reload); on error nothing changes.
+type CertificateReloader interface {
+	ReloadCertificates() (any, error)
+}
+
 // requireToken answers 401 (and nothing else) unless the request carries "Authorization: Bearer
-// <token>". An empty configured token locks the API entirely.
+// <token>": the scheme case-insensitive (RFC 9110 §11.1), the token compared in constant time. An
+// empty configured token locks the API entirely.
 func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got = strings.TrimLeft(got, " ")
+		if token == "" || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kvexact-admin"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return

@@ -141,9 +141,14 @@ func bothPaths(t *testing.T, f func(t *testing.T)) {
 
 func TestCCoreVLLMVectors(t *testing.T) {
 	bothPaths(t, func(t *testing.T) {
-		for _, algo := range []Algorithm{VLLMSHA256, VLLMSHA256CBOR, VLLMXXHash, VLLMXXHashCBOR} {
+		for _, v := range []struct {
+			dir  string
+			algo Algorithm
+		}{{"v0.25.1", VLLMSHA256}, {"v0.25.1", VLLMSHA256CBOR}, {"v0.25.1", VLLMXXHash}, {"v0.25.1", VLLMXXHashCBOR},
+			{"main-msgpack", VLLMSHA256MsgPack}, {"main-msgpack", VLLMXXHashMsgPack}} {
+			algo := v.algo
 			var f cVLLMFile
-			readJSON(t, filepath.Join(vectorsRoot, "vllm", "v0.25.1", string(algo)+".json"), &f)
+			readJSON(t, filepath.Join(vectorsRoot, "vllm", v.dir, string(algo)+".json"), &f)
 			if f.HashAlgo != string(algo) || len(f.Cases) == 0 {
 				t.Fatalf("%s: file says hash_algo %q with %d cases", algo, f.HashAlgo, len(f.Cases))
 			}

@@ -133,6 +133,8 @@ func parentOffset(a Algorithm) int {
 		return 3 // array(3), bytes(32) head 0x58 0x20
 	case VLLMXXHashCBOR:
 		return 2 // array(3), bytes(16) head 0x50
+	case VLLMSHA256MsgPack, VLLMXXHashMsgPack:
+		return 3 // fixarray(3) 0x93, bin8 0xc4 + length
 	}
 	return 0 // SGLang, router: the parent comes first
 }

@@ -198,7 +198,7 @@ func TestCChainErrors(t *testing.T) {
 		switch a {
 		case RouterXXH3V1:
 			p = root[:8]
-		case VLLMXXHash, VLLMXXHashCBOR:
+		case VLLMXXHash, VLLMXXHashCBOR, VLLMXXHashMsgPack:
 			p = root[:16]
 		}
 		return &chainRequest{Algo: a, BlockSize: 16, Parent: p, Tokens: toks, NumBlocks: 2,

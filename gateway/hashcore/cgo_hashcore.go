@@ -63,6 +63,10 @@ func cAlgo(a Algorithm) C.int32_t {
 		return C.KVX_VLLM_XXHASH
 	case VLLMXXHashCBOR:
 		return C.KVX_VLLM_XXHASH_CBOR
+	case VLLMSHA256MsgPack:
+		return C.KVX_VLLM_SHA256_MSGPACK
+	case VLLMXXHashMsgPack:
+		return C.KVX_VLLM_XXHASH_MSGPACK
 	case SGLangSHA256:
 		return C.KVX_SGLANG_SHA256
 	case RouterXXH3V1:

@@ -50,16 +50,19 @@ func serializeRoot(a Algorithm, s string) ([]byte, error) {
 		}
 		return p.finish()
 	}
+	if a.msgpack() {
+		return msgpackAppend(nil, s)
+	}
 	return canonical.Marshal(s)
 }
 
 // digest hashes a pre-image with a's digest function.
 func digest(a Algorithm, pre []byte) []byte {
 	switch a {
-	case VLLMSHA256, VLLMSHA256CBOR, SGLangSHA256:
+	case VLLMSHA256, VLLMSHA256CBOR, VLLMSHA256MsgPack, SGLangSHA256:
 		d := sha256.Sum256(pre)
 		return d[:]
-	case VLLMXXHash, VLLMXXHashCBOR:
+	case VLLMXXHash, VLLMXXHashCBOR, VLLMXXHashMsgPack:
 		d := xxh3.Hash128(pre).Bytes() // canonical big-endian hi64‖lo64, as Python's xxh3_128_digest
 		return d[:]
 	case RouterXXH3V1:
@@ -147,6 +150,9 @@ func Preimage(a Algorithm, blockSize int, bigram bool, parent []byte, tokens []u
 	}
 	if a.pickle() {
 		return pickleBlock(parent, block, ek)
+	}
+	if a.msgpack() {
+		return msgpackAppend(nil, []any{parent, block, ek})
 	}
 	return canonical.Marshal([]any{parent, cborTokens(block), ek})
 }

@@ -23,6 +23,11 @@ const (
 	VLLMXXHash Algorithm = "xxhash"
 	// VLLMXXHashCBOR is canonical CBOR + XXH3-128.
 	VLLMXXHashCBOR Algorithm = "xxhash_cbor"
+	// VLLMSHA256MsgPack is MessagePack (msgspec's encoding: shortest heads, bin for bytes, one array
+	// type for tuples and lists) + SHA-256.
+	VLLMSHA256MsgPack Algorithm = "sha256_msgpack"
+	// VLLMXXHashMsgPack is MessagePack + XXH3-128.
+	VLLMXXHashMsgPack Algorithm = "xxhash_msgpack"
 	// SGLangSHA256 is SGLang's page hash: SHA-256(prior digest ‖ u32le tokens), first 8 bytes as int64.
 	SGLangSHA256 Algorithm = "sglang_sha256"
 	// RouterXXH3V1 is the gateway's own router key (DESIGN.md Decisions):
@@ -31,15 +36,15 @@ const (
 )
 
 // Algorithms lists every algorithm in a stable order (for flags, docs and tests).
-var Algorithms = []Algorithm{VLLMSHA256, VLLMSHA256CBOR, VLLMXXHash, VLLMXXHashCBOR, SGLangSHA256, RouterXXH3V1}
+var Algorithms = []Algorithm{VLLMSHA256, VLLMSHA256CBOR, VLLMXXHash, VLLMXXHashCBOR, VLLMSHA256MsgPack, VLLMXXHashMsgPack, SGLangSHA256, RouterXXH3V1}
 
 // MaxBlockSize is the largest block size the hash core accepts.
 const MaxBlockSize = 4096
 
-// IsVLLM reports whether a is one of vLLM's four algorithms (they need a seed).
+// IsVLLM reports whether a is one of vLLM's algorithms (they need a seed).
 func (a Algorithm) IsVLLM() bool {
 	switch a {
-	case VLLMSHA256, VLLMSHA256CBOR, VLLMXXHash, VLLMXXHashCBOR:
+	case VLLMSHA256, VLLMSHA256CBOR, VLLMXXHash, VLLMXXHashCBOR, VLLMSHA256MsgPack, VLLMXXHashMsgPack:
 		return true
 	}
 	return false
@@ -48,13 +53,16 @@ func (a Algorithm) IsVLLM() bool {
 // pickle reports whether a serializes with pickle protocol 5 (else CBOR or raw bytes).
 func (a Algorithm) pickle() bool { return a == VLLMSHA256 || a == VLLMXXHash }
 
+// msgpack reports whether a serializes with MessagePack.
+func (a Algorithm) msgpack() bool { return a == VLLMSHA256MsgPack || a == VLLMXXHashMsgPack }
+
 // DigestLen is the length of one block digest in bytes: 32 for SHA-256, 16 for XXH3-128, 8 for the
 // router key (le64 of the key), 0 for an unknown algorithm.
 func (a Algorithm) DigestLen() int {
 	switch a {
-	case VLLMSHA256, VLLMSHA256CBOR, SGLangSHA256:
+	case VLLMSHA256, VLLMSHA256CBOR, VLLMSHA256MsgPack, SGLangSHA256:
 		return 32
-	case VLLMXXHash, VLLMXXHashCBOR:
+	case VLLMXXHash, VLLMXXHashCBOR, VLLMXXHashMsgPack:
 		return 16
 	case RouterXXH3V1:
 		return 8
@@ -65,7 +73,7 @@ func (a Algorithm) DigestLen() int {
 // Validate returns an error naming a when it is not a known algorithm.
 func (a Algorithm) Validate() error {
 	if a.DigestLen() == 0 {
-		return fmt.Errorf("hashcore: unknown algorithm %q (want one of sha256, sha256_cbor, xxhash, xxhash_cbor, sglang_sha256, kvexact-xxh3-v1)", string(a))
+		return fmt.Errorf("hashcore: unknown algorithm %q (want one of sha256, sha256_cbor, xxhash, xxhash_cbor, sha256_msgpack, xxhash_msgpack, sglang_sha256, kvexact-xxh3-v1)", string(a))
 	}
 	return nil
 }

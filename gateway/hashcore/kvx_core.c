@@ -232,6 +232,101 @@ static int cbor_extras(buf_t *b, rd_t *r, int absent_as_null) {
 	return KVX_OK;
 }
 
+/* ---- MessagePack, as msgspec.msgpack.Encoder writes it ------------------------------------ */
+
+/* Shortest unsigned integer: positive fixint, uint8/16/32/64. Reserve 9 bytes first. */
+static inline void mp_uint(buf_t *b, uint64_t v) {
+	if (v < 0x80) {
+		put1(b, (uint8_t)v);
+		return;
+	}
+	int n;
+	if (v <= 0xFF) put1(b, 0xCC), n = 1;
+	else if (v <= 0xFFFF) put1(b, 0xCD), n = 2;
+	else if (v <= 0xFFFFFFFFu) put1(b, 0xCE), n = 4;
+	else put1(b, 0xCF), n = 8;
+	for (int i = n - 1; i >= 0; i--) put1(b, (uint8_t)(v >> (8 * i)));
+}
+
+/* Shortest signed integer (negative fixint, int8/16/32/64) for v < 0. Reserve 9 bytes first. */
+static inline void mp_neg(buf_t *b, int64_t v) {
+	int n;
+	if (v >= -32) {
+		put1(b, (uint8_t)v);
+		return;
+	}
+	if (v >= -128) put1(b, 0xD0), n = 1;
+	else if (v >= -32768) put1(b, 0xD1), n = 2;
+	else if (v >= -2147483648LL) put1(b, 0xD2), n = 4;
+	else put1(b, 0xD3), n = 8;
+	for (int i = n - 1; i >= 0; i--) put1(b, (uint8_t)((uint64_t)v >> (8 * i)));
+}
+
+/* A head with a length: fix form when short < fix_max, else 8-, 16- or 32-bit lengths (op8 0 when
+ * the family has no 8-bit form). Reserve 5 bytes first. */
+static inline void mp_len(buf_t *b, uint8_t fix, size_t fix_max, uint8_t op8, uint8_t op16, uint8_t op32, size_t n) {
+	if (fix && n < fix_max) {
+		put1(b, (uint8_t)(fix | n));
+	} else if (op8 && n <= 0xFF) {
+		put1(b, op8);
+		put1(b, (uint8_t)n);
+	} else if (n <= 0xFFFF) {
+		put1(b, op16);
+		put1(b, (uint8_t)(n >> 8));
+		put1(b, (uint8_t)n);
+	} else {
+		put1(b, op32);
+		for (int i = 3; i >= 0; i--) put1(b, (uint8_t)(n >> (8 * i)));
+	}
+}
+
+static inline void mp_array(buf_t *b, size_t n) { mp_len(b, 0x90, 16, 0, 0xDC, 0xDD, n); }
+
+static int mp_blob(buf_t *b, int is_str, const uint8_t *s, size_t n) {
+	int rc = buf_reserve(b, 5 + n);
+	if (rc) return rc;
+	if (is_str) mp_len(b, 0xA0, 32, 0xD9, 0xDA, 0xDB, n);
+	else mp_len(b, 0, 0, 0xC4, 0xC5, 0xC6, n);
+	putn(b, s, n);
+	return KVX_OK;
+}
+
+/* One packed item as MessagePack. */
+static int mp_item(buf_t *b, rd_t *r, int depth) {
+	uint8_t tag;
+	int rc = rd_u8(r, &tag);
+	if (rc) return rc;
+	switch (tag) {
+	case KVX_TAG_STR:
+	case KVX_TAG_BYTES: {
+		const uint8_t *s;
+		size_t n;
+		if ((rc = rd_span(r, &s, &n))) return rc;
+		if (tag == KVX_TAG_STR && !utf8_valid(s, n)) return KVX_E_UTF8;
+		return mp_blob(b, tag == KVX_TAG_STR, s, n);
+	}
+	case KVX_TAG_INT: {
+		int64_t v;
+		if ((rc = rd_i64(r, &v))) return rc;
+		if ((rc = buf_reserve(b, 9))) return rc;
+		if (v >= 0) mp_uint(b, (uint64_t)v);
+		else mp_neg(b, v);
+		return KVX_OK;
+	}
+	case KVX_TAG_TUPLE: {
+		uint32_t n;
+		if (depth >= KVX_MAX_DEPTH) return KVX_E_EXTRAS;
+		if ((rc = rd_u32(r, &n))) return rc;
+		if ((rc = buf_reserve(b, 5))) return rc;
+		mp_array(b, n);
+		for (uint32_t i = 0; i < n; i++)
+			if ((rc = mp_item(b, r, depth + 1))) return rc;
+		return KVX_OK;
+	}
+	}
+	return KVX_E_EXTRAS;
+}
+
 /* ---- pickle protocol 5, as CPython's C pickler writes it ----------------------------------- */
 /*
  * Framing (checked against CPython 3.11's pickle.dumps on random inputs up to 300 KiB): the body is
@@ -488,10 +583,12 @@ size_t kvx_digest_len(int32_t algo) {
 	switch (algo) {
 	case KVX_VLLM_SHA256:
 	case KVX_VLLM_SHA256_CBOR:
+	case KVX_VLLM_SHA256_MSGPACK:
 	case KVX_SGLANG_SHA256:
 		return 32;
 	case KVX_VLLM_XXHASH:
 	case KVX_VLLM_XXHASH_CBOR:
+	case KVX_VLLM_XXHASH_MSGPACK:
 		return 16;
 	case KVX_ROUTER_XXH3_V1:
 		return 8;
@@ -504,6 +601,7 @@ static uint64_t digest(int32_t algo, kvx_sha256_compress_fn f, const uint8_t *p,
 	switch (algo) {
 	case KVX_VLLM_SHA256:
 	case KVX_VLLM_SHA256_CBOR:
+	case KVX_VLLM_SHA256_MSGPACK:
 		kvx_sha256_oneshot(f, p, n, d);
 		return load_be64(d + 24); /* vLLM: the last 8 bytes */
 	case KVX_SGLANG_SHA256:
@@ -511,6 +609,7 @@ static uint64_t digest(int32_t algo, kvx_sha256_compress_fn f, const uint8_t *p,
 		return load_be64(d); /* SGLang: the first 8 bytes (bit pattern of its int64) */
 	case KVX_VLLM_XXHASH:
 	case KVX_VLLM_XXHASH_CBOR:
+	case KVX_VLLM_XXHASH_MSGPACK:
 		return kvx_xxh3_128_canonical(p, n, d); /* low64 = the last 8 bytes, big-endian */
 	default: { /* KVX_ROUTER_XXH3_V1 */
 		uint64_t key = kvx_xxh3_64(p, n);
@@ -522,7 +621,10 @@ static uint64_t digest(int32_t algo, kvx_sha256_compress_fn f, const uint8_t *p,
 
 /* ---- the chain --------------------------------------------------------------------------- */
 
-static int is_vllm(int32_t a) { return a >= KVX_VLLM_SHA256 && a <= KVX_VLLM_XXHASH_CBOR; }
+static int is_vllm(int32_t a) {
+	return (a >= KVX_VLLM_SHA256 && a <= KVX_VLLM_XXHASH_CBOR) || a == KVX_VLLM_SHA256_MSGPACK || a == KVX_VLLM_XXHASH_MSGPACK;
+}
+static int is_msgpack(int32_t a) { return a == KVX_VLLM_SHA256_MSGPACK || a == KVX_VLLM_XXHASH_MSGPACK; }
 static int is_pickle(int32_t a) { return a == KVX_VLLM_SHA256 || a == KVX_VLLM_XXHASH; }
 
 static int check_args(const kvx_chain_args *a, size_t dl) {
@@ -575,6 +677,28 @@ static int build_block(const kvx_chain_args *a, const kvx_encoders *e, pk_t *k, 
 			return KVX_OK;
 		}
 		return cbor_extras(b, r, 1);
+	case KVX_VLLM_SHA256_MSGPACK:
+	case KVX_VLLM_XXHASH_MSGPACK: {
+		uint32_t ne = 0;
+		b->len = 0;
+		if ((rc = buf_reserve(b, 1 + 5 + parent_len + 5 + 5 * bs + 8 + 5))) return rc;
+		put1(b, 0x93); /* fixarray(3) */
+		mp_len(b, 0, 0, 0xC4, 0xC5, 0xC6, parent_len);
+		*parent_off = b->len;
+		copy_digest(b->p + b->len, parent, parent_len);
+		b->len += parent_len;
+		mp_array(b, bs);
+		b->len = (size_t)(kvx_msgpack_tokens(b->p + b->len, t, bs) - b->p);
+		if (r != NULL && (rc = rd_u32(r, &ne))) return rc;
+		if (ne == 0) {
+			put1(b, 0xC0); /* nil: reserved above */
+			return KVX_OK;
+		}
+		mp_array(b, ne); /* reserved above */
+		for (uint32_t j = 0; j < ne; j++)
+			if ((rc = mp_item(b, r, 1))) return rc;
+		return KVX_OK;
+	}
 	case KVX_SGLANG_SHA256: {
 		uint32_t ne = 0;
 		if (r != NULL && (rc = rd_u32(r, &ne))) return rc;
@@ -730,6 +854,12 @@ int kvx_root(int32_t algo, const uint8_t *s, size_t n, uint8_t *out, size_t out_
 		if ((rc = pk_str(&k, s, n))) goto out;
 		if ((rc = pk_op(&k, '.'))) goto out;
 		pk_commit(&k);
+	} else if (is_msgpack(algo)) {
+		if (!utf8_valid(s, n)) {
+			rc = KVX_E_UTF8;
+			goto out;
+		}
+		if ((rc = mp_blob(&b, 1, s, n))) goto out;
 	} else {
 		if ((rc = cbor_blob(&b, 3, s, n))) goto out;
 	}

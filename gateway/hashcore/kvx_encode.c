@@ -14,6 +14,38 @@
 #endif
 
 /* Canonical CBOR uint: head 0x00+v (v < 24), 0x18 + 1 byte, 0x19 + 2, 0x1a + 4, big-endian. */
+uint8_t *kvx_msgpack_tokens(uint8_t *p, const uint32_t *t, size_t n) {
+#if KVX_LE
+	/* As the CBOR encoder: one 8-byte store of head ‖ big-endian argument, advanced by its length
+	 * (positive fixint ≤ 0x7f is its own head; uint8 0xcc, uint16 0xcd, uint32 0xce). */
+	static const uint8_t head[4] = {0x00, 0xCC, 0xCD, 0xCE};
+	static const uint8_t shift[4] = {56, 48, 40, 24};
+	static const uint8_t len[4] = {1, 2, 3, 5};
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = t[i];
+		unsigned c = (v > 0x7F) + (v > 0xFF) + (v > 0xFFFF);
+		uint64_t w = (__builtin_bswap64((uint64_t)v) >> shift[c]) | head[c];
+		memcpy(p, &w, 8);
+		p += len[c];
+	}
+#else
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = t[i];
+		if (v <= 0x7F) {
+			*p++ = (uint8_t)v;
+		} else if (v <= 0xFF) {
+			*p++ = 0xCC, *p++ = (uint8_t)v;
+		} else if (v <= 0xFFFF) {
+			*p++ = 0xCD, *p++ = (uint8_t)(v >> 8), *p++ = (uint8_t)v;
+		} else {
+			*p++ = 0xCE;
+			for (int k = 3; k >= 0; k--) *p++ = (uint8_t)(v >> (8 * k));
+		}
+	}
+#endif
+	return p;
+}
+
 uint8_t *kvx_cbor_tokens_portable(uint8_t *p, const uint32_t *t, size_t n) {
 #if KVX_LE
 	/* Branch-free: one 8-byte store of head ‖ argument, advanced by its length. bswap64(v) holds

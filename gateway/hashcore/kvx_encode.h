@@ -19,6 +19,8 @@ typedef struct {
 } kvx_encoders;
 
 uint8_t *kvx_cbor_tokens_portable(uint8_t *p, const uint32_t *t, size_t n);
+/* Token ids as MessagePack uints in their shortest form; writes up to 8 bytes past the last one. */
+uint8_t *kvx_msgpack_tokens(uint8_t *p, const uint32_t *t, size_t n);
 uint8_t *kvx_pickle_tokens_portable(uint8_t *p, const uint32_t *t, size_t n);
 #if defined(__x86_64__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define KVX_HAVE_AVX2_BUILD 1

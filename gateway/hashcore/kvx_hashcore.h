@@ -29,6 +29,8 @@ enum kvx_algo {
 	KVX_VLLM_XXHASH_CBOR = 4, /* vLLM "xxhash_cbor": canonical CBOR + XXH3-128 */
 	KVX_SGLANG_SHA256 = 5,    /* SGLang page hash: SHA-256(prior ‖ u32le tokens) */
 	KVX_ROUTER_XXH3_V1 = 6,   /* kvexact-xxh3-v1: XXH3-64(le64 parent ‖ le32 tokens ‖ CBOR extras) */
+	KVX_VLLM_SHA256_MSGPACK = 7, /* vLLM "sha256_msgpack": MessagePack (msgspec) + SHA-256 */
+	KVX_VLLM_XXHASH_MSGPACK = 8, /* vLLM "xxhash_msgpack": MessagePack (msgspec) + XXH3-128 */
 };
 
 /* Status codes (kvx_status_text names each). */
@@ -54,7 +56,7 @@ enum kvx_status {
 
 /*
  * Packed extras, one entry per block in order: u32le n (0 = none: vLLM None / CBOR null / pickle
- * NONE; router: no extras bytes), then n items. An item is a tag byte and a payload:
+ * NONE / msgpack nil; router: no extras bytes), then n items. An item is a tag byte and a payload:
  *   0x01 str    u32le len, UTF-8 bytes
  *   0x02 bytes  u32le len, bytes
  *   0x03 int    i64le

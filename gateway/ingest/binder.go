@@ -18,6 +18,9 @@ type binder struct {
 	maxMapped int
 
 	groups  map[int]bool // vLLM group_idx → indexed (full attention), learned from BlockStored
+	pres    *presence    // the contract's "presence" residency rule, nil for "copies"
+	group   int          // group_idx of the event being applied (presence rule)
+	presBuf []uint64
 	ranks   map[int]*rankKeys
 	mapped  int // entries over all ranks
 	keys    []uint64
@@ -122,6 +125,7 @@ func (b *binder) event(rank int, ev *engines.Event) {
 		b.skipped(rank, "group_kind", 1)
 		return
 	}
+	b.group = ev.GroupIdx
 	switch ev.Kind {
 	case engines.BlockStored:
 		if b.binding != BindingRouter {

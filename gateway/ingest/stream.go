@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines"
 )
 
@@ -29,6 +30,9 @@ func newStream(cfg Config, apply func(Update)) *stream {
 	}
 	s.b = newBinder(cfg.Family, cfg.Binding, cfg.BlockSize, cfg.MaxMapped)
 	s.b.emit = apply
+	if cfg.Family != "trtllm" && residencyFor(cfg.Family, cfg.Release) == contracts.ResidencyPresence {
+		s.b.presenceRule(apply)
+	}
 	s.b.applied = s.lab.applied
 	s.b.skipped = func(rank int, reason string, n int) {
 		if n <= 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -73,21 +72,6 @@ func errorBody(e *apiError) []byte {
 	}
 	b, _ := json.Marshal(v) // strings and pointers only: cannot fail
 	return b
-}
-
-// ProtocolErrorBody renders, in OpenAI's shape, an error the HTTP server answers before the proxy
-// sees the request (a malformed request line, header fields too large, an unsupported
-// Transfer-Encoding): for h1.Server.ErrorBody. The code is the status text in snake case
-// (e.g. request_header_fields_too_large).
-func ProtocolErrorBody(status int, detail string) (contentType string, body []byte) {
-	e := &apiError{Status: status, Message: detail, Type: typeInvalid, Code: "bad_http_request"}
-	if t := http.StatusText(status); t != "" && status != http.StatusBadRequest {
-		e.Code = strings.ToLower(strings.NewReplacer(" ", "_", "-", "_", "'", "").Replace(t))
-	}
-	if status >= 500 {
-		e.Type = typeServer
-	}
-	return "application/json", errorBody(e)
 }
 
 // writeError answers the client with e. Only valid before any response byte was written.

@@ -95,15 +95,9 @@ type outbound struct {
 	leg  leg
 	req  http.Request // the template WithContext copies
 	url  url.URL
-	body bodyReader
+	body bytes.Reader
 	vals [2]string // X-Request-Id and X-Forwarded-For values
 }
-
-// bodyReader is a request body over bytes the proxy holds: an io.ReadCloser that can also write
-// itself out (io.WriterTo), which lets the upstream transport copy it without a buffer.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
 
 // send issues one upstream request with body to ep, after the breaker admits it. internal legs
 // (whose answer the proxy reads itself) ask for an uncompressed body.
@@ -153,7 +147,12 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	if c.p.cfg.Rewrite != nil {
 		c.p.cfg.Rewrite(out, ep)
 	}
-	resp, err := c.p.transport.RoundTrip(out)
+	t, err := c.transport()
+	if err != nil {
+		l.report(health.Canceled, 0) // configuration, not the endpoint's health
+		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
+	}
+	resp, err := t.RoundTrip(out)
 	if err == nil {
 		return resp, l, nil
 	}
@@ -201,12 +200,13 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 	switch {
 	case len(body) > 0:
 		out.ContentLength = int64(len(body))
+		// io.NopCloser over a *bytes.Reader: net/http recognizes it as a body in memory and sends
+		// the headers and the body in one write (any other reader type gets the headers flushed
+		// first, a second syscall per request).
 		o.body.Reset(body)
-		out.Body = &o.body
+		out.Body = io.NopCloser(&o.body)
 		out.GetBody = func() (io.ReadCloser, error) {
-			r := new(bodyReader)
-			r.Reset(body)
-			return r, nil
+			return io.NopCloser(bytes.NewReader(body)), nil
 		}
 	case c.r.Method != http.MethodGet && c.r.Method != http.MethodHead:
 		out.Body = http.NoBody // an empty POST still says Content-Length: 0
@@ -246,6 +246,10 @@ func (c *call) writeBuffered(status int, h http.Header, body []byte) {
 	if hh == nil {
 		hh = http.Header{}
 	}
+	if b, rewritten := openAIError(status, body); rewritten {
+		body = b
+		hh.Set("Content-Type", "application/json")
+	}
 	hh.Del("Content-Encoding")
 	hh.Set("Content-Length", strconv.Itoa(len(body)))
 	c.commitHeaders(status, hh)
@@ -283,6 +287,22 @@ func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCod
 }
 
 func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) relayResult {
+	if resp.StatusCode >= 400 {
+		if res, ok := c.relayEngineError(resp, commit); ok {
+			c.gone = c.gone || res == clientGone
+			return res
+		}
+	}
+	res, started := c.relayBody(resp, commit, diedCode)
+	if started && (res == clientGone || res == upstreamDied) {
+		c.truncated = true
+	}
+	c.gone = c.gone || res == clientGone
+	return res
+}
+
+// relayBody is relay's loop; started says whether the response was committed to the client.
+func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode string) (_ relayResult, started bool) {
 	defer resp.Body.Close()
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -293,12 +313,13 @@ func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) r
 	flush := eventStream || c.body != nil && c.body.stream
 	rc := flusher{c.w}
 	var pending []byte // SSE: bytes after the last complete event, held until the event completes
-	started := false
 	for {
 		n, rerr := resp.Body.Read(buf)
-		if !started && (n > 0 && rerr == nil || rerr == io.EOF) {
+		// Bytes that come with a read error still commit and go out (a stream that then breaks
+		// is cut, not answered with a second status).
+		if !started && (n > 0 || rerr == io.EOF) {
 			if commit != nil && !commit() {
-				return relayRefused
+				return relayRefused, started
 			}
 			c.commitHeaders(resp.StatusCode, resp.Header)
 			started = true
@@ -315,7 +336,7 @@ func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) r
 				}
 				if cut > 0 {
 					if _, err := c.w.Write(pending[:cut]); err != nil {
-						return clientGone
+						return clientGone, started
 					}
 				}
 				pending = append(pending[:0], pending[cut:]...)
@@ -323,12 +344,12 @@ func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) r
 			}
 			if len(out) > 0 {
 				if _, err := c.w.Write(out); err != nil {
-					return clientGone
+					return clientGone, started
 				}
 			}
 			if flush {
 				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-					return clientGone
+					return clientGone, started
 				}
 			}
 		}
@@ -338,36 +359,35 @@ func (c *call) relay(resp *http.Response, commit func() bool, diedCode string) r
 		if rerr == io.EOF {
 			if len(pending) > 0 {
 				if _, err := c.w.Write(pending); err != nil {
-					return clientGone
+					return clientGone, started
 				}
 			}
 			if flush {
 				_ = rc.Flush()
 			}
-			return relayed
+			return relayed, started
 		}
 		if c.ctx.Err() != nil {
-			return clientGone
+			return clientGone, started
 		}
 		if !started {
 			// Died after the headers but before any body byte: a clean error answer is still possible.
 			if commit != nil && !commit() {
-				return relayRefused
+				return relayRefused, started
 			}
 			c.p.log.Warn("upstream response broke off before its body", "rule", c.rule, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
 			c.fail(serverError(http.StatusBadGateway, diedCode, "the upstream endpoint %s failed before sending its body: %v", c.serverName(), rerr))
-			return upstreamDied
+			return upstreamDied, started
 		}
 		c.p.log.Warn("upstream response broke off", "rule", c.rule, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
 		if sse {
+			// The error event tells an SSE client why; the cut connection (end) tells every
+			// client that the stream is incomplete.
 			_, _ = c.w.Write(sseError(&apiError{Type: typeServer, Code: diedCode,
 				Message: fmt.Sprintf("the upstream endpoint %s stopped mid-stream: %v", c.serverName(), rerr)}))
-			_ = rc.Flush()
-		} else {
-			_ = rc.Flush() // let the client see the truncation rather than a bare connection reset
-			c.abortConn = true
 		}
-		return upstreamDied
+		_ = rc.Flush() // what was relayed reaches the client before the cut
+		return upstreamDied, started
 	}
 }
 

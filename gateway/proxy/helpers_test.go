@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvexact/kvexact/gateway/h1"
+	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -176,21 +176,28 @@ func newPool(t testing.TB, family string, mode int, specs []epSpec, keyer route.
 }
 
 // frontServer serves the proxy on 127.0.0.1 with the server the gateway's client listeners run
-// (gateway/h1), so these tests exercise the production path.
+// (gateway.NewHTTPServer, default limits), so these tests exercise the production path.
 type frontServer struct {
 	URL    string
-	srv    *h1.Server
+	Addr   string // host:port, for raw-socket tests
+	srv    *http.Server
 	client *http.Client
 	once   sync.Once
 }
 
 func newFrontServer(t testing.TB, h http.Handler) *frontServer {
 	t.Helper()
+	return newFrontServerWith(t, h, rules.Server{})
+}
+
+// newFrontServerWith is newFrontServer with the listener settings sc (zero fields: defaults).
+func newFrontServerWith(t testing.TB, h http.Handler, sc rules.Server) *frontServer {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &frontServer{URL: "http://" + l.Addr().String(), srv: &h1.Server{Handler: h, Log: quietLog()},
+	f := &frontServer{URL: "http://" + l.Addr().String(), Addr: l.Addr().String(), srv: gateway.NewHTTPServer(h, sc, nil, quietLog()),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}}
 	go f.srv.Serve(l)
 	t.Cleanup(f.Close)

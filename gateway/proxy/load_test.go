@@ -26,7 +26,7 @@ func TestThousandConcurrentStreams(t *testing.T) {
 		defer p.front.Close()
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true}}
 		defer client.CloseIdleConnections()
-		defer p.proxy.transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+		defer p.proxy.CloseIdleConnections()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

@@ -14,6 +14,7 @@ type Metrics struct {
 	requests  *prometheus.CounterVec   // rule, status, tier
 	upstream  *prometheus.CounterVec   // rule, kind
 	failovers *prometheus.CounterVec   // rule
+	client    *prometheus.CounterVec   // rule, kind
 	inflight  *prometheus.GaugeVec     // rule
 	pdParams  *prometheus.CounterVec   // rule, dialect, result
 	duration  *prometheus.HistogramVec // rule
@@ -61,6 +62,14 @@ const (
 	errBadResponse = "bad_response" // a P/D leg answered something the dialect cannot use
 )
 
+// Client-side failure kinds (label "kind" of kvexact_proxy_client_errors_total).
+const (
+	clientHeaderFields = "header_fields"  // more header field lines than allowed: 431
+	clientBodyTimeout  = "body_timeout"   // the body did not arrive within the body deadline: 408
+	clientGoneEarly    = "gone_early"     // the client left (or half-closed) before any response byte
+	clientGoneMidway   = "gone_midstream" // the client left while the response was being relayed
+)
+
 // NewMetrics registers the proxy metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -71,6 +80,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Upstream failures by kind: connect, breaker_open, midstream, status_5xx, prefill, timeout, bad_response."}, []string{"rule", "kind"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_failovers_total",
 			Help: "Selections re-run with a failed endpoint excluded (connect failure or open breaker)."}, []string{"rule"}),
+		client: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_client_errors_total",
+			Help: "Requests the client side ended by kind: header_fields (431), body_timeout (408), gone_early (left or half-closed before any response byte; the connection is closed), gone_midstream (left during the relay)."}, []string{"rule", "kind"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_proxy_inflight_requests",
 			Help: "Client requests being served."}, []string{"rule"}),
 		pdParams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_pd_params_total",
@@ -80,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_proxy_ttfb_seconds",
 			Help: "Time from request arrival to the first response byte sent to the client (headers with the first body chunk).", Buckets: latency}, []string{"rule"}),
 	}
-	reg.MustRegister(m.requests, m.upstream, m.failovers, m.inflight, m.pdParams, m.duration, m.ttfb)
+	reg.MustRegister(m.requests, m.upstream, m.failovers, m.client, m.inflight, m.pdParams, m.duration, m.ttfb)
 	return m
 }
 
@@ -94,6 +105,7 @@ func (m *Metrics) Forget(rule string) {
 	m.requests.DeletePartialMatch(l)
 	m.upstream.DeletePartialMatch(l)
 	m.failovers.DeletePartialMatch(l)
+	m.client.DeletePartialMatch(l)
 	m.inflight.DeletePartialMatch(l)
 	m.pdParams.DeletePartialMatch(l)
 	m.duration.DeletePartialMatch(l)
@@ -121,6 +133,12 @@ func (m *Metrics) firstByte(rule string, d time.Duration) {
 func (m *Metrics) upstreamError(rule, kind string) {
 	if m != nil {
 		m.upstream.WithLabelValues(rule, kind).Inc()
+	}
+}
+
+func (m *Metrics) clientError(rule, kind string) {
+	if m != nil {
+		m.client.WithLabelValues(rule, kind).Inc()
 	}
 }
 

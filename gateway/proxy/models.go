@@ -42,7 +42,7 @@ func (c *call) models(id string) {
 			}
 			continue
 		}
-		lists := c.fetchModels(rt.Endpoints())
+		lists := c.fetchModels(rt)
 		for _, l := range lists {
 			asked++
 			if l.ok {
@@ -95,7 +95,12 @@ type modelList struct {
 }
 
 // fetchModels asks every non-excluded endpoint for its /v1/models, concurrently.
-func (c *call) fetchModels(eps []*route.Endpoint) []modelList {
+func (c *call) fetchModels(rt *route.Router) []modelList {
+	eps := rt.Endpoints()
+	t, err := c.p.routerTransport(rt)
+	if err != nil {
+		return make([]modelList, len(eps))
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, modelsTimeout)
 	defer cancel()
 	out := make([]modelList, len(eps))
@@ -107,14 +112,14 @@ func (c *call) fetchModels(eps []*route.Endpoint) []modelList {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = c.fetchModelList(ctx, ep)
+			out[i] = c.fetchModelList(ctx, t, ep)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func (c *call) fetchModelList(ctx context.Context, ep *route.Endpoint) modelList {
+func (c *call) fetchModelList(ctx context.Context, t http.RoundTripper, ep *route.Endpoint) modelList {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.Address+"/v1/models", nil)
 	if err != nil {
 		return modelList{}
@@ -124,7 +129,7 @@ func (c *call) fetchModelList(ctx context.Context, ep *route.Endpoint) modelList
 	if a := c.r.Header.Get("Authorization"); a != "" {
 		req.Header.Set("Authorization", a)
 	}
-	resp, err := c.p.transport.RoundTrip(req)
+	resp, err := t.RoundTrip(req)
 	if err != nil {
 		c.p.log.Debug("/v1/models fan-out: endpoint unreachable", "endpoint", ep.Name, "err", err)
 		return modelList{}

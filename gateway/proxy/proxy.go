@@ -23,10 +23,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/h1"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/cowmap"
 )
 
 // Response headers the proxy sets.
@@ -54,13 +54,18 @@ type Config struct {
 	Routers func(listener string) []*route.Router
 	// MaxBodyBytes caps request bodies (413 above it). 0 means 16 MiB.
 	MaxBodyBytes int64
+	// MaxHeaderFields caps a request's header field lines (431 above it). 0 means 100.
+	MaxHeaderFields int
+	// BodyTimeout bounds the time from the handler's start to the request body's last byte (408
+	// and a closed connection past it). 0 means 60s.
+	BodyTimeout time.Duration
 	// DebugHeader adds X-Kvexact-Decision to responses.
 	DebugHeader bool
 	// PrefillTimeout bounds a P/D prefill (context) leg; past it the client gets 504
 	// pd_prefill_timeout. 0 means no bound beyond the client's own.
 	PrefillTimeout time.Duration
-	// Transport sends upstream requests. Nil: a transport tuned for many concurrent streams to a few
-	// hosts, with no environment proxy and no transparent compression.
+	// Transport sends every upstream request when set (tests, benchmarks). Nil: each rule gets its
+	// own transport from its upstream settings (NewTransport).
 	Transport http.RoundTripper
 	Log       *slog.Logger
 	Metrics   *Metrics
@@ -74,13 +79,18 @@ type Config struct {
 	// BootstrapPort returns an SGLang prefill endpoint's bootstrap port. Nil: the rule's endpoint
 	// field bootstrapPort, else SGLang's default 8998.
 	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
+	// Usage, when set, receives the cached-token account of every relayed single-pool response
+	// whose engine reported usage (predicted vs realized; see UsageReport). The client's bytes
+	// are never changed.
+	Usage func(UsageReport)
 }
 
 // Proxy serves OpenAI requests for the rules Config.Resolve knows.
 type Proxy struct {
-	cfg       Config
-	transport http.RoundTripper
-	log       *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// transports holds each rule's upstream transport, by rule version (see transportOf).
+	transports cowmap.Map[*rules.Rule, ruleTransport]
 }
 
 // New builds a proxy.
@@ -88,43 +98,23 @@ func New(cfg Config) *Proxy {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
-	p := &Proxy{cfg: cfg, transport: cfg.Transport, log: cfg.Log}
-	if p.transport == nil {
-		p.transport = DefaultTransport()
+	if cfg.MaxHeaderFields <= 0 {
+		cfg.MaxHeaderFields = 100
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
+	}
+	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
 	return p
 }
 
-// DefaultTransport is the upstream transport New uses when Config.Transport is nil: gateway/h1's
-// HTTP/1.1 client, which runs each exchange on the handler's goroutine (net/http.Transport's
-// per-connection read and write loops cost as much as the proxying on small requests). Engines are
-// a handful of hosts each serving hundreds of concurrent streams, so idle connections per host are
-// plentiful. No transparent compression: bodies the proxy reads itself (P/D legs) arrive as plain
-// JSON. Requests h1 does not serve (https endpoints, Expect: 100-continue, upgrades) go to a
-// net/http.Transport with the same settings.
-func DefaultTransport() *h1.Transport {
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &h1.Transport{
-		DialContext:         dialer.DialContext,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		Fallback: &http.Transport{
-			DialContext:           dialer.DialContext,
-			MaxIdleConns:          4096,
-			MaxIdleConnsPerHost:   1024,
-			IdleConnTimeout:       90 * time.Second,
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true,
-			ForceAttemptHTTP2:     true,
-		},
-	}
-}
-
 // Handler serves one client listener: /v1/completions, /v1/chat/completions, /v1/models (and
-// /v1/models/{id}); every other path is forwarded to an endpoint of the rule serving its model.
+// /v1/models/{id}); the rest of the OpenAI surface (embeddings, responses) and the paths a rule
+// lists under passthrough are forwarded to an endpoint of the rule serving the body's model;
+// anything else is 404 unknown_url (surface.go).
 func (p *Proxy) Handler(listener string) http.Handler {
 	return &handler{p: p, listener: listener}
 }
@@ -142,6 +132,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.id = id
 	w.Header()[HeaderRequestID] = c.value(valRequestID, id)
+	if e := c.limit(); e != nil {
+		c.fail(e)
+		c.finish()
+		return
+	}
 	switch path := r.URL.Path; {
 	case path == "/v1/completions" || path == "/v1/chat/completions":
 		if r.Method != http.MethodPost {
@@ -161,12 +156,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.passThrough()
 	}
 	c.finish()
-	if c.abortConn {
-		// The upstream body broke off after a non-SSE response had started: the only honest signal
-		// left is to cut the client's connection (what httputil.ReverseProxy does too). net/http
-		// recovers this sentinel without logging.
-		panic(http.ErrAbortHandler)
-	}
+	c.end()
 }
 
 func newRequestID() string {
@@ -200,8 +190,13 @@ type call struct {
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	server    *route.Endpoint // receipt: the endpoint whose response is relayed
 	committed bool
-	abortConn bool
+	// truncated: the response started but did not reach its end (the client left, or the upstream
+	// broke off); the connection must be cut so that the client cannot take it for complete.
+	truncated bool
+	gone      bool // the client left (context canceled by net/http) while the relay ran
 	inflight  bool
+	// bodyDeadline: the body read deadline is armed (limit) and not yet cleared.
+	bodyDeadline bool
 
 	// Storage of the request's own objects, so that a request costs one allocation for them.
 	pb   parsed
@@ -247,36 +242,61 @@ func (c *call) finish() {
 	c.p.cfg.Metrics.done(c.rule, c.status, c.tier, time.Since(c.start))
 }
 
-// readBody reads the whole body within the size limit.
+// readBody reads the whole body within the size limit and the body deadline, as it arrives: the
+// buffer grows with the bytes received, never to a declared Content-Length up front (a client
+// declaring 16 MiB and sending one byte costs 16 KiB, not 16 MiB).
 func (c *call) readBody() ([]byte, *apiError) {
-	max := c.p.cfg.MaxBodyBytes
+	limit := c.p.cfg.MaxBodyBytes
 	tooBig := func() *apiError {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
-			Message: "the request body exceeds " + strconv.FormatInt(max, 10) + " bytes"}
+			Message: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
-	var b []byte
-	var err error
-	switch n := c.r.ContentLength; {
-	case n > max:
+	n := c.r.ContentLength
+	switch {
+	case n > limit:
 		return nil, tooBig()
-	case n > 0:
-		// Servers never yield more than Content-Length: one allocation of the right size, and no
-		// limit reader.
-		b = make([]byte, n)
-		_, err = io.ReadFull(c.r.Body, b)
-	case n == 0:
+	case n == 0 || c.r.Body == nil || c.r.Body == http.NoBody:
 		return nil, nil
-	default:
-		b, err = io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, max))
 	}
+	const firstChunk = 16 << 10
+	b := make([]byte, 0, min(limit, firstChunk, max(n, 512)))
+	b, err := readAll(b, http.MaxBytesReader(c.w, c.r.Body, limit))
 	if err != nil {
+		// The deadline stays armed: net/http discards an unread rest of the body after the
+		// handler, and must not wait for it.
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooBig()
 		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.w.Header().Set("Connection", "close")
+			c.p.cfg.Metrics.clientError(c.rule, clientBodyTimeout)
+			c.p.log.Info("client body too slow", "timeout", c.p.cfg.BodyTimeout, "received", len(b), "request_id", c.id)
+			return nil, &apiError{Status: http.StatusRequestTimeout, Type: typeInvalid, Code: "request_timeout",
+				Message: "the request body did not arrive within " + c.p.cfg.BodyTimeout.String()}
+		}
 		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
 	}
+	c.endBodyDeadline()
 	return b, nil
+}
+
+// readAll appends r's bytes to b until EOF, growing b as data arrives (io.ReadAll, from a buffer).
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // resolve finds the model's router.
@@ -331,9 +351,13 @@ func (c *call) generate(chat bool) {
 	c.run()
 }
 
-// passThrough forwards any other path to one endpoint of the rule serving the request's model (the
+// passThrough forwards another path of the API surface or a passthrough path to one endpoint of the rule serving the request's model (the
 // body's "model", else X-Model, else the listener's wildcard rule).
 func (c *call) passThrough() {
+	if path := c.r.URL.Path; !inAPISurface(path) && !c.anyPasses(path) {
+		c.fail(unknownPath(c.r))
+		return
+	}
 	raw, e := c.readBody()
 	if e != nil {
 		c.fail(e)
@@ -345,6 +369,10 @@ func (c *call) passThrough() {
 	}
 	if e := c.resolve(model); e != nil {
 		c.fail(e)
+		return
+	}
+	if !forwardable(c.rt, c.r) {
+		c.fail(unknownPath(c.r))
 		return
 	}
 	c.raw = raw
@@ -419,7 +447,10 @@ func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
 		return c.sendFailed(ep, err)
 	}
 	c.server = ep
-	c.relayLeg(resp, l, nil, "upstream_died")
+	tap := c.tapUsage(resp)
+	if c.relayLeg(resp, l, nil, "upstream_died") == relayed {
+		c.reportUsage(tap)
+	}
 	return nil, nil
 }
 

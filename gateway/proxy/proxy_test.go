@@ -293,7 +293,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		}
 		p.front.Client().CloseIdleConnections()
 		p.front.Close()
-		p.proxy.transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+		p.proxy.CloseIdleConnections()
 	}()
 	noLeak(t, before)
 }
@@ -338,9 +338,11 @@ func TestMidStreamUpstreamDeath(t *testing.T) {
 			t.Fatalf("%q %v", l, err)
 		}
 		close(dieNow)
+		// The error event arrives, then the connection is cut: a stream that broke off is never
+		// framed as complete (no final chunk).
 		b, err := io.ReadAll(br)
-		if err != nil {
-			t.Fatalf("the stream must end cleanly after the error event: %v", err)
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("the stream must be cut after the error event (unexpected EOF), got %v", err)
 		}
 		data := sseData(b)
 		if len(data) != 1 {
@@ -581,7 +583,7 @@ func TestPassThroughPaths(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"path":"`+r.URL.Path+`","from":"a"}`)
 	})
-	p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: a.srv.URL}}, nil, nil, nil)
+	p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: a.srv.URL}}, nil, func(r *rules.Rule) { r.Passthrough = []string{"/tokenize"} }, nil)
 	resp, out := p.post(t, "/v1/embeddings?x=1", `{"model":"m","input":"hi"}`, nil)
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderEndpoint) != "a" || !strings.Contains(string(out), `"/v1/embeddings"`) {
 		t.Fatalf("%d %s", resp.StatusCode, out)
@@ -593,7 +595,8 @@ func TestPassThroughPaths(t *testing.T) {
 	if resp.StatusCode != 404 {
 		t.Fatalf("%d %s", resp.StatusCode, out)
 	}
-	// No model anywhere and no wildcard rule: the client must say which model.
+	// A listed passthrough path, with no model anywhere and no wildcard rule: the client must say
+	// which model.
 	resp, out = p.post(t, "/tokenize", `{"prompt":"hi"}`, nil)
 	if _, _, _, code := oaiError(t, out); resp.StatusCode != 400 || *code != "missing_model" {
 		t.Fatalf("%d %s", resp.StatusCode, out)
@@ -604,6 +607,44 @@ func TestPassThroughPaths(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, out)
 	}
 	p.allReleased(t)
+}
+
+// TestPassthroughRefused: only the API surface and a rule's passthrough paths reach an engine;
+// engine admin routes and every other path are 404 unknown_url without a byte sent upstream, even
+// disguised as a listed path.
+func TestPassthroughRefused(t *testing.T) {
+	a := newUpstream(t, "a", completion)
+	p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: a.srv.URL}}, nil, func(r *rules.Rule) { r.Passthrough = []string{"/v1/responses/*", "/tokenize"} }, nil)
+	for _, path := range []string{"/sim/clear", "/reset_prefix_cache", "/sleep?level=1", "/collective_rpc", "/flush_cache", "/kv_cache_events",
+		"/v1/responses/../../reset_prefix_cache", "/v1/responses/x/..%2F..%2Freset_prefix_cache", "/v1/responses/%2E%2E/%2E%2E/sleep", "//reset_prefix_cache",
+		"/tokenize/", "/v1/responses", "/v1/responsesx", "/"} {
+		resp, out := p.post(t, path, `{"model":"m"}`, nil)
+		if path == "/v1/responses" { // in the API surface
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", path, resp.StatusCode, out)
+			}
+			continue
+		}
+		if _, _, _, code := oaiError(t, out); resp.StatusCode != 404 || code == nil || *code != "unknown_url" {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, out)
+		}
+	}
+	for _, r := range a.requests() {
+		if r.Path != "/v1/responses" {
+			t.Fatalf("the upstream saw %s", r.Path)
+		}
+	}
+	if resp, out := p.post(t, "/v1/responses/abc/cancel", `{"model":"m"}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("a listed wildcard path: %d %s", resp.StatusCode, out)
+	}
+	// Listing an admin route is refused by the rule's validation.
+	for _, pt := range []string{"/reset_prefix_cache", "/sim/*", "/sim/clear", "/v1/load_lora_adapter", "/tokenize?x", "/a/../sleep", "/a\r\nb"} {
+		r := rules.Rule{Name: "x", Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, Passthrough: []string{pt},
+			Endpoints: []rules.Endpoint{{Address: "http://127.0.0.1:1"}}}
+		if err := r.Normalize(); err == nil || !strings.Contains(err.Error(), "passthrough[0]") {
+			t.Fatalf("passthrough %q accepted: %v", pt, err)
+		}
+	}
 }
 
 // unmarshalString's fast path must agree with json.Unmarshal on every string value.

@@ -115,6 +115,9 @@ type EndpointEvidence struct {
 	Cap      int    `json:"cap,omitempty"`
 	Excluded string `json:"excluded,omitempty"`
 	Eligible bool   `json:"eligible"` // certified for KV-exact and a candidate of this tier
+
+	// Predicted is how many blocks of Prefix come from predict-on-route, not from engine events.
+	Predicted int `json:"predicted,omitempty"`
 }
 
 // Decision is a routing outcome with its evidence. Release must be called exactly once when the
@@ -133,10 +136,14 @@ type Decision struct {
 	Seeded    bool               `json:"seeded,omitempty"`
 	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`
 
+	// Predicted: the winner's score needed predicted blocks (predict-on-route), not only confirmed.
+	Predicted bool `json:"predicted,omitempty"`
+
 	released atomic.Bool
 	rt       *Router // set by take: Release gives the load units back through it
 	dry      bool
 	candBuf  [8]*Endpoint // backs a pool's candidate list: no allocation for up to 8 endpoints
+	keys     []uint64     // the prompt's block keys, for predict-on-route
 }
 
 // Release gives back the decision's load units (idempotent).
@@ -185,6 +192,7 @@ type Router struct {
 	sessions  *sessions
 	trie      *prefixTrie
 	admission *admission
+	predict   *predictions // nil unless the rule sets predictOnRoute
 	pd        bool
 
 	tieDecode  atomic.Uint64
@@ -209,6 +217,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, sel: sel, selTier: TierSelector + ":" + sel.Name(), minMatch: *r.MinMatchTokens}
 	rt.law = Law{Kind: LawKind(r.LoadLaw.Kind), FactorPct: int(100*(1+*r.LoadLaw.Epsilon) + 0.5), Lambda: r.LoadLaw.Lambda, SpillRelief: *r.LoadLaw.SpillRelief}
+	rt.predict = newPredictions(time.Duration(r.PredictOnRoute), cfg.Now)
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {
 			rt.pd = true
@@ -292,6 +301,9 @@ func (rt *Router) routePool(ctx context.Context, req *Request, retry inventory.M
 		}
 		d.Target = rt.sel.Pick(req, cands)
 		d.Tier = rt.selTier
+	}
+	if !dry {
+		rt.predict.routed(d)
 	}
 	rt.take(d)
 	return d, nil
@@ -460,7 +472,7 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 		rt.miss(d, m, reason)
 		return nil
 	}
-	d.Blocks = len(keys)
+	d.Blocks, d.keys = len(keys), keys
 	if len(keys) == 0 {
 		rt.miss(d, MissHashes, "the prompt is shorter than one block")
 		return nil
@@ -486,11 +498,16 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 			continue
 		}
 		s := byID[e.ID]
+		var predicted int
+		if rt.predict != nil {
+			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)
+			s.Overlap = max(s.Overlap, s.Prefix)
+		}
 		score := s.Overlap
 		if rt.rule.Scoring == "prefix" {
 			score = s.Prefix
 		}
-		ev := EndpointEvidence{Name: e.Name, Overlap: s.Overlap, Prefix: s.Prefix, Load: e.Load()}
+		ev := EndpointEvidence{Name: e.Name, Overlap: s.Overlap, Prefix: s.Prefix, Load: e.Load(), Predicted: predicted}
 		if ex := e.excluded(retry); ex != health.NotExcluded {
 			ev.Excluded = string(ex)
 		}
@@ -538,6 +555,11 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 	}
 	w := candEps[v.Pos]
 	d.Score, d.Spill = cands[v.Pos].Score, v.Spill
+	for _, ev := range d.Endpoints {
+		if ev.Name == w.Name && ev.Predicted > 0 {
+			d.Predicted = true
+		}
+	}
 	for i := range d.Endpoints {
 		for j, c := range candEps {
 			if c.Name == d.Endpoints[i].Name && v.Caps != nil {

@@ -7,9 +7,12 @@ package rules
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +29,9 @@ type Config struct {
 	Listen string `yaml:"listen" json:"listen"`
 	// Admin configures the admin and metrics listener.
 	Admin Admin `yaml:"admin" json:"admin"`
+	// Server bounds what a client connection may cost (timeouts, header limits) and sets the
+	// client listeners' TLS and protocols. Its timeouts apply to the admin listener too.
+	Server Server `yaml:"server" json:"server"`
 	// Tokenizers says where model tokenizer folders are staged.
 	Tokenizers Tokenizers `yaml:"tokenizers" json:"tokenizers"`
 	// MaxBodyBytes caps request bodies (413 above it). Default 16 MiB.
@@ -44,6 +50,108 @@ type Admin struct {
 	// Without a token the admin API answers 401 to every request.
 	Token     string `yaml:"token" json:"-"`
 	TokenFile string `yaml:"tokenFile" json:"tokenFile,omitempty"`
+	// TLS serves the admin listener over HTTPS; TLS.ClientCAFile additionally requires a client
+	// certificate chaining to it.
+	TLS TLS `yaml:"tls" json:"tls,omitempty"`
+}
+
+// Server configures the HTTP servers of the client listeners. Zero fields take the defaults shown.
+type Server struct {
+	// ReadHeaderTimeout bounds the time from a connection's (or a keep-alive request's) first byte
+	// to the end of the request's header block (default 10s).
+	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout" json:"readHeaderTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection that sends no next request in time (default 120s).
+	IdleTimeout Duration `yaml:"idleTimeout" json:"idleTimeout,omitempty"`
+	// BodyTimeout bounds the time from the end of the headers to the last body byte (default 60s);
+	// past it the request fails with 408 and the connection is closed.
+	BodyTimeout Duration `yaml:"bodyTimeout" json:"bodyTimeout,omitempty"`
+	// MaxHeaderBytes caps the request line and header block (default 64 KiB; 431 above it).
+	MaxHeaderBytes int `yaml:"maxHeaderBytes" json:"maxHeaderBytes,omitempty"`
+	// MaxHeaderFields caps the number of header field lines of a request (default 100; 431 above it).
+	MaxHeaderFields int `yaml:"maxHeaderFields" json:"maxHeaderFields,omitempty"`
+	// H2C accepts HTTP/2 without TLS (prior knowledge or Upgrade), for a trusted front proxy that
+	// speaks it. Off by default; with TLS, HTTP/2 is always offered (ALPN h2).
+	H2C bool `yaml:"h2c" json:"h2c,omitempty"`
+	// TLS serves the client listeners over HTTPS. ClientCAFile is not accepted here.
+	TLS TLS `yaml:"tls" json:"tls,omitempty"`
+}
+
+// TLS names a listener's certificate and key, PEM files re-read when they change (a renewed
+// certificate is served from the next handshake on, without a restart).
+type TLS struct {
+	CertFile string `yaml:"certFile" json:"certFile,omitempty"`
+	KeyFile  string `yaml:"keyFile" json:"keyFile,omitempty"`
+	// ClientCAFile (admin only) is a PEM bundle client certificates must chain to.
+	ClientCAFile string `yaml:"clientCAFile" json:"clientCAFile,omitempty"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+func (t *TLS) validate(clientCA bool) error {
+	switch {
+	case t.CertFile == "" && t.KeyFile == "" && t.ClientCAFile == "":
+		return nil
+	case t.CertFile == "":
+		return fieldErr("certFile", "required with keyFile or clientCAFile")
+	case t.KeyFile == "":
+		return fieldErr("keyFile", "required with certFile")
+	case t.ClientCAFile != "" && !clientCA:
+		return fieldErr("clientCAFile", "client certificates are asked for on the admin listener only (admin.tls.clientCAFile)")
+	}
+	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+		return fieldErr("certFile", "%v", err)
+	}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return fieldErr("clientCAFile", "%v", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fieldErr("clientCAFile", "%s holds no PEM certificate", t.ClientCAFile)
+		}
+	}
+	return nil
+}
+
+// WithDefaults returns s with its zero fields at their defaults.
+func (s Server) WithDefaults() Server {
+	if s.ReadHeaderTimeout == 0 {
+		s.ReadHeaderTimeout = Duration(10 * time.Second)
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = Duration(120 * time.Second)
+	}
+	if s.BodyTimeout == 0 {
+		s.BodyTimeout = Duration(60 * time.Second)
+	}
+	if s.MaxHeaderBytes == 0 {
+		s.MaxHeaderBytes = 64 << 10
+	}
+	if s.MaxHeaderFields == 0 {
+		s.MaxHeaderFields = 100
+	}
+	return s
+}
+
+func (s *Server) normalize() error {
+	*s = s.WithDefaults()
+	switch {
+	case s.ReadHeaderTimeout < 0:
+		return fieldErr("readHeaderTimeout", "must be positive")
+	case s.IdleTimeout < 0:
+		return fieldErr("idleTimeout", "must be positive")
+	case s.BodyTimeout < 0:
+		return fieldErr("bodyTimeout", "must be positive")
+	case s.MaxHeaderBytes < 4<<10 || s.MaxHeaderBytes > 16<<20:
+		return fieldErr("maxHeaderBytes", "%d is outside 4096..16777216", s.MaxHeaderBytes)
+	case s.MaxHeaderFields < 16 || s.MaxHeaderFields > 10000:
+		return fieldErr("maxHeaderFields", "%d is outside 16..10000", s.MaxHeaderFields)
+	}
+	if err := s.TLS.validate(false); err != nil {
+		return prefix("tls", err)
+	}
+	return nil
 }
 
 // Tokenizers says where tokenizer folders live.
@@ -78,7 +186,8 @@ type Rule struct {
 	HashAlgorithm string `yaml:"hashAlgorithm" json:"hashAlgorithm,omitempty"`
 	// Binding is auto (default), engine or router (DESIGN.md, Key bindings).
 	Binding string `yaml:"binding" json:"binding,omitempty"`
-	// Seed is vLLM's PYTHONHASHSEED string; "" is a valid seed, absent means unknown.
+	// Seed is vLLM's PYTHONHASHSEED string; "" is a valid seed; absent means unset on the engines (the
+	// release's default seed where its contract has one for the algorithm, else no engine binding).
 	Seed *string `yaml:"seed" json:"seed,omitempty"`
 	// MinMatchTokens is the shallow guard (default 16, 0 disables, at most 4096).
 	MinMatchTokens *int `yaml:"minMatchTokens" json:"minMatchTokens,omitempty"`
@@ -96,8 +205,18 @@ type Rule struct {
 	Admission Admission `yaml:"admission" json:"admission"`
 	// CHWBL configures the chwbl selector.
 	CHWBL CHWBL `yaml:"chwbl" json:"chwbl"`
+	// PredictOnRoute is the TTL of predict-on-route (0, the default: off; at most 60s): the blocks of
+	// each routed prompt count for KV-exact on its endpoint until the engine's events confirm them
+	// or the TTL ends, so a burst of one new prefix sticks before the events arrive (mode 3).
+	PredictOnRoute Duration `yaml:"predictOnRoute" json:"predictOnRoute,omitempty"`
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
+	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
+	// "/v1/responses/*" for every path below /v1/responses). Only the OpenAI API surface is
+	// forwarded otherwise; engine admin routes can never be listed.
+	Passthrough []string `yaml:"passthrough" json:"passthrough,omitempty"`
+	// Upstream tunes the rule's connections to its endpoints (one HTTP transport per rule).
+	Upstream Upstream `yaml:"upstream" json:"upstream"`
 	// Endpoints serve the rule's models.
 	Endpoints []Endpoint `yaml:"endpoints" json:"endpoints"`
 }
@@ -112,6 +231,68 @@ type Adapter struct {
 	// LoRAName is the name the engine hashes into every block key (vLLM: lora_request.lora_name,
 	// which is the served adapter name). Default: Name.
 	LoRAName string `yaml:"loraName" json:"loraName,omitempty"`
+}
+
+// Upstream configures a rule's HTTP client to its endpoints. Zero fields take the defaults shown.
+type Upstream struct {
+	// MaxConnsPerHost caps connections (idle and busy) to one endpoint; a request past it waits
+	// for a connection. Default 0: no cap (an engine's own admission decides).
+	MaxConnsPerHost int `yaml:"maxConnsPerHost" json:"maxConnsPerHost,omitempty"`
+	// MaxIdleConnsPerHost is how many idle keep-alive connections to one endpoint are kept
+	// (default 1024: engines serve hundreds of concurrent streams).
+	MaxIdleConnsPerHost int `yaml:"maxIdleConnsPerHost" json:"maxIdleConnsPerHost,omitempty"`
+	// DialTimeout bounds a TCP connect and a TLS handshake (default 5s).
+	DialTimeout Duration `yaml:"dialTimeout" json:"dialTimeout,omitempty"`
+	// ResponseHeaderTimeout bounds the wait for an endpoint's response headers after the request
+	// was sent (default 10m: a non-streaming completion answers only when it is complete).
+	ResponseHeaderTimeout Duration `yaml:"responseHeaderTimeout" json:"responseHeaderTimeout,omitempty"`
+	// IdleConnTimeout closes a keep-alive connection idle that long (default 90s).
+	IdleConnTimeout Duration `yaml:"idleConnTimeout" json:"idleConnTimeout,omitempty"`
+	// CAFile is a PEM bundle that https:// endpoints' certificates must chain to (default: the
+	// system roots).
+	CAFile string `yaml:"caFile" json:"caFile,omitempty"`
+}
+
+// WithDefaults returns u with its zero fields at their defaults.
+func (u Upstream) WithDefaults() Upstream {
+	if u.MaxIdleConnsPerHost == 0 {
+		u.MaxIdleConnsPerHost = 1024
+	}
+	if u.DialTimeout == 0 {
+		u.DialTimeout = Duration(5 * time.Second)
+	}
+	if u.ResponseHeaderTimeout == 0 {
+		u.ResponseHeaderTimeout = Duration(10 * time.Minute)
+	}
+	if u.IdleConnTimeout == 0 {
+		u.IdleConnTimeout = Duration(90 * time.Second)
+	}
+	return u
+}
+
+func (u *Upstream) validate() error {
+	switch {
+	case u.MaxConnsPerHost < 0 || u.MaxConnsPerHost > 1_000_000:
+		return fieldErr("maxConnsPerHost", "%d is outside 0..1000000 (0: no cap)", u.MaxConnsPerHost)
+	case u.MaxIdleConnsPerHost < 0 || u.MaxIdleConnsPerHost > 1_000_000:
+		return fieldErr("maxIdleConnsPerHost", "%d is outside 1..1000000", u.MaxIdleConnsPerHost)
+	case u.DialTimeout < 0:
+		return fieldErr("dialTimeout", "must be positive")
+	case u.ResponseHeaderTimeout < 0:
+		return fieldErr("responseHeaderTimeout", "must be positive")
+	case u.IdleConnTimeout < 0:
+		return fieldErr("idleConnTimeout", "must be positive")
+	}
+	if u.CAFile != "" {
+		pem, err := os.ReadFile(u.CAFile)
+		if err != nil {
+			return fieldErr("caFile", "%v", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fieldErr("caFile", "%s holds no PEM certificate", u.CAFile)
+		}
+	}
+	return nil
 }
 
 // EngineRef names a contract.
@@ -290,6 +471,12 @@ func (c *Config) Normalize() error {
 	if c.MaxBodyBytes < 0 {
 		return fieldErr("maxBodyBytes", "%d must be positive", c.MaxBodyBytes)
 	}
+	if err := c.Server.normalize(); err != nil {
+		return prefix("server", err)
+	}
+	if err := c.Admin.TLS.validate(true); err != nil {
+		return prefix("admin.tls", err)
+	}
 	if c.Admin.TokenFile != "" {
 		b, err := os.ReadFile(c.Admin.TokenFile)
 		if err != nil {
@@ -378,8 +565,8 @@ func (r *Rule) Contract() *contracts.Contract {
 // Normalize fills the rule's defaults and validates it; on error the rule may be half-filled, so
 // callers validate a copy (see Store).
 func (r *Rule) Normalize() error {
-	if r.Name == "" {
-		return fieldErr("name", "required")
+	if err := checkName("name", r.Name); err != nil {
+		return err
 	}
 	if r.Engine.Family == "" {
 		return fieldErr("engine.family", "required, one of %s", strings.Join(contracts.Families, ", "))
@@ -491,8 +678,8 @@ func (r *Rule) Normalize() error {
 		}
 		switch ct.Hash.Seed {
 		case "pythonhashseed":
-			if r.Binding == "engine" && r.Seed == nil {
-				return fieldErr("seed", "required for the engine binding: without PYTHONHASHSEED, vLLM roots its block hashes in random bytes per process, so no gateway can compute them (set seed to the engine's PYTHONHASHSEED; \"\" is a valid seed)")
+			if _, err := ct.EngineSeed(r.HashAlgorithm, r.Seed); r.Binding == "engine" && err != nil {
+				return fieldErr("seed", "required for the engine binding: %v", err)
 			}
 		case "none":
 			if r.Seed != nil {
@@ -524,6 +711,9 @@ func (r *Rule) Normalize() error {
 	}
 	if r.Session.TTL < 0 {
 		return fieldErr("session.ttl", "must be positive")
+	}
+	if r.PredictOnRoute < 0 || r.PredictOnRoute > Duration(60*time.Second) {
+		return fieldErr("predictOnRoute", "%s is outside 0 (off) .. 60s", time.Duration(r.PredictOnRoute))
 	}
 	if r.Trie.Enabled && !pd {
 		return fieldErr("trie.enabled", "the prefix trie is a P/D-ladder tier; this rule has no prefill/decode endpoints")
@@ -561,6 +751,12 @@ func (r *Rule) Normalize() error {
 	if r.CHWBL.PrefixChars < 1 {
 		return fieldErr("chwbl.prefixChars", "%d must be positive", r.CHWBL.PrefixChars)
 	}
+	if err := checkPassthrough(r.Passthrough); err != nil {
+		return err
+	}
+	if err := r.Upstream.validate(); err != nil {
+		return prefix("upstream", err)
+	}
 	if r.InventoryCapacity == 0 {
 		r.InventoryCapacity = 1_000_000
 	}
@@ -578,8 +774,14 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 		return fieldErr("address", "%q must start with http:// or https://", ep.Address)
 	}
 	ep.Address = strings.TrimRight(ep.Address, "/")
+	if u, err := url.Parse(ep.Address); err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fieldErr("address", "%q is not a base URL (scheme://host[:port][/path], no credentials, query or fragment)", ep.Address)
+	}
 	if ep.Name == "" {
 		ep.Name = ep.Address
+	}
+	if err := checkName("name", ep.Name); err != nil {
+		return err
 	}
 	if ep.Role == "" {
 		ep.Role = "normal"

@@ -89,6 +89,18 @@ func TestRejections(t *testing.T) {
 		{`"http://127.0.0.1:8002/"`, `"127.0.0.1:8002"`, `rules[0].endpoints[1].address: "127.0.0.1:8002" must start with http://`},
 		{`name: b, address`, `name: a, address`, `rules[0].endpoints[1].name: "a" is used by another endpoint`},
 		{"seed: \"0\"", "breaker: {openFor: soon}", `"soon" is not a duration`},
+		{`name: b, address`, `name: "b\r\nX-Evil: 1", address`, `rules[0].endpoints[1].name: "b\r\nX-Evil: 1": byte 1 (CR) is not allowed`},
+		{`name: b, address`, `name: "b c", address`, `rules[0].endpoints[1].name: "b c": byte 1 (" ") is not allowed`},
+		{`name: b, address`, `name: "b\u00e9", address`, `rules[0].endpoints[1].name: "bé": byte 1 (non-ASCII byte 0xc3) is not allowed`},
+		{`"http://127.0.0.1:8002/"`, `"http://u:p@127.0.0.1:8002/"`, `rules[0].endpoints[1].address: "http://u:p@127.0.0.1:8002" is not a base URL`},
+		{"seed: \"0\"", "passthrough: [/reset_prefix_cache]", `rules[0].passthrough[0]: "/reset_prefix_cache" reaches the engine admin route /reset_prefix_cache`},
+		{"seed: \"0\"", "passthrough: [\"/tokenize?a=1\"]", `rules[0].passthrough[0]: "/tokenize?a=1": byte 9 ("?") is not allowed`},
+		{"seed: \"0\"", "passthrough: [tokenize]", `rules[0].passthrough[0]: "tokenize" must be an absolute path`},
+		{"seed: \"0\"", "upstream: {caFile: /nonexistent.pem}", `rules[0].upstream.caFile: open /nonexistent.pem`},
+		{"seed: \"0\"", "upstream: {maxConnsPerHost: -1}", `rules[0].upstream.maxConnsPerHost: -1 is outside`},
+		{"listen: ", "server: {maxHeaderFields: 5}\nlisten: ", `server.maxHeaderFields: 5 is outside 16..10000`},
+		{"listen: ", "server: {tls: {certFile: /nonexistent.pem}}\nlisten: ", `server.tls.keyFile: required with certFile`},
+		{"listen: ", "server: {tls: {certFile: a, keyFile: b, clientCAFile: c}}\nlisten: ", `server.tls.clientCAFile: client certificates are asked for on the admin listener only`},
 	} {
 		src := strings.Replace(base, tc.from, tc.to, 1)
 		if src == base {

@@ -40,6 +40,15 @@ func (c *Map[K, V]) LoadOrCreate(k K, create func(K) V) V {
 	return v
 }
 
+// Range calls f for every entry of one snapshot of the map.
+func (c *Map[K, V]) Range(f func(K, V)) {
+	if m := c.m.Load(); m != nil {
+		for k, v := range *m {
+			f(k, v)
+		}
+	}
+}
+
 // DeleteFunc deletes the entries del reports true for.
 func (c *Map[K, V]) DeleteFunc(del func(K, V) bool) {
 	c.mu.Lock()

@@ -1,0 +1,137 @@
+package ctk_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+)
+
+// Certification per pinned vLLM release: the oldest covered (v0.19.0), the oldest pin and the newest,
+// seeded and with PYTHONHASHSEED
+// unset, where the release's own seed rule decides whether the engine binding can follow.
+var _ = Describe("pinned vLLM releases", func() {
+	for _, rel := range []string{"v0.19.0", "v0.23.0", "v0.30.0"} {
+		It("certifies "+rel+" for the engine and router bindings with PYTHONHASHSEED set", func() {
+			e := startSim("vllm", rel, func(c *sim.Config) { c.Seed = strp("0") })
+			res := certify(poolFor(e, "P0", `seed: "0"`), nil)
+			Expect(res.ExitCode).To(Equal(0), failed(res))
+			Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverEngine, certificate.CoverRouter))
+			Expect(spec(res, "P0", "block keys").State).To(Equal(ctk.Pass))
+		})
+	}
+
+	It("certifies v0.30.0 with PYTHONHASHSEED unset for the engine binding: sha256 roots in the default seed", func() {
+		e := startSim("vllm", "v0.30.0", nil)
+		res := certify(poolFor(e, "P0", "binding: engine"), nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.Endpoints[0].Certified).To(ContainElement(certificate.CoverEngine))
+		Expect(spec(res, "P0", "block keys").State).To(Equal(ctk.Pass))
+	})
+
+	It("refuses the engine binding of v0.30.0 with PYTHONHASHSEED unset under xxhash, naming the random root", func() {
+		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Algorithm = "xxhash" })
+		res := certify(poolFor(e, "P0", "hashAlgorithm: xxhash"), nil)
+		Expect(res.Endpoints[0].Certified).NotTo(ContainElement(certificate.CoverEngine))
+		s := spec(res, "P0", "block keys")
+		Expect(s.State).To(Equal(ctk.Skip))
+		Expect(s.Message).To(ContainSubstring("random root for xxhash"))
+		_, err := ctk.ParsePool([]byte("model: llama3\nengine: {family: vllm, release: v0.30.0}\nhashAlgorithm: xxhash\nbinding: engine\nendpoints:\n  - {name: P0, address: http://127.0.0.1:1}\n"))
+		Expect(err).To(MatchError(ContainSubstring("random root for xxhash")))
+	})
+
+	It("refuses the engine binding of the newest release without the default seed (v0.27.1) with PYTHONHASHSEED unset", func() {
+		e := startSim("vllm", "v0.27.1", nil)
+		res := certify(poolFor(e, "P0"), nil)
+		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
+		Expect(spec(res, "P0", "block keys").Message).To(ContainSubstring("has no default seed"))
+		_, err := ctk.ParsePool([]byte("model: llama3\nengine: {family: vllm, release: v0.27.1}\nbinding: engine\nendpoints:\n  - {name: P0, address: http://127.0.0.1:1}\n"))
+		Expect(err).To(MatchError(ContainSubstring("has no default seed")))
+	})
+
+	It("fails the seed leg when the engine sets a PYTHONHASHSEED the pool does not stage, naming the default seed it assumed", func() {
+		e := startSim("vllm", "v0.28.0", func(c *sim.Config) { c.Seed = strp("7") })
+		res := certify(poolFor(e, "P0", "binding: engine"), nil)
+		Expect(res.ExitCode).To(Equal(1))
+		s := spec(res, "P0", "block keys")
+		Expect(s.Leg).To(Equal(ctk.LegSeed))
+		Expect(s.Hint).To(ContainSubstring(`default seed "vllm-none-hash"`))
+	})
+
+	It("names the nearest pinned contract and what to verify for an unknown newer release", func() {
+		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
+		// The engine in front reports a release no contract covers; everything else is the sim's.
+		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {
+			if path == "/version" {
+				return []byte(`{"version":"0.31.0"}`)
+			}
+			return body
+		})
+		res := certify(p, nil)
+		Expect(res.ExitCode).To(Equal(1))
+		s := spec(res, "P0", "release")
+		Expect(s.Leg).To(Equal(ctk.LegRelease))
+		Expect(s.Message).To(ContainSubstring("nearest pinned: vllm v0.30.0 – v0.30.x (contract vllm-v0.30, pin v0.30.0)"))
+		Expect(s.Hint).To(ContainSubstring("kv_cache_utils.py"))
+	})
+})
+
+var _ = Describe("a hybrid vLLM geometry", func() {
+	It("refuses the engine binding with the block-size leg when hashes are chained finer than the events' blocks, and still certifies the router binding", func() {
+		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
+		// The engine in front states hash_block_size 8 for its 16-token group (two KV-cache groups of
+		// block sizes 8 and 16, say); everything else is the sim's.
+		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {
+			if path == "/metrics" {
+				return bytes.Replace(body, []byte(`hash_block_size="16"`), []byte(`hash_block_size="8"`), 1)
+			}
+			return body
+		})
+		res := certify(p, nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
+		s := spec(res, "P0", "block keys")
+		Expect(s.State).To(Equal(ctk.Fail))
+		Expect(s.Leg).To(Equal(ctk.LegBlockSize))
+		Expect(s.Message).To(ContainSubstring("hash_block_size 8"))
+		Expect(spec(res, "P0", "block size").State).To(Equal(ctk.Pass))
+	})
+})
+
+// poolBehind puts a real HTTP server on 127.0.0.1 in front of a simulator, rewriting the bodies of
+// its answers with edit (path, body), and returns the one-endpoint pool that points at it.
+func poolBehind(e *sim.Engine, staged string, edit func(path string, body []byte) []byte) *ctk.Pool {
+	target, err := url.Parse(e.URL())
+	Expect(err).NotTo(HaveOccurred())
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return err
+		}
+		_ = r.Body.Close()
+		body = edit(r.Request.URL.Path, body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	front := httptest.NewServer(proxy)
+	DeferCleanup(front.Close)
+	doc := "model: llama3\nengine: {family: vllm, release: " + e.Config().Release + "}\n" + staged + "\nendpoints:\n  - name: P0\n    address: " + front.URL +
+		"\n    events:\n      zmq: [" + strings.Join(e.PublishAddrs(), ", ") + "]\n"
+	p, err := ctk.ParsePool([]byte(doc))
+	Expect(err).NotTo(HaveOccurred(), doc)
+	return p
+}

@@ -1,0 +1,167 @@
+package sim
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEventsOff: with NoEvents the engine publishes nothing — no ZeroMQ publisher at all (an empty
+// --zmq no longer falls back to the default port) and an always-empty TensorRT-LLM drain.
+func TestEventsOff(t *testing.T) {
+	for _, fam := range []struct{ family, release string }{{"vllm", "v0.25.1"}, {"sglang", "v0.5.18"}} {
+		e := startSim(t, fam.family, fam.release, func(c *Config) { c.NoEvents = true })
+		if got := e.PublishAddrs(); len(got) != 0 {
+			t.Errorf("%s: NoEvents still publishes on %v", fam.family, got)
+		}
+		if got := e.ReplayAddrs(); len(got) != 0 {
+			t.Errorf("%s: NoEvents still serves replay on %v", fam.family, got)
+		}
+		oneRequest(t, e, 100)
+	}
+	e := startSim(t, "trtllm", "1.2", func(c *Config) { c.NoEvents = true })
+	oneRequest(t, e, 100)
+	if evs := drainAll(t, e.URL()); len(evs) != 0 {
+		t.Fatalf("trtllm with events off drained %d events", len(evs))
+	}
+	on := startSim(t, "trtllm", "1.2", nil)
+	oneRequest(t, on, 100)
+	if evs := drainAll(t, on.URL()); len(evs) == 0 {
+		t.Fatal("trtllm with events on drained nothing: the off test proves nothing")
+	}
+}
+
+// TestReportVersion: any version string reaches the family's version endpoint.
+func TestReportVersion(t *testing.T) {
+	for _, c := range []struct{ family, release, path, field string }{
+		{"vllm", "v0.25.1", "/version", "version"}, {"sglang", "v0.5.18", "/server_info", "version"}, {"trtllm", "1.2", "/version", "version"},
+	} {
+		e := startSim(t, c.family, c.release, func(cfg *Config) { cfg.ReportVersion = "9.9.9-unknown" })
+		resp, err := http.Get(e.URL() + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if m[c.field] != "9.9.9-unknown" {
+			t.Errorf("%s %s: version %v, want the configured string", c.family, c.path, m[c.field])
+		}
+	}
+}
+
+// TestSkipSeqEvery: the stream keeps skipping sequence numbers (ZeroMQ) and event ids (drain)
+// while every message still arrives.
+func TestSkipSeqEvery(t *testing.T) {
+	e := startSim(t, "vllm", "v0.25.1", func(c *Config) { s := "0"; c.Seed = &s; c.Faults.SkipSeqEvery = 2 })
+	sub := subscribe(t, e.PublishAddrs()[0], "")
+	time.Sleep(200 * time.Millisecond) // slow joiner
+	for i := range 6 {
+		oneRequest(t, e, 1000+100*i)
+	}
+	waitFor(t, 5*time.Second, "6 batches", func() bool { return len(sub.snapshot()) >= 6 })
+	fr := sub.snapshot()
+	gaps := 0
+	for i := 1; i < len(fr); i++ {
+		if d := fr[i].seq - fr[i-1].seq; d == 2 {
+			gaps++
+		} else if d != 1 {
+			t.Fatalf("seq %d after %d: only single skips expected", fr[i].seq, fr[i-1].seq)
+		}
+	}
+	if gaps < 2 {
+		t.Fatalf("sequence numbers %v: want repeated skips", seqs(fr))
+	}
+
+	tr := startSim(t, "trtllm", "1.2", func(c *Config) { c.Faults.SkipSeqEvery = 2 })
+	for i := range 4 {
+		oneRequest(t, tr, 1000+100*i)
+	}
+	evs := drainAll(t, tr.URL())
+	skips := 0
+	for i := 1; i < len(evs); i++ {
+		if evs[i].EventID-evs[i-1].EventID == 2 {
+			skips++
+		}
+	}
+	if skips < 2 {
+		t.Fatalf("trtllm event ids skip %d times in %d events, want repeated skips", skips, len(evs))
+	}
+}
+
+func seqs(fr []frame) []uint64 {
+	out := make([]uint64, len(fr))
+	for i, f := range fr {
+		out[i] = f.seq
+	}
+	return out
+}
+
+// TestRequestFieldTypes: a field of the wrong type is a 400 naming the field, as the engines'
+// pydantic models answer; SGLang refuses roles it does not know, vLLM takes custom roles.
+func TestRequestFieldTypes(t *testing.T) {
+	cases := []struct {
+		family, release, path string
+		body                  string
+		status                int
+		field                 string
+	}{
+		{"vllm", "v0.25.1", "/v1/completions", `{"prompt":"hi","temperature":"hot"}`, 400, "temperature"},
+		{"vllm", "v0.25.1", "/v1/completions", `{"prompt":"hi","top_k":1.5}`, 400, "top_k"},
+		{"vllm", "v0.25.1", "/v1/completions", `{"prompt":"hi","stop":[1,2]}`, 400, "stop"},
+		{"vllm", "v0.25.1", "/v1/chat/completions", `{"messages":[{"content":"hi"}]}`, 400, "messages.0.role"},
+		{"vllm", "v0.25.1", "/v1/chat/completions", `{"messages":[{"role":7,"content":"hi"}]}`, 400, "messages.0.role"},
+		{"vllm", "v0.25.1", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, "messages.0.content"},
+		{"vllm", "v0.25.1", "/v1/chat/completions", `{"messages":[{"role":"narrator","content":"hi"}],"max_tokens":1}`, 200, ""},
+		{"vllm", "v0.25.1", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"logprobs":3}`, 400, "logprobs"},
+		{"vllm", "v0.25.1", "/v1/completions", `{"prompt":"hi","temperature":0.5,"top_k":5,"stop":["x"],"logprobs":2,"max_tokens":1}`, 200, ""},
+		{"sglang", "v0.5.18", "/v1/chat/completions", `{"messages":[{"role":"narrator","content":"hi"}]}`, 400, "messages.0.role"},
+		{"sglang", "v0.5.18", "/v1/chat/completions", `{"messages":[{"role":"User","content":"hi"}],"max_tokens":1}`, 200, ""},
+		{"trtllm", "1.2", "/v1/completions", `{"prompt":"hi","temperature":"hot"}`, 400, "temperature"},
+	}
+	engines := map[string]*Engine{}
+	for _, c := range cases {
+		e := engines[c.family]
+		if e == nil {
+			e = startSim(t, c.family, c.release, nil)
+			engines[c.family] = e
+		}
+		resp, err := http.Post(e.URL()+c.path, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: status %d, want %d (%s)", c.family, c.body, resp.StatusCode, c.status, raw)
+			continue
+		}
+		if c.field != "" && !strings.Contains(string(raw), c.field+":") {
+			t.Errorf("%s %s: the message does not name %s: %s", c.family, c.body, c.field, raw)
+		}
+	}
+}
+
+// TestAdminRoutesGated: vLLM mounts POST /reset_prefix_cache only in dev mode; SGLang always
+// serves /flush_cache (its http_server registers it unconditionally).
+func TestAdminRoutesGated(t *testing.T) {
+	for _, dev := range []bool{false, true} {
+		e := startSim(t, "vllm", "v0.25.1", func(c *Config) { c.DevMode = dev })
+		resp, _ := post(t, e.URL()+"/reset_prefix_cache", "")
+		want := http.StatusNotFound
+		if dev {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("vLLM dev mode %v: /reset_prefix_cache answered %d, want %d", dev, resp.StatusCode, want)
+		}
+	}
+	e := startSim(t, "sglang", "v0.5.18", nil)
+	resp, _ := post(t, e.URL()+"/flush_cache", "")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("SGLang /flush_cache answered %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,198 @@
+// Package epp is the gateway's second front end: a Gateway API Inference Extension Endpoint Picker
+// (protocol v1 of proposal 004) over Envoy's ext_proc. Envoy carries the bytes; the picker reads
+// each request's headers and body from the ext_proc stream, decides with the very routers the
+// standalone gateway uses (same inventory, ingest, certificate verdict, load counts and metrics),
+// and answers with the chosen endpoint as the x-gateway-destination-endpoint header and, identically,
+// in the envoy.lb dynamic metadata. On the response path it reads which endpoint served
+// (x-gateway-destination-endpoint-served) and the usage the response body carries, so receipts and
+// predicted-vs-realized accounting see what the standalone proxy would see. docs/epp.md says which
+// parts of the protocol are relied on and how they are tested.
+package epp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// Protocol names (proposal 004, v1.0.0).
+const (
+	// DestinationHeader and DestinationKey carry the chosen endpoint(s), "ip:port[,ip:port…]".
+	DestinationHeader = "x-gateway-destination-endpoint"
+	// DestinationNamespace is the dynamic-metadata namespace of the destination and of the served
+	// endpoint the data plane reports back.
+	DestinationNamespace = "envoy.lb"
+	// ServedKey is the endpoint that actually served, in metadata_context[DestinationNamespace].
+	ServedKey = "x-gateway-destination-endpoint-served"
+	// SubsetNamespace and SubsetKey carry the data plane's subset hint (a list of "ip:port").
+	SubsetNamespace = "envoy.lb.subset_hint"
+	SubsetKey       = "x-gateway-destination-endpoint-subset"
+	// PrefillHeader names the prefill endpoint of a P/D decision for the decode pod's P/D sidecar
+	// (llm-d's convention; the destination is then the decode endpoint).
+	PrefillHeader = "x-prefiller-host-port"
+	// ReceiptHeader is the standalone gateway's receipt (the endpoint name that served), set on the
+	// response path from the served-endpoint metadata.
+	ReceiptHeader = "x-kvexact-endpoint"
+	// DecisionHeader carries the decision's evidence when Config.DebugHeader is set.
+	DecisionHeader = "x-kvexact-decision"
+)
+
+// Limits.
+const (
+	// DefaultMaxBodyBytes is the request body cap (the standalone gateway's default too).
+	DefaultMaxBodyBytes = 16 << 20
+	// MaxFallbacks bounds the fallback endpoints listed after the primary.
+	MaxFallbacks = 8
+	// maxChunk is the largest body chunk sent back in a streamed body response: some Envoy builds
+	// cap a streamed chunk at 64 KiB.
+	maxChunk = 62000
+	// maxUsageScan is how much of a response body's tail is kept to find its usage object.
+	maxUsageScan = 64 << 10
+	// maxSubset bounds the subset hint's entries.
+	maxSubset = 4096
+)
+
+// Decider is the decision core the picker shares with the standalone gateway (*gateway.Gateway
+// satisfies it).
+type Decider interface {
+	// Resolve finds the router serving model on listener.
+	Resolve(listener, model string) (*route.Router, error)
+	// Routers lists the routers of a listener (a request without a body is routed by the only one).
+	Routers(listener string) []*route.Router
+}
+
+// ParseFunc turns a request (headers as an *http.Request) and its body into the router's request:
+// the standalone proxy's parser, so that both front ends read a body the same way.
+type ParseFunc func(r *http.Request, body []byte) (*route.Request, error)
+
+// Config configures a Server.
+type Config struct {
+	// Decider resolves models to routers; required.
+	Decider Decider
+	// Parse is the proxy's request parser (proxy.ParseRequest); required.
+	Parse ParseFunc
+	// Listener is the gateway listener whose rules the picker serves (the config's listen address
+	// when the rules name none).
+	Listener string
+	// MaxBodyBytes caps a request body (413 above it); 0 takes DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Fallbacks is how many endpoints follow the primary in the destination list (0..MaxFallbacks;
+	// negative lists none). 0 takes 2.
+	Fallbacks int
+	// DebugHeader adds the decision's evidence as x-kvexact-decision to the request headers.
+	DebugHeader bool
+	// Metrics records the picker's own series; nil records none.
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+func (c *Config) normalize() error {
+	if c.Decider == nil || c.Parse == nil {
+		return errors.New("epp: Decider and Parse are required")
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("epp: MaxBodyBytes %d is negative", c.MaxBodyBytes)
+	}
+	switch {
+	case c.Fallbacks == 0:
+		c.Fallbacks = 2
+	case c.Fallbacks < 0:
+		c.Fallbacks = 0
+	case c.Fallbacks > MaxFallbacks:
+		return fmt.Errorf("epp: Fallbacks %d is above %d", c.Fallbacks, MaxFallbacks)
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return nil
+}
+
+// HostPort is an endpoint's data-plane address as the protocol spells it ("ip:port"), from its
+// configured base URL (the scheme's default port when the URL names none).
+func HostPort(e *route.Endpoint) (string, error) {
+	u, err := e.URL()
+	if err != nil {
+		return "", fmt.Errorf("endpoint %s: address %q: %w", e.Name, e.Address, err)
+	}
+	return hostPortOf(u)
+}
+
+func hostPortOf(u *url.URL) (string, error) {
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		return "", fmt.Errorf("address %q has no host", u.String())
+	}
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// clientError is an answer the picker gives the client itself (an ext_proc ImmediateResponse).
+type clientError struct {
+	status  int
+	typ     string
+	code    string
+	message string
+}
+
+func (e *clientError) Error() string { return e.message }
+
+func invalid(status int, code, format string, args ...any) *clientError {
+	return &clientError{status: status, typ: "invalid_request_error", code: code, message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(status int, code, format string, args ...any) *clientError {
+	typ := "server_error"
+	if status == http.StatusTooManyRequests {
+		typ = "rate_limit_error"
+	}
+	return &clientError{status: status, typ: typ, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// body renders the error in OpenAI's shape, as the standalone proxy does.
+func (e *clientError) body() []byte {
+	var v struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	v.Error.Message, v.Error.Type, v.Error.Code = e.message, e.typ, e.code
+	b, _ := json.Marshal(v) // strings only: cannot fail
+	return b
+}
+
+// routeError maps the router's errors to the protocol's answers: nothing eligible 503, shedding 429.
+func routeError(err error) *clientError {
+	switch {
+	case errors.Is(err, route.ErrShed):
+		return unavailable(http.StatusTooManyRequests, "overloaded", "%v; retry later", err)
+	case errors.Is(err, route.ErrParkTimeout):
+		return unavailable(http.StatusServiceUnavailable, "park_timeout", "%v", err)
+	case errors.Is(err, route.ErrNoEndpoint):
+		return unavailable(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return unavailable(http.StatusServiceUnavailable, "canceled", "the request ended before an endpoint was chosen: %v", err)
+	}
+	return unavailable(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
+}
+
+// joinList is "a,b,c" without a trailing comma.
+func joinList(xs []string) string { return strings.Join(xs, ",") }

@@ -1,0 +1,114 @@
+package epp
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// Metrics are the picker's own series. The routing decision's series (tiers, misses, KV-exact hits)
+// are the routers' — the same ones the standalone gateway exports — so a dashboard reads both
+// front ends alike.
+type Metrics struct {
+	streams   prometheus.Gauge
+	malformd  prometheus.Counter
+	decisions *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	rejects   *prometheus.CounterVec
+	failovers *prometheus.CounterVec
+	unknown   *prometheus.CounterVec
+	cached    *prometheus.CounterVec
+}
+
+// NewMetrics registers the picker's series on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvexact_epp_streams_active",
+			Help: "ext_proc streams open (one per HTTP request Envoy is processing)."}),
+		malformd: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvexact_epp_malformed_streams_total",
+			Help: "ext_proc streams ended with InvalidArgument (a message out of order or a malformed field)."}),
+		decisions: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_epp_decision_seconds",
+			Help:    "From the request's end of stream to the destination sent: parse, route, answer.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3}}, []string{"rule"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_requests_total",
+			Help: "Requests decided by the picker, by rule, the served endpoint and the origin status Envoy reported."}, []string{"rule", "endpoint", "code"}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_immediate_responses_total",
+			Help: "Requests the picker answered itself (ImmediateResponse), by status."}, []string{"code"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_failovers_total",
+			Help: "Responses served by a fallback endpoint instead of the destination (x-gateway-destination-endpoint-served)."}, []string{"rule"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_served_unknown_total",
+			Help: "Responses whose served endpoint is not one of the rule's endpoints."}, []string{"rule"}),
+		cached: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_cached_tokens_total",
+			Help: "Prompt tokens KV-exact predicted cached on the serving endpoint (source=predicted) and those its usage reported cached (source=realized)."}, []string{"rule", "source"}),
+	}
+	for _, c := range []prometheus.Collector{m.streams, m.malformd, m.decisions, m.requests, m.rejects, m.failovers, m.unknown, m.cached} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) streamStarted() {
+	if m != nil {
+		m.streams.Inc()
+	}
+}
+
+func (m *Metrics) streamEnded() {
+	if m != nil {
+		m.streams.Dec()
+	}
+}
+
+func (m *Metrics) malformed() {
+	if m != nil {
+		m.malformd.Inc()
+	}
+}
+
+func (m *Metrics) decided(rule string, d time.Duration) {
+	if m != nil {
+		m.decisions.WithLabelValues(rule).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) rejected(code int) {
+	if m != nil {
+		m.rejects.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+}
+
+func (m *Metrics) failover(rule string) {
+	if m != nil {
+		m.failovers.WithLabelValues(rule).Inc()
+	}
+}
+
+func (m *Metrics) servedUnknown(rule string) {
+	if m != nil {
+		m.unknown.WithLabelValues(rule).Inc()
+	}
+}
+
+// served accounts one finished request. The prediction counts only when the endpoint KV-exact chose
+// is the one that served (a failover voids it).
+func (m *Metrics) served(rt *route.Router, d *route.Decision, ep *route.Endpoint, name string, code int, u Usage) {
+	if m == nil {
+		return
+	}
+	rule := rt.Rule().Name
+	if name == "" {
+		name = "unknown"
+	}
+	m.requests.WithLabelValues(rule, name, strconv.Itoa(code)).Inc()
+	if d.Tier == route.TierKVExact && ep == d.Target {
+		m.cached.WithLabelValues(rule, "predicted").Add(float64(d.Score * rt.Rule().BlockSize))
+	}
+	if u.Found {
+		m.cached.WithLabelValues(rule, "realized").Add(float64(u.CachedTokens))
+	}
+}

@@ -1,0 +1,369 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/promtest"
+)
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+func eligibleMetric(t *testing.T, p *pool, ep string) float64 {
+	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_eligible", map[string]string{"rule": "pool", "endpoint": ep})
+}
+
+func reasonMetric(t *testing.T, p *pool, ep, reason string) float64 {
+	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_ineligible_reason", map[string]string{"rule": "pool", "endpoint": ep, "reason": reason})
+}
+
+func endpointStatus(t *testing.T, p *pool, name string) gateway.EndpointStatus {
+	t.Helper()
+	for _, e := range p.g.Status().Rules[0].Endpoints {
+		if e.Name == name {
+			if e.Exact == nil {
+				t.Fatalf("endpoint %s has no exact status", name)
+			}
+			return e
+		}
+	}
+	t.Fatalf("no endpoint %s in status", name)
+	return gateway.EndpointStatus{}
+}
+
+// TestE2ECertificateBoundToAddress: swapping two endpoints' addresses in the rule (the names stay)
+// leaves neither covered: the status names the address each was certified for, the per-endpoint
+// metric says uncertified, and KV-exact never decides.
+func TestE2ECertificateBoundToAddress(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	for _, ep := range []string{"e0", "e1"} {
+		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" || eligibleMetric(t, p, ep) != 1 {
+			t.Fatalf("%s before the swap: %+v, metric %v", ep, st.Exact, eligibleMetric(t, p, ep))
+		}
+	}
+	r, _ := p.g.Store().Get("pool")
+	a, b := r.Endpoints[0], r.Endpoints[1]
+	r.Endpoints[0].Address, r.Endpoints[0].Events = b.Address, b.Events
+	r.Endpoints[1].Address, r.Endpoints[1].Events = a.Address, a.Events
+	if _, err := p.g.Store().Put(r); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the swapped rule to apply", func() bool { return endpointStatus(t, p, "e0").Address == b.Address })
+	st := p.g.Status().Rules[0]
+	if st.Exact.Enabled {
+		t.Fatalf("KV-exact still enabled after the address swap: %+v", st.Exact)
+	}
+	e0 := endpointStatus(t, p, "e0")
+	if want := "certified for " + a.Address + ", rule has " + b.Address; e0.Exact.State != "uncertified" || !strings.Contains(e0.Certified, want) || !strings.Contains(strings.Join(e0.Exact.Reasons, ";"), want) {
+		t.Fatalf("e0 after the swap: certified %q, exact %+v; want %q", e0.Certified, e0.Exact, want)
+	}
+	if eligibleMetric(t, p, "e0") != 0 || reasonMetric(t, p, "e0", "uncertified") != 1 {
+		t.Fatalf("metrics after the swap: eligible %v, uncertified %v", eligibleMetric(t, p, "e0"), reasonMetric(t, p, "e0", "uncertified"))
+	}
+	c := p.complete(docs(1)[0], false)
+	if strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("KV-exact decided for a swapped endpoint: %s", c.decision)
+	}
+}
+
+// TestE2ECertificateExpiresWhileRunningAndReloads: at the certificate's expiry KV-exact stops while
+// the rule keeps serving; a fresh certificate loaded through the admin API turns it back on.
+func TestE2ECertificateExpiresWhileRunningAndReloads(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, certFile: true,
+		certValid: 3 * time.Second, gwMod: func(o *gateway.Options) { o.ExpiryCheck = 50 * time.Millisecond }})
+	if st := p.g.Status().Rules[0].Exact; !st.Enabled {
+		t.Fatalf("not enabled before expiry: %+v", st)
+	}
+	eventually(t, 10*time.Second, "the certificate to expire", func() bool { return !p.g.Status().Rules[0].Exact.Enabled })
+	st := p.g.Status()
+	if !strings.Contains(st.Rules[0].Exact.Reason, "certificate expired at") {
+		t.Fatalf("reason after expiry: %q", st.Rules[0].Exact.Reason)
+	}
+	if cs := st.CertificateStatus; len(cs) != 1 || cs[0].Valid || !strings.Contains(cs[0].Reason, "expired") {
+		t.Fatalf("certificate status after expiry: %+v", cs)
+	}
+	if e0 := endpointStatus(t, p, "e0"); e0.Exact.State != "uncertified" || eligibleMetric(t, p, "e0") != 0 {
+		t.Fatalf("e0 after expiry: %+v, metric %v", e0.Exact, eligibleMetric(t, p, "e0"))
+	}
+	if v := promtest.Value(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"}); v != 0 {
+		t.Fatalf("rule metric after expiry = %v", v)
+	}
+	c := p.complete(docs(1)[0], false)
+	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("after expiry: status %d, decision %s", c.status, c.decision)
+	}
+
+	// A bad file is refused and changes nothing.
+	old, _ := certificate.Load(p.certPath, nil)
+	if err := writeFile(p.certPath, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := p.adminDo("POST", "/admin/certificates/reload", p.token, ""); code != 422 || !strings.Contains(body, "certificate") {
+		t.Fatalf("bad reload: %d %s", code, body)
+	}
+	// A renewed certificate (same endpoints, new validity) is loaded without a restart.
+	old.IssuedAt, old.ExpiresAt = time.Now(), time.Now().Add(time.Hour)
+	if err := old.Write(p.certPath); err != nil {
+		t.Fatal(err)
+	}
+	code, body := p.adminDo("POST", "/admin/certificates/reload", p.token, "")
+	if code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	var out struct {
+		Certificates []gateway.CertificateStatus `json:"certificates"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Certificates) != 1 || !out.Certificates[0].Valid || out.Certificates[0].Verification != "unsigned" {
+		t.Fatalf("reload answer: %v %s", err, body)
+	}
+	if st := p.g.Status().Rules[0].Exact; !st.Enabled {
+		t.Fatalf("not enabled after reload: %+v", st)
+	}
+	if eligibleMetric(t, p, "e0") != 1 {
+		t.Fatal("e0 not eligible after reload")
+	}
+}
+
+// TestE2EUnsignedCertificateVisible: an edited, unsigned certificate is accepted without a key but
+// the status says it is unverified; with --require-signed (and a key) it is refused.
+func TestE2EUnsignedCertificateVisible(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, certFile: true})
+	// Edit it as anyone with write access could: extend its validity by a year. The profile digest
+	// still matches (the profile is untouched); only a signature would catch it.
+	c, err := certificate.Load(p.certPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ExpiresAt = c.ExpiresAt.AddDate(1, 0, 0)
+	c.Write(p.certPath)
+	if _, err := p.g.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	cs := p.g.Status().CertificateStatus
+	if len(cs) != 1 || cs[0].Verification != string(certificate.Unsigned) {
+		t.Fatalf("certificate status: %+v", cs)
+	}
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, pub, false); err == nil {
+		t.Fatal("unsigned certificate accepted with a key configured")
+	}
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, nil, true); !errors.Is(err, gateway.ErrNotVerified) {
+		t.Fatalf("--require-signed without verification: %v", err)
+	}
+	c.Sign(priv)
+	c.Write(p.certPath)
+	if _, err := gateway.LoadCertificates([]string{p.certPath}, nil, true); !errors.Is(err, gateway.ErrNotVerified) || !strings.Contains(err.Error(), "signed, not verified") {
+		t.Fatalf("signed but unverified under --require-signed: %v", err)
+	}
+	got, err := gateway.LoadCertificates([]string{p.certPath}, pub, true)
+	if err != nil || got[0].Verification() != certificate.Verified {
+		t.Fatalf("signed and verified: %v", err)
+	}
+}
+
+// direct sends a completion straight to a simulator (the gateway only sees its events).
+func direct(t *testing.T, s *sim.Engine, prompt string) {
+	body, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": prompt, "max_tokens": 1})
+	resp, err := http.Post(s.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// TestE2ERestartWithAnotherSeedIsFenced: e1's engine restarts on the same ports with another
+// PYTHONHASHSEED. The event stream's sequence regression marks it unverified, and the first stored
+// block the live parity watch checks names the seed leg; e0 stays eligible and KV-exact never
+// picks e1.
+func TestE2ERestartWithAnotherSeedIsFenced(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	if endpointStatus(t, p, "e1").Exact.State != "eligible" {
+		t.Fatal("e1 not eligible before the restart")
+	}
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.Seed = strp("1") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("e1 not fenced after 100 prompts: %+v", e1.Exact)
+		}
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+		time.Sleep(50 * time.Millisecond)
+		// The restart (process identity, checked on the reconnect) and the mismatch (the first
+		// checked root block) may be seen in either order; both end up in the status.
+		if e1 = endpointStatus(t, p, "e1"); e1.Exact.Parity.Mismatches > 0 && e1.Exact.Restarts > 0 && slices.Contains(e1.Exact.Holds, "parity_mismatch") {
+			break
+		}
+	}
+	if e1.Exact.State != "suspended" || !slices.Contains(e1.Exact.Holds, "parity_mismatch") || !strings.Contains(e1.Exact.Parity.LastMismatch, "seed") {
+		t.Fatalf("e1 after the restart: %+v", e1.Exact)
+	}
+	if e1.Exact.Restarts == 0 {
+		t.Fatalf("restart not detected: %+v", e1.Exact)
+	}
+	if reasonMetric(t, p, "e1", "parity_mismatch") != 1 || eligibleMetric(t, p, "e1") != 0 || eligibleMetric(t, p, "e0") != 1 {
+		t.Fatal("metrics do not show e1 suspended and e0 eligible")
+	}
+	if !strings.Contains(e1.Fenced, "seed") {
+		t.Fatalf("fence reason: %q", e1.Fenced)
+	}
+	doc := docs(2)[1]
+	direct(t, s, doc)
+	time.Sleep(100 * time.Millisecond)
+	for range 3 {
+		if c := p.complete(doc, false); strings.Contains(c.decision, `"tier":"kv-exact"`) && c.endpoint == "e1" {
+			t.Fatalf("KV-exact chose the suspended endpoint: %s", c.decision)
+		}
+	}
+}
+
+// TestE2ERestartSameSettingsResumes: an engine restarted with the settings it was certified with is
+// unverified until the watch has seen enough matching blocks, then eligible again by itself.
+func TestE2ERestartSameSettingsResumes(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+		gwMod: func(o *gateway.Options) { o.ResumeAfterBlocks = 80 }})
+	s, err := sim.Restart(context.Background(), p.sims[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	sawUnverified := false
+	var e1 gateway.EndpointStatus
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatalf("e1 did not resume after 100 prompts (saw unverified: %v): %+v", sawUnverified, e1.Exact)
+		}
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+		time.Sleep(50 * time.Millisecond)
+		e1 = endpointStatus(t, p, "e1")
+		if slices.Contains(e1.Exact.Holds, "unverified_since_restart") {
+			sawUnverified = true
+			if e1.Exact.State != "suspended" || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
+				t.Fatalf("unverified but %+v", e1.Exact)
+			}
+		}
+		if sawUnverified && e1.Exact.State == "eligible" {
+			break
+		}
+	}
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 {
+		t.Fatalf("e1 resumed with %+v", e1.Exact)
+	}
+	if eligibleMetric(t, p, "e1") != 1 {
+		t.Fatal("metric: e1 not eligible after resuming")
+	}
+}
+
+// TestE2ETemplateDriftSeenOnlyByRealizedHits: e1's engine renders chats with another template than
+// the certified one (here one that puts the last question first). Its events are self-consistent, so
+// the live parity watch sees nothing; but the gateway, holding the certified template's blocks on
+// e1 (a client sent that rendering as token ids), predicts hits the engine never reports. After
+// ShortfallHits such KV-exact hits e1 is suspended with the drift reason, and the predicted and
+// realized counters show why.
+func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
+	const drifted = "{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+		simMod: func(i int, c *sim.Config) {
+			if i == 1 {
+				c.ServeChatTemplate = drifted
+			}
+		}})
+	system := docs(1)[0]
+	chat := func(k int) []byte {
+		b, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 1, "messages": []map[string]string{
+			{"role": "system", "content": system}, {"role": "user", "content": fmt.Sprintf("Question number %d: what is topic %d about?", k, k)}}})
+		return b
+	}
+	// The certified rendering of question 0, sent to e1 as token ids: the shared system prompt's
+	// blocks are now on e1 under the keys the gateway computes for every question.
+	tok, _ := tokenizerPool(t).Get("llama3")
+	cr, err := tokenize.ParseChatRequest(chat(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := tok.EncodeChat(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": ids, "max_tokens": 1})
+	resp, err := http.Post(p.sims[1].URL()+"/v1/completions", "application/json", bytes.NewReader(warm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "e1's inventory to hold the system prompt", func() bool { return p.resident("e1") > 10 })
+	var e1 gateway.EndpointStatus
+	for k := 1; ; k++ {
+		if k == 20 {
+			t.Fatalf("e1 not suspended after 20 chats: %+v", e1.Exact)
+		}
+		resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat(k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if e1 = endpointStatus(t, p, "e1"); e1.Exact.State == "suspended" {
+			break
+		}
+	}
+	if !slices.Equal(e1.Exact.Holds, []string{"realized_shortfall"}) || !strings.Contains(e1.Fenced, "tokenizer or template drift suspected") {
+		t.Fatalf("e1 suspended with %+v (fence %q)", e1.Exact, e1.Fenced)
+	}
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks == 0 {
+		t.Fatalf("the event watch should have seen only matching blocks: %+v", e1.Exact.Parity)
+	}
+	if e1.Exact.RealizedRatio == nil || *e1.Exact.RealizedRatio != 0 || e1.Exact.PredictedCachedTokens < 3*16 {
+		t.Fatalf("predicted %d, realized %d, ratio %v", e1.Exact.PredictedCachedTokens, e1.Exact.RealizedCachedTokens, e1.Exact.RealizedRatio)
+	}
+	pred := promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e1"})
+	real := promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e1"})
+	if pred != float64(e1.Exact.PredictedCachedTokens) || real != 0 || reasonMetric(t, p, "e1", "realized_shortfall") != 1 {
+		t.Fatalf("metrics: predicted %v, realized %v", pred, real)
+	}
+	// e0 renders as certified: its hits are realized.
+	if st := endpointStatus(t, p, "e0"); st.Exact.State != "eligible" {
+		t.Fatalf("e0: %+v", st.Exact)
+	}
+}
+
+// TestE2EPredictedMatchesRealized: on a healthy pool every KV-exact hit's prediction is realized
+// (the simulator's own receipts), streaming with include_usage and not.
+func TestE2EPredictedMatchesRealized(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	warmThenHit(t, p, false)
+	warmThenHit(t, p, true)
+	var pred, real float64
+	for _, ep := range []string{"e0", "e1"} {
+		pred += promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+		real += promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+	}
+	if pred == 0 || real < pred {
+		t.Fatalf("predicted %v, realized %v: a healthy pool realizes at least what was predicted", pred, real)
+	}
+	for _, ep := range []string{"e0", "e1"} {
+		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" {
+			t.Fatalf("%s: %+v", ep, st.Exact)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// processStartMetric is the engines' process identity: vLLM and SGLang serve prometheus_client's
+// process collector on /metrics, whose start time changes with every restart even when the new
+// process reuses the ports and its event sequence happens to continue where the old one stopped.
+const processStartMetric = "process_start_time_seconds"
+
+// processIdentity remembers an endpoint's last seen process start time.
+type processIdentity struct {
+	mu    sync.Mutex
+	start float64 // 0: not seen yet
+}
+
+// checkProcess reads the endpoint's process start time and reports a change since the last read
+// ("" when unchanged, first seen, or not readable: an engine without the metric is not a restart).
+func (p *processIdentity) checkProcess(ctx context.Context, hc *http.Client, address string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(address, "/")+"/metrics", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	v, ok := scanGauge(io.LimitReader(resp.Body, 8<<20), processStartMetric)
+	if !ok {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.start
+	p.start = v
+	if old != 0 && v != old {
+		return fmt.Sprintf("the engine's %s changed from %s to %s (a new process)", processStartMetric,
+			strconv.FormatFloat(old, 'f', -1, 64), strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return ""
+}
+
+// scanGauge finds an unlabelled sample of name in Prometheus text exposition.
+func scanGauge(r io.Reader, name string) (float64, bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.Fields(rest + " ")[0], 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// probeProcess checks one endpoint's process identity and marks it unverified since restart on a
+// change. It runs on every event-stream reconnect (a restart's usual first sign) and with each
+// periodic re-probe.
+func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) {
+	if why := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.ep.Address); why != "" {
+		ew.reset()
+		ew.restarted(why)
+	}
+}

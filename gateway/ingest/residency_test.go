@@ -1,0 +1,100 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/vllm"
+)
+
+func storedIn(group int, keys ...uint64) engines.Event {
+	return engines.Event{Kind: engines.BlockStored, BlockHashes: keys, Medium: "GPU", HasGroupIdx: true, GroupIdx: group,
+		SpecKind: "full_attention", TokenIDs: make([]uint32, 16*len(keys)), BlockSize: 16}
+}
+
+func removedIn(group int, keys ...uint64) engines.Event {
+	return engines.Event{Kind: engines.BlockRemoved, BlockHashes: keys, Medium: "GPU", HasGroupIdx: true, GroupIdx: group}
+}
+
+// TestPresenceResidency: under a contract with the presence rule (vLLM v0.26+), a repeated store of
+// a block its group holds (kv_cache_report_mode="full" re-emitting a prefix-cache hit) is not a
+// second copy, so the one eviction ends residency; a key stays while another full-attention group
+// holds it; a clear resets the rule's state. Under v0.25.1's copies rule the same stream leaves
+// the evicted key resident, which is what the presence rule exists to prevent.
+func TestPresenceResidency(t *testing.T) {
+	stream := []engines.Event{
+		storedIn(0, 1, 2),
+		storedIn(0, 1, 2), // full report mode: the same blocks, reused from the prefix cache
+		removedIn(0, 1),   // the only copy of 1 is evicted
+		storedIn(0, 3),
+		storedIn(1, 3), // a second full-attention group holds 3 too
+		removedIn(0, 3),
+	}
+	apply := func(release string) map[uint64]int {
+		s, snap, _ := streamInto(t, Config{Family: "vllm", Release: release})
+		for i := range stream {
+			b := engines.Batch{Events: stream[i : i+1]}
+			s.batch(0, uint64(i), &b)
+		}
+		return snap()
+	}
+	if got, want := apply("v0.30.0"), map[uint64]int{2: 1, 3: 1}; !equalCounts(got, want) {
+		t.Errorf("presence (v0.30.0): got %s, want %s", fmtCounts(got), fmtCounts(want))
+	}
+	if got, want := apply("v0.25.1"), map[uint64]int{1: 1, 2: 2, 3: 1}; !equalCounts(got, want) {
+		t.Errorf("copies (v0.25.1): got %s, want %s", fmtCounts(got), fmtCounts(want))
+	}
+
+	s, snap, _ := streamInto(t, Config{Family: "vllm", Release: "v0.30.0"})
+	b := engines.Batch{Events: []engines.Event{storedIn(0, 9), {Kind: engines.AllBlocksCleared}, storedIn(0, 9)}}
+	s.batch(0, 0, &b)
+	if got := snap(); !equalCounts(got, map[uint64]int{9: 1}) {
+		t.Errorf("after a clear the re-stored key must count once: %s", fmtCounts(got))
+	}
+	// Ranks are separate engines: each holds its own copy.
+	r1 := engines.Batch{Events: []engines.Event{storedIn(0, 9)}}
+	s.batch(1, 0, &r1)
+	if got := snap(); !equalCounts(got, map[uint64]int{9: 2}) {
+		t.Errorf("two ranks: %s", fmtCounts(got))
+	}
+}
+
+// TestPresenceOverflowClears: the rule's per-key state is bounded by MaxMapped, past which the
+// endpoint is cleared rather than growing without limit.
+func TestPresenceOverflowClears(t *testing.T) {
+	s, snap, _ := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", MaxMapped: 3})
+	b := engines.Batch{Events: []engines.Event{storedIn(0, 1, 2, 3), storedIn(0, 4)}}
+	s.batch(0, 0, &b)
+	if got := snap(); len(got) != 0 {
+		t.Errorf("overflow must clear the endpoint: %s", fmtCounts(got))
+	}
+}
+
+// TestV028SamplesResidency runs the v0.28 payload samples through a v0.28 endpoint's stream: the
+// re-emission adds no copy, the CPU and STORAGE tiers never touch residency, the sliding-window
+// group is not indexed, so the two default-seed keys end up resident once each on ranks 0 and 1.
+func TestV028SamplesResidency(t *testing.T) {
+	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
+	s, snap, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0"})
+	var keys []uint64
+	for i, name := range []string{"stored_default_seed", "full_report_reemission", "storage_tier_stored_local", "cpu_and_storage_removed", "hybrid_sliding_window_dp1"} {
+		b, err := vllm.DecodeBatch(pay[name])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if i == 0 {
+			keys = b.Events[0].BlockHashes
+		}
+		s.batch(b.DPRank, uint64(i), &b)
+	}
+	want := map[uint64]int{}
+	for _, k := range keys {
+		want[k] = 2 // rank 0 (once, despite the re-emission) and rank 1
+	}
+	if got := snap(); !equalCounts(got, want) {
+		t.Errorf("got %s, want %s", fmtCounts(got), fmtCounts(want))
+	}
+	if skips["medium"] != 3 || skips["group_kind"] != 2 {
+		t.Errorf("skips %v, want 3 medium (STORAGE store, CPU and STORAGE removals) and 2 group_kind", skips)
+	}
+}

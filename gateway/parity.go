@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/ingest"
+	"github.com/kvexact/kvexact/gateway/watch"
+)
+
+// DefaultResumeAfterBlocks is how many matching blocks the live parity watch must see after a
+// restart before KV-exact resumes on the endpoint (Options.ResumeAfterBlocks).
+const DefaultResumeAfterBlocks = 16
+
+// restartCauses are the ingest clears that mean the engine's cache (and maybe its configuration)
+// started anew: its sequence went backwards (a new process), or it announced a clear. A first
+// connect ("start"), a sequence gap and an id-map overflow are the gateway's own bookkeeping.
+var restartCauses = map[string]string{
+	"regression": "the event sequence went backwards (the engine restarted)",
+	"restart":    "the engine reused sequence numbers with other payloads (it restarted)",
+}
+
+// endpointWatch feeds one endpoint's decoded events to its exactness state: restart detection
+// always, and the live parity watch where the rule runs the engine binding (w non-nil).
+type endpointWatch struct {
+	x      *endpointExact
+	log    *slog.Logger
+	resume int
+
+	mu sync.Mutex
+	w  *watch.Watch
+
+	proc      processIdentity
+	reconnect func() // on every reconnect after the first: re-check the process identity
+
+	// history marks the ranks still in their first connect's replay: what it holds happened before
+	// the gateway was there (a certification's cache clear), so it restarts nothing.
+	history   map[int]bool
+	seenRanks map[int]bool // ranks whose replay was asked for before
+}
+
+// newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
+// router binding, where only restarts are detected).
+func (g *Gateway) newEndpointWatch(x *endpointExact, family string, hasher *hashcore.Hasher) (*endpointWatch, error) {
+	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.ep.Name), resume: g.opts.ResumeAfterBlocks}
+	if ew.resume <= 0 {
+		ew.resume = DefaultResumeAfterBlocks
+	}
+	ew.reconnect = func() {
+		go g.probeProcess(g.ctx, ew)
+	}
+	if hasher != nil {
+		w, err := watch.New(watch.Config{Hasher: hasher, Family: family, CheckFirst: g.opts.ParityCheckFirst, SampleEvery: g.opts.ParitySampleEvery})
+		if err != nil {
+			return nil, err
+		}
+		ew.w = w
+	}
+	return ew, nil
+}
+
+// trace is the ingest source's Trace hook. It runs on the ingest path: cheap unless an event is
+// checked (the watch samples).
+func (ew *endpointWatch) trace(t ingest.Trace) {
+	switch t.Type {
+	case "connect":
+		ew.reset()
+		if t.Count > 1 && ew.reconnect != nil {
+			ew.reconnect()
+		}
+	case "replay":
+		if t.Reason == "requested" {
+			ew.setHistory(t.Rank, !ew.connected(t.Rank))
+		} else {
+			ew.setHistory(t.Rank, false)
+		}
+	case "clear":
+		ew.reset()
+		if why, ok := restartCauses[t.Reason]; ok && !ew.inHistory(t.Rank) {
+			ew.restarted(why)
+		}
+	case "event":
+		if t.Event == nil {
+			return
+		}
+		if t.Event.Kind == engines.AllBlocksCleared {
+			ew.reset()
+			if !ew.inHistory(t.Rank) {
+				ew.restarted("the engine cleared its cache")
+			}
+			return
+		}
+		if t.Event.Kind == engines.BlockStored && ew.w != nil {
+			ew.check(t.Event)
+		}
+	}
+}
+
+// connected reports (and records) that a rank has been live before: only a rank's first replay is
+// history.
+func (ew *endpointWatch) connected(rank int) bool {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.seenRanks == nil {
+		ew.seenRanks = map[int]bool{}
+	}
+	was := ew.seenRanks[rank]
+	ew.seenRanks[rank] = true
+	return was
+}
+
+func (ew *endpointWatch) setHistory(rank int, on bool) {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	if ew.history == nil {
+		ew.history = map[int]bool{}
+	}
+	ew.history[rank] = on
+}
+
+func (ew *endpointWatch) inHistory(rank int) bool {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	return ew.history[rank]
+}
+
+func (ew *endpointWatch) reset() {
+	if ew.w == nil {
+		return
+	}
+	ew.mu.Lock()
+	ew.w.Reset()
+	ew.mu.Unlock()
+}
+
+// restarted marks the endpoint unverified since restart. A parity mismatch seen before is lifted:
+// the engine that produced it is gone, and the one now running must prove itself block by block.
+func (ew *endpointWatch) restarted(why string) {
+	x := ew.x
+	x.mu.Lock()
+	x.restarts++
+	x.mu.Unlock()
+	if !x.certified {
+		return
+	}
+	how := fmt.Sprintf("resumes after %d matching blocks (live parity watch) or a re-certification", ew.resume)
+	if ew.w == nil {
+		how = "resumes after the next passing re-probe or a re-certification (the router binding has no engine keys to watch)"
+	}
+	x.release(holdParity)
+	if x.hold(holdRestart, fmt.Sprintf("unverified since restart at %s: %s; %s", x.now().UTC().Format(time.RFC3339), why, how)) {
+		ew.log.Warn("KV-exact suspended: endpoint unverified since restart", "why", why)
+	}
+}
+
+func (ew *endpointWatch) check(ev *engines.Event) {
+	ew.mu.Lock()
+	o := ew.w.Event(ev)
+	ew.mu.Unlock()
+	if o.Checked == 0 && o.Unchecked == 0 {
+		return
+	}
+	x := ew.x
+	x.mu.Lock()
+	x.parity.CheckedBlocks += uint64(o.Checked)
+	x.parity.MatchedBlocks += uint64(o.Matched)
+	x.parity.UncheckedBlock += uint64(o.Unchecked)
+	if o.Checked > 0 {
+		x.parity.LastCheck = x.now()
+	}
+	if o.Mismatch != nil {
+		x.parity.Mismatches++
+		x.parity.LastMismatch = o.Mismatch.Error()
+	}
+	x.verifiedAfterRestart += o.Matched
+	resumed := x.verifiedAfterRestart
+	x.mu.Unlock()
+	if !x.certified {
+		return
+	}
+	if o.Mismatch != nil {
+		if x.hold(holdParity, fmt.Sprintf("live parity mismatch (%s leg) at %s: %s", o.Mismatch.Leg, x.now().UTC().Format(time.RFC3339), o.Mismatch.Detail)) {
+			ew.log.Error("KV-exact suspended: the engine's published block keys do not match the rule's binding", "leg", o.Mismatch.Leg, "detail", o.Mismatch.Detail)
+		}
+		return
+	}
+	if resumed >= ew.resume && !x.held(holdParity) && x.release(holdRestart) {
+		ew.log.Info("KV-exact resumed: the live parity watch verified blocks since the restart", "blocks", resumed)
+	}
+}

@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// limit applies the per-request limits the HTTP server does not: the number of header field lines
+// (net/http bounds their bytes only) and the body deadline, armed here and cleared once the body
+// has been read (readBody), so that a slow response stream is never cut by it.
+func (c *call) limit() *apiError {
+	fields := 0
+	for _, vv := range c.r.Header {
+		fields += len(vv)
+	}
+	if fields > c.p.cfg.MaxHeaderFields {
+		c.w.Header().Set("Connection", "close")
+		c.p.cfg.Metrics.clientError(c.rule, clientHeaderFields)
+		return &apiError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: typeInvalid, Code: "request_header_fields_too_large",
+			Message: "the request has " + strconv.Itoa(fields) + " header fields; at most " + strconv.Itoa(c.p.cfg.MaxHeaderFields) + " are accepted"}
+	}
+	if c.r.ProtoMajor == 1 && len(c.r.TransferEncoding) > 0 {
+		// A chunked body may have come with a Content-Length that net/http dropped (Transfer-
+		// Encoding wins): RFC 9112 §6.1 asks to close the connection after responding to such a
+		// request, so that nothing after the body is read as another request. Clients of the
+		// OpenAI API send Content-Length; closing after their rare chunked request costs little.
+		c.w.Header().Set("Connection", "close")
+	}
+	if c.r.ContentLength != 0 && c.r.Body != nil && c.r.Body != http.NoBody {
+		// Not armed for a bodyless request: net/http starts watching the connection for a
+		// disconnect at once then, and a deadline would read as one.
+		if err := http.NewResponseController(c.w).SetReadDeadline(time.Now().Add(c.p.cfg.BodyTimeout)); err == nil {
+			c.bodyDeadline = true
+		}
+	}
+	return nil
+}
+
+// endBodyDeadline clears the body deadline (net/http's disconnect watch reads the connection after
+// the body; a deadline left armed would cancel the request as if the client had left).
+func (c *call) endBodyDeadline() {
+	if c.bodyDeadline {
+		c.bodyDeadline = false
+		_ = http.NewResponseController(c.w).SetReadDeadline(time.Time{})
+	}
+}
+
+// end gives the request its defined outcome when it did not get a complete response: the
+// connection is cut (HTTP/1.1: closed without the final chunk; HTTP/2: the stream reset), never a
+// default 200 with an empty body nor a truncated body framed as complete. A client that
+// half-closes its side after the request is indistinguishable from one that left (net/http
+// cancels the request's context on EOF), so it gets the same.
+func (c *call) end() {
+	switch {
+	case !c.committed:
+		c.p.cfg.Metrics.clientError(c.rule, clientGoneEarly)
+		c.p.log.Info("client left before the response; connection closed", "rule", c.rule, "request_id", c.id, "after", time.Since(c.start))
+	case c.truncated && c.gone:
+		c.p.cfg.Metrics.clientError(c.rule, clientGoneMidway)
+		c.p.log.Info("client left during the response; connection closed", "rule", c.rule, "endpoint", c.serverName(), "request_id", c.id)
+	case c.truncated: // the upstream broke off: relay logged it and counted it
+	default:
+		return
+	}
+	// net/http recovers this sentinel without logging and closes the connection (resets the
+	// HTTP/2 stream) without finishing the response.
+	panic(http.ErrAbortHandler)
+}

@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// UsageReport is one relayed response's cached-token account: what the routing decision predicted
+// the serving endpoint would reuse, beside what the engine reports it reused
+// (usage.prompt_tokens_details.cached_tokens). The gateway compares the two to see drift that the
+// event stream cannot show (a tokenizer or chat template that changed on the engine).
+type UsageReport struct {
+	Rule, Endpoint string
+	// Tier is the tier that decided; KVExact says the serving endpoint is the one KV-exact chose.
+	Tier    string
+	KVExact bool
+	// PredictedTokens is the serving endpoint's contiguous cached prefix in the decision, in tokens.
+	PredictedTokens int
+	// RealizedTokens and PromptTokens are the engine's own usage figures.
+	RealizedTokens int
+	PromptTokens   int
+	BlockSize      int
+}
+
+// usageTail is how much of a response's end the tap keeps: a non-streaming body ends with its
+// usage object, a stream's final usage chunk comes just before [DONE].
+const usageTail = 8 << 10
+
+// usageTap wraps an upstream body and keeps its last usageTail bytes while the relay reads it; it
+// never changes what is read.
+type usageTap struct {
+	io.ReadCloser
+	tail []byte
+}
+
+func (t *usageTap) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	if n > 0 {
+		if n >= usageTail {
+			t.tail = append(t.tail[:0], p[n-usageTail:n]...)
+		} else {
+			if over := len(t.tail) + n - usageTail; over > 0 {
+				t.tail = append(t.tail[:0], t.tail[over:]...)
+			}
+			t.tail = append(t.tail, p[:n]...)
+		}
+	}
+	return n, err
+}
+
+// tapUsage wraps resp's body when the proxy reports usage and the answer can carry it (a 200 of a
+// parsed completion or chat request). It returns nil otherwise.
+func (c *call) tapUsage(resp *http.Response) *usageTap {
+	if c.p.cfg.Usage == nil || c.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
+		return nil
+	}
+	t := &usageTap{ReadCloser: resp.Body} // the tail grows to at most usageTail
+	resp.Body = t
+	return t
+}
+
+// reportUsage hands the tapped response's usage to Config.Usage (nothing when the engine sent none).
+func (c *call) reportUsage(t *usageTap) {
+	if t == nil || c.server == nil || c.d == nil {
+		return
+	}
+	prompt, cached, ok := parseUsage(t.tail)
+	if !ok {
+		return
+	}
+	rep := UsageReport{Rule: c.rule, Endpoint: c.server.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
+	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == c.server
+	if r := c.rt.Rule(); r != nil {
+		rep.BlockSize = r.BlockSize
+	}
+	for _, ev := range c.d.Endpoints {
+		if ev.Name == c.server.Name {
+			rep.PredictedTokens = ev.Prefix * rep.BlockSize
+		}
+	}
+	c.p.cfg.Usage(rep)
+}
+
+var usageKey = []byte(`"usage"`)
+
+// parseUsage finds the last usage object with cached tokens in the tail of a response (a JSON body
+// or an SSE stream) and returns prompt_tokens and prompt_tokens_details.cached_tokens. It scans the
+// object by hand: encoding/json costs ~40× the relay's own work on a small response, and only two
+// integers are wanted.
+func parseUsage(tail []byte) (prompt, cached int, ok bool) {
+	end := len(tail)
+	for range 4 {
+		i := bytes.LastIndex(tail[:end], usageKey)
+		if i < 0 {
+			return 0, 0, false
+		}
+		end = i
+		rest := skipSpace(tail[i+len(usageKey):])
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		obj, ok := value(skipSpace(rest[1:]))
+		if !ok || obj[0] != '{' {
+			continue
+		}
+		p, okp := intOf(field(obj, "prompt_tokens"))
+		det := field(obj, "prompt_tokens_details")
+		if !okp || len(det) == 0 || det[0] != '{' {
+			continue
+		}
+		c, okc := intOf(field(det, "cached_tokens"))
+		if !okc {
+			continue
+		}
+		return p, c, true
+	}
+	return 0, 0, false
+}
+
+func skipSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
+}
+
+// value returns the JSON value at the start of b (object, array, string or scalar), unparsed.
+func value(b []byte) ([]byte, bool) {
+	if len(b) == 0 {
+		return nil, false
+	}
+	switch b[0] {
+	case '{', '[':
+		depth := 0
+		for i := 0; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				n, ok := stringLen(b[i:])
+				if !ok {
+					return nil, false
+				}
+				i += n - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return b[:i+1], true
+				}
+			}
+		}
+		return nil, false
+	case '"':
+		n, ok := stringLen(b)
+		return b[:n], ok
+	default:
+		i := 0
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
+			i++
+		}
+		return b[:i], i > 0
+	}
+}
+
+// stringLen is the length of the JSON string at the start of b, quotes included.
+func stringLen(b []byte) (int, bool) {
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
+// field returns the raw value of key among obj's own members, the last one when repeated (as
+// encoding/json reads it); nil when absent or malformed.
+func field(obj []byte, key string) []byte {
+	b := obj[1:]
+	var found []byte
+	for {
+		b = skipSpace(b)
+		if len(b) == 0 || b[0] != '"' {
+			return nil
+		}
+		n, ok := stringLen(b)
+		if !ok {
+			return nil
+		}
+		k := b[1 : n-1]
+		b = skipSpace(b[n:])
+		if len(b) == 0 || b[0] != ':' {
+			return nil
+		}
+		v, ok := value(skipSpace(b[1:]))
+		if !ok {
+			return nil
+		}
+		if string(k) == key {
+			found = v
+		}
+		b = skipSpace(skipSpace(b[1:])[len(v):])
+		if len(b) > 0 && b[0] == '}' {
+			return found
+		}
+		if len(b) == 0 || b[0] != ',' {
+			return nil
+		}
+		b = b[1:]
+	}
+}
+
+// intOf parses a non-negative JSON integer (at most 15 digits).
+func intOf(v []byte) (int, bool) {
+	if len(v) == 0 || len(v) > 15 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultShortfallHits is how many consecutive KV-exact hits with a predicted prefix of at least one
+// block and no cached token reported by the engine suspend the endpoint (Options.ShortfallHits).
+const DefaultShortfallHits = 3
+
+// shortfallReason is the status text of a realized shortfall: the event watch sees the engine's own
+// tokens, so only the engine's usage can show that it tokenizes or renders requests differently.
+const shortfallReason = "engine reports no hits where the gateway predicted them: tokenizer or template drift suspected"
+
+// usageMetrics count predicted and realized cached tokens per rule and endpoint.
+type usageMetrics struct {
+	predicted, realized *prometheus.CounterVec
+}
+
+func newUsageMetrics(reg prometheus.Registerer) *usageMetrics {
+	m := &usageMetrics{
+		predicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvexact_predicted_cached_tokens_total",
+			Help: "Cached prompt tokens the routing decision predicted on the serving endpoint (its contiguous cached prefix), over responses whose engine reported usage.",
+		}, []string{"rule", "endpoint"}),
+		realized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvexact_realized_cached_tokens_total",
+			Help: "Cached prompt tokens the engine reported (usage.prompt_tokens_details.cached_tokens) on the same responses.",
+		}, []string{"rule", "endpoint"}),
+	}
+	reg.MustRegister(m.predicted, m.realized)
+	return m
+}
+
+// RecordUsage takes one relayed response's account (the proxy's Usage hook): the decision's
+// predicted cached tokens on the serving endpoint beside the engine's realized ones. kvExact says
+// KV-exact chose that endpoint. A sustained shortfall on KV-exact hits suspends the endpoint.
+func (g *Gateway) RecordUsage(rule, endpoint string, kvExact bool, predicted, realized, blockSize int) {
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return
+	}
+	x := rt.exactOf(endpoint)
+	if x == nil {
+		return
+	}
+	g.statusM.usage.predicted.WithLabelValues(rule, endpoint).Add(float64(predicted))
+	g.statusM.usage.realized.WithLabelValues(rule, endpoint).Add(float64(realized))
+	k := g.opts.ShortfallHits
+	if k <= 0 {
+		k = DefaultShortfallHits
+	}
+	x.mu.Lock()
+	x.predicted += uint64(predicted)
+	x.realized += uint64(realized)
+	if kvExact && blockSize > 0 && predicted >= blockSize {
+		if realized == 0 {
+			x.shortRun++
+		} else {
+			x.shortRun = 0
+		}
+	}
+	run := x.shortRun
+	x.mu.Unlock()
+	if run >= k && x.certified {
+		why := fmt.Sprintf("%s (%d consecutive KV-exact hits predicted at least one block, the engine reported 0 cached tokens; since %s)", shortfallReason, run, x.now().UTC().Format(time.RFC3339))
+		if x.hold(holdShortfall, why) {
+			g.log.Error("KV-exact suspended: "+shortfallReason, "rule", rule, "endpoint", endpoint, "hits", run)
+		}
+	}
+}
