@@ -180,6 +180,16 @@ func TestE2ELoRALandsWithItsAdapter(t *testing.T) {
 			t.Fatalf("model %v: %d on %s (sim %s), cached %d, want %s; decision %s; %s", tc.body["model"], c.status, c.endpoint, c.servedBy, c.cached, tc.want, c.decision, c.body)
 		}
 	}
+	// The gateway lists the adapter with its base model, as vLLM does.
+	if resp, err := http.Get(p.base + "/v1/models"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"id":"sql-lora"`) || !strings.Contains(string(b), `"parent":"llama3"`) {
+			t.Fatalf("/v1/models does not list the adapter: %s", b)
+		}
+	}
 	// Chat through the adapter renders with the base model's template.
 	chat := map[string]any{"model": "sql-lora", "messages": []any{map[string]any{"role": "user", "content": doc}}, "max_tokens": 2}
 	warmHit(t, p, "/v1/chat/completions", chat, chat)

@@ -5,6 +5,9 @@
 const path = require('path');
 const root = path.resolve(__dirname, '..');
 const { Tokenizer } = require(process.env.KVEXACT_NODE_TOKENIZERS || path.join(root, '.cache/node/node_modules/tokenizers'));
+// Decode stdin as one UTF-8 stream: adding Buffer chunks to a string one by one would turn a
+// character split across two chunks into two U+FFFD.
+process.stdin.setEncoding('utf8');
 let input = '';
 process.stdin.on('data', (d) => (input += d));
 process.stdin.on('end', async () => {

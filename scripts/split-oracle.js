@@ -5,6 +5,7 @@
 const path = require('path');
 const root = path.resolve(__dirname, '..');
 const { Tokenizer } = require(path.join(root, '.cache/node/node_modules/tokenizers'));
+process.stdin.setEncoding('utf8'); // one UTF-8 stream: a character split across chunks stays whole
 let input = '';
 process.stdin.on('data', (d) => (input += d));
 process.stdin.on('end', async () => {

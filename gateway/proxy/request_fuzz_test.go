@@ -110,3 +110,23 @@ func FuzzParseChat(f *testing.F) {
 		}
 	})
 }
+
+// benchChatBody is a typical multi-turn chat body with a tool (about 1.5 KB).
+var benchChatBody = []byte(`{"model":"llama3","stream":true,"max_tokens":64,"messages":[` +
+	`{"role":"system","content":"You are a helpful assistant. Answer briefly and cite the documents you use."},` +
+	`{"role":"user","content":"What is the capital of France, and what is its population in the latest census?"},` +
+	`{"role":"assistant","content":"Paris. About 2.1 million people live in the city proper."},` +
+	`{"role":"user","content":[{"type":"text","text":"And the metropolitan area? Please give the number and the year."}]}],` +
+	`"tools":[{"type":"function","function":{"name":"search","description":"Search the web","parameters":{"type":"object",` +
+	`"properties":{"q":{"type":"string"},"n":{"type":"integer","minimum":1,"maximum":10}},"required":["q"]}}}],` +
+	`"temperature":0.2,"cache_salt":"tenant-0123456789abcdef"}`)
+
+func BenchmarkParseChat(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(benchChatBody)))
+	for b.Loop() {
+		if _, e := parseBody(benchChatBody, true); e != nil {
+			b.Fatal(e)
+		}
+	}
+}

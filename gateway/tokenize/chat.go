@@ -3,6 +3,7 @@ package tokenize
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/json/jsontext"
 	"errors"
 	"fmt"
 	"io"
@@ -17,36 +18,77 @@ import (
 // Value kinds in the tree: nil, bool, json.Number (the literal as written), string, []any, *object.
 
 // object is a JSON object with Python dict semantics: insertion order, and a repeated key keeps its
-// first position and takes the last value (json.loads).
+// first position and takes the last value (json.loads). Keys and values are parallel slices; an index
+// is built only for objects with more than smallObject keys (most request objects are small, and a
+// map per object dominated the parse).
 type object struct {
-	keys []string
-	vals map[string]any
+	keys  []string
+	vals  []any
+	index map[string]int
 }
 
-func newObject() *object { return &object{vals: map[string]any{}} }
+const smallObject = 8
+
+func newObject() *object { return &object{} }
+
+func (o *object) find(k string) int {
+	if o.index != nil {
+		if i, ok := o.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, kk := range o.keys {
+		if kk == k {
+			return i
+		}
+	}
+	return -1
+}
 
 func (o *object) set(k string, v any) {
-	if _, ok := o.vals[k]; !ok {
-		o.keys = append(o.keys, k)
+	if i := o.find(k); i >= 0 {
+		o.vals[i] = v
+		return
 	}
-	o.vals[k] = v
+	o.keys, o.vals = append(o.keys, k), append(o.vals, v)
+	switch {
+	case o.index != nil:
+		o.index[k] = len(o.keys) - 1
+	case len(o.keys) > smallObject:
+		o.reindex()
+	}
+}
+
+func (o *object) reindex() {
+	o.index = make(map[string]int, len(o.keys))
+	for i, k := range o.keys {
+		o.index[k] = i
+	}
 }
 
 func (o *object) get(k string) (any, bool) {
-	v, ok := o.vals[k]
-	return v, ok
+	if i := o.find(k); i >= 0 {
+		return o.vals[i], true
+	}
+	return nil, false
+}
+
+// val is the value of k, nil when absent.
+func (o *object) val(k string) any {
+	v, _ := o.get(k)
+	return v
 }
 
 func (o *object) del(k string) {
-	if _, ok := o.vals[k]; !ok {
+	i := o.find(k)
+	if i < 0 {
 		return
 	}
-	delete(o.vals, k)
-	for i, kk := range o.keys {
-		if kk == k {
-			o.keys = append(o.keys[:i:i], o.keys[i+1:]...)
-			break
-		}
+	o.keys = append(o.keys[:i:i], o.keys[i+1:]...)
+	o.vals = append(o.vals[:i:i], o.vals[i+1:]...)
+	if o.index != nil {
+		o.reindex()
 	}
 }
 
@@ -204,8 +246,8 @@ func (b *ChatBody) Request() (*ChatRequest, error) {
 				return nil, bad(fmt.Sprintf("documents[%d]", i), "want an object, got %s", pyType(d))
 			}
 			for _, k := range do.keys {
-				if _, ok := do.vals[k].(string); !ok {
-					return nil, bad(fmt.Sprintf("documents[%d].%s", i, k), "want a string, got %s", pyType(do.vals[k]))
+				if _, ok := do.val(k).(string); !ok {
+					return nil, bad(fmt.Sprintf("documents[%d].%s", i, k), "want a string, got %s", pyType(do.val(k)))
 				}
 			}
 		}
@@ -308,73 +350,120 @@ func checkTool(t any, field string) error {
 const maxJSONDepth = 512
 
 // parseJSON decodes one JSON value with Python json.loads semantics for the value tree (ordered
-// objects, numbers kept as written). Trailing data after the value is an error.
+// objects, numbers kept as written, the last of duplicate keys wins). Trailing data after the value
+// is an error. It reads tokens with encoding/json/jsontext (no reflection, strings unquoted once).
 func parseJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, "$", 0)
+	p := &jsonParser{dec: jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))}
+	v, err := p.value(0)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("offset %d: unexpected data after the JSON value", dec.InputOffset())
+	if _, err := p.dec.ReadToken(); err != io.EOF {
+		return nil, fmt.Errorf("offset %d: unexpected data after the JSON value", p.dec.InputOffset())
 	}
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder, path string, depth int) (any, error) {
+// jsonParser builds the value tree; path holds the member names and indexes above the current
+// value, joined only for an error message.
+type jsonParser struct {
+	dec  *jsontext.Decoder
+	path []pathSeg
+}
+
+// pathSeg is a member name (idx < 0) or an array index.
+type pathSeg struct {
+	key string
+	idx int
+}
+
+func (p *jsonParser) fail(err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%s: offset %d: %v", p.where(), p.dec.InputOffset(), err)
+}
+
+func (p *jsonParser) where() string {
+	var b strings.Builder
+	b.WriteByte('$')
+	for _, s := range p.path {
+		if s.idx < 0 {
+			b.WriteString("." + s.key)
+		} else {
+			b.WriteString("[" + strconv.Itoa(s.idx) + "]")
+		}
+	}
+	return b.String()
+}
+
+func (p *jsonParser) value(depth int) (any, error) {
 	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("%s: nested deeper than %d", path, maxJSONDepth)
+		return nil, fmt.Errorf("%s: nested deeper than %d", p.where(), maxJSONDepth)
 	}
-	tok, err := dec.Token()
+	dec := p.dec
+	switch dec.PeekKind() {
+	case '0':
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return nil, p.fail(err)
+		}
+		return json.Number(raw), nil
+	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, p.fail(err)
+		}
+		o := newObject()
+		for dec.PeekKind() != '}' {
+			kt, err := dec.ReadToken()
+			if err != nil {
+				return nil, p.fail(err)
+			}
+			k := kt.String()
+			p.path = append(p.path, pathSeg{key: k, idx: -1})
+			v, err := p.value(depth + 1)
+			p.path = p.path[:len(p.path)-1]
+			if err != nil {
+				return nil, err
+			}
+			o.set(k, v)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, p.fail(err)
+		}
+		return o, nil
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, p.fail(err)
+		}
+		list := []any{}
+		for i := 0; dec.PeekKind() != ']'; i++ {
+			p.path = append(p.path, pathSeg{idx: i})
+			v, err := p.value(depth + 1)
+			p.path = p.path[:len(p.path)-1]
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, p.fail(err)
+		}
+		return list, nil
+	}
+	tok, err := dec.ReadToken()
 	if err != nil {
-		if err == io.EOF {
-			return nil, fmt.Errorf("%s: offset %d: unexpected end of JSON", path, dec.InputOffset())
-		}
-		return nil, fmt.Errorf("%s: offset %d: %v", path, dec.InputOffset(), err)
+		return nil, p.fail(err)
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			o := newObject()
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, fmt.Errorf("%s: offset %d: %v", path, dec.InputOffset(), err)
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, fmt.Errorf("%s: offset %d: object key is not a string", path, dec.InputOffset())
-				}
-				v, err := decodeValue(dec, path+"."+k, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				o.set(k, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("%s: offset %d: %v", path, dec.InputOffset(), err)
-			}
-			return o, nil
-		case '[':
-			list := []any{}
-			for i := 0; dec.More(); i++ {
-				v, err := decodeValue(dec, fmt.Sprintf("%s[%d]", path, i), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, fmt.Errorf("%s: offset %d: %v", path, dec.InputOffset(), err)
-			}
-			return list, nil
-		}
-		return nil, fmt.Errorf("%s: offset %d: unexpected %q", path, dec.InputOffset(), t)
-	default:
-		return t, nil // nil, bool, json.Number, string
+	switch tok.Kind() {
+	case 'n':
+		return nil, nil
+	case 't', 'f':
+		return tok.Bool(), nil
+	case '"':
+		return tok.String(), nil
 	}
+	return nil, p.fail(fmt.Errorf("unexpected %s", tok.Kind()))
 }
 
 // pyType names a value's type as Python would, for error messages.

@@ -241,13 +241,13 @@ func (ct *ChatTemplate) renderData(req *ChatRequest) (*compiledTemplate, map[str
 				return nil, nil, fmt.Errorf("%w: chat_template_kwargs.%s: duplicates an apply_chat_template argument (vLLM answers 400)", ErrBadChatRequest, name)
 			}
 			if name == "documents" && documents == nil {
-				documents = k.vals[name]
+				documents = k.val(name)
 				continue
 			}
 			if hfNamedParams[name] {
 				continue
 			}
-			v, err := toValue(k.vals[name], "chat_template_kwargs."+name)
+			v, err := toValue(k.val(name), "chat_template_kwargs."+name)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -288,20 +288,20 @@ func toolsValue(req *ChatRequest) (jinja.Value, error) {
 	items := make([]jinja.Value, len(req.Tools))
 	for i, t := range req.Tools {
 		to := t.(*object) // checked by ParseChatRequest
-		fo := to.vals["function"].(*object)
+		fo := to.val("function").(*object)
 		fn := newObject()
-		fn.set("name", fo.vals["name"])
-		fn.set("description", fo.vals["description"])
-		fn.set("parameters", fo.vals["parameters"])
+		fn.set("name", fo.val("name"))
+		fn.set("description", fo.val("description"))
+		fn.set("parameters", fo.val("parameters"))
 		for _, k := range fo.keys {
-			fn.set(k, fo.vals[k])
+			fn.set(k, fo.val(k))
 		}
 		tool := newObject()
 		tool.set("type", "function")
 		tool.set("function", fn)
 		for _, k := range to.keys {
 			if k != "type" && k != "function" {
-				tool.set(k, to.vals[k])
+				tool.set(k, to.val(k))
 			}
 		}
 		v, err := toValue(tool, fmt.Sprintf("tools[%d]", i))
@@ -336,7 +336,7 @@ func buildConversation(msgs []any, format ContentFormat) (jinja.Value, error) {
 	for i, m := range msgs {
 		mo := m.(*object) // checked by ParseChatRequest
 		field := fmt.Sprintf("messages[%d]", i)
-		role := mo.vals["role"].(string)
+		role := mo.val("role").(string)
 		parts, err := contentParts(mo, field, format, role)
 		if err != nil {
 			return jinja.Value{}, err
@@ -377,16 +377,16 @@ func buildConversation(msgs []any, format ContentFormat) (jinja.Value, error) {
 			if id, ok := mo.get("tool_call_id"); ok {
 				msg.set("tool_call_id", id)
 			}
-			if list, ok := msg.vals["content"].([]any); ok {
+			if list, ok := msg.val("content").([]any); ok {
 				var texts []string
 				allText := true
 				for _, p := range list {
 					po := p.(*object)
-					if po.vals["type"] != "text" {
+					if po.val("type") != "text" {
 						allText = false
 						break
 					}
-					texts = append(texts, po.vals["text"].(string))
+					texts = append(texts, po.val("text").(string))
 				}
 				if allText {
 					msg.set("content", strings.Join(texts, "\n"))
@@ -483,7 +483,7 @@ func contentParts(mo *object, field string, format ContentFormat, role string) (
 		if extras != nil {
 			for _, k := range extras.keys {
 				if !textPartExtrasKnown[k] {
-					part.set(k, extras.vals[k])
+					part.set(k, extras.val(k))
 				}
 			}
 		}
@@ -513,18 +513,18 @@ func toolCalls(calls []any, field string) ([]any, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: %s.function: want an object, got %s", ErrBadChatRequest, cf, pyType(fn))
 		}
-		args, err := decodeArguments(fo.vals["arguments"], cf+".function.arguments")
+		args, err := decodeArguments(fo.val("arguments"), cf+".function.arguments")
 		if err != nil {
 			return nil, err
 		}
 		nf := newObject()
 		for _, key := range fo.keys {
-			nf.set(key, fo.vals[key])
+			nf.set(key, fo.val(key))
 		}
 		nf.set("arguments", args)
 		nc := newObject()
 		for _, key := range co.keys {
-			nc.set(key, co.vals[key])
+			nc.set(key, co.val(key))
 		}
 		nc.set("function", nf)
 		out = append(out, nc)
@@ -601,7 +601,7 @@ func toValue(v any, path string) (jinja.Value, error) {
 		d := jinja.NewDict()
 		dict := d.AsDict()
 		for _, k := range v.keys {
-			x, err := toValue(v.vals[k], path+"."+k)
+			x, err := toValue(v.val(k), path+"."+k)
 			if err != nil {
 				return jinja.Value{}, err
 			}

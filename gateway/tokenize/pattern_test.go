@@ -265,7 +265,7 @@ func TestNFCMatchesOracle(t *testing.T) {
 		texts = append(texts, b.String())
 	}
 	in, _ := json.Marshal(texts)
-	cmd := exec.Command("node", "-e", `const {nfcNormalizer}=require(process.argv[1]);const n=nfcNormalizer();let d='';process.stdin.on('data',x=>d+=x);process.stdin.on('end',()=>process.stdout.write(JSON.stringify(JSON.parse(d).map(s=>n.normalizeString(s)))))`,
+	cmd := exec.Command("node", "-e", `const {nfcNormalizer}=require(process.argv[1]);const n=nfcNormalizer();let d='';process.stdin.setEncoding('utf8');process.stdin.on('data',x=>d+=x);process.stdin.on('end',()=>process.stdout.write(JSON.stringify(JSON.parse(d).map(s=>n.normalizeString(s)))))`,
 		filepath.Join(repo, ".cache/node/node_modules/tokenizers"))
 	cmd.Stdin = bytes.NewReader(in)
 	out, err := cmd.Output()
