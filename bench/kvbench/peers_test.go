@@ -282,3 +282,27 @@ func TestOracleSpillsPastItsCap(t *testing.T) {
 		t.Fatalf("8 concurrent requests sharing one block went %v", per)
 	}
 }
+
+// The cache-first oracle keeps affinity above 30 % of the prompt whatever the load, and sends a
+// shallower match to the least loaded; the upper-bound check takes the better oracle.
+func TestOracleCacheFirst(t *testing.T) {
+	caches := []map[uint64]int{{1: 1, 2: 1, 3: 1}, {}, {}, {}}
+	o := newOracleOf(4, func(i int) map[uint64]int { return caches[i] }, route.Law{Kind: route.LawHard, FactorPct: 175, SpillRelief: true}, 16, 512)
+	o.cacheFirst = true
+	for i := 0; i < 6; i++ { // 3 of 4 blocks cached on e0: every one of a concurrent burst stays
+		if d := o.pick(nil, []uint64{1, 2, 3, uint64(10 + i)}); d.idx != 0 {
+			t.Fatalf("request %d of a deep match went to %d", i, d.idx)
+		}
+	}
+	if d := o.pick(nil, []uint64{1, 20, 21, 22}); d.idx == 0 {
+		t.Fatal("a 25 % match kept the loaded endpoint")
+	}
+	rep := &Report{Cells: []*Cell{
+		{Workload: "w", Policy: PolicyOracle, Load: 1, CachedRatio: 0.50, CachedRatioSE: 0.01, Valid: true},
+		{Workload: "w", Policy: PolicyOracleCacheFirst, Load: 1, CachedRatio: 0.70, CachedRatioSE: 0.01, Valid: true},
+		{Workload: "w", Policy: "sticky", Load: 1, CachedRatio: 0.69, CachedRatioSE: 0.01, Valid: true},
+	}}
+	if got := OracleChecks(rep); len(got) != 1 || !got[0].Met || !strings.Contains(got[0].Got, PolicyOracleCacheFirst) {
+		t.Fatalf("best oracle not used: %+v", got)
+	}
+}

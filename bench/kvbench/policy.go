@@ -19,6 +19,8 @@ type Policy struct {
 	Law      string `json:"law,omitempty"`
 	// Oracle routes in the client with the simulators' true cache contents.
 	Oracle bool `json:"oracle,omitempty"`
+	// CacheFirst: the oracle ignores the load law (OracleCacheFirst).
+	CacheFirst bool `json:"cacheFirst,omitempty"`
 	// Peer names a peer's strategy (peers.go) that routes in the client, like the oracle.
 	Peer string `json:"peer,omitempty"`
 	// Binding is the KV-exact rule's key binding ("": the pool's engine binding).
@@ -40,11 +42,16 @@ func (p Policy) clientTier() string {
 
 // The policy names used in reports.
 const (
-	PolicyRR         = "round-robin"
-	PolicyLeastLoad  = "least-load"
-	PolicyCHWBL      = "chwbl"
-	PolicyOracle     = "oracle"
-	PolicyKVXDefault = "kv-exact overlap/hard"
+	PolicyRR        = "round-robin"
+	PolicyLeastLoad = "least-load"
+	PolicyCHWBL     = "chwbl"
+	PolicyOracle    = "oracle"
+	// PolicyOracleCacheFirst is the oracle without the load law: the deepest true prefix when it
+	// covers more than 30 % of the prompt, else the least loaded (SGLang's decision structure with
+	// perfect knowledge). The hard law costs cache hits that sticky routers keep, so the upper
+	// bound of a cell is the better of the two oracles.
+	PolicyOracleCacheFirst = "oracle cache-first"
+	PolicyKVXDefault       = "kv-exact overlap/hard"
 )
 
 // KVExact is a KV-exact policy; its fallback on a miss is least-load.
@@ -74,7 +81,7 @@ func MainPolicies() []Policy {
 		KVExact("overlap", "hard"),
 		KVExact("prefix", "hard"),
 		KVExactPredict(),
-	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true})
+	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true}, Policy{Name: PolicyOracleCacheFirst, Oracle: true, CacheFirst: true})
 }
 
 // LawPolicies are the other load laws, run on the system-prompt workload.
@@ -103,6 +110,9 @@ type oracle struct {
 	load     []int
 	pending  []map[uint64]int // endpoint → block key → requests in flight holding it
 	cands    []route.Scored
+	// cacheFirst: no load law; affinity above 30 % of the prompt, else the least loaded.
+	cacheFirst bool
+	turn       int
 }
 
 func newOracle(sims []*sim.Engine, law route.Law, capacityBlocks int) *oracle {
@@ -132,13 +142,37 @@ func (o *oracle) pick(_ *Request, keys []uint64) ticket {
 	for i := range o.cands {
 		o.cands[i] = route.Scored{Index: i, Score: o.depth(i, o.caches(i), keys), Load: o.load[i], Capacity: o.capacity}
 	}
-	v := o.law.Pick(o.cands, len(keys))
-	best := max(v.Pos, 0)
+	var best int
+	if o.cacheFirst {
+		best = o.pickCacheFirst(len(keys))
+	} else {
+		best = max(o.law.Pick(o.cands, len(keys)).Pos, 0)
+	}
 	o.load[best]++
 	for _, k := range keys {
 		o.pending[best][k]++
 	}
 	return ticket{idx: best, predicted: o.cands[best].Score * o.bs, keys: keys}
+}
+
+func (o *oracle) pickCacheFirst(blocks int) int {
+	o.turn++
+	n := len(o.cands)
+	best, least := -1, -1
+	for j := 0; j < n; j++ {
+		i := (o.turn + j) % n // ties rotate
+		c := o.cands[i]
+		if best < 0 || c.Score > o.cands[best].Score || (c.Score == o.cands[best].Score && c.Load < o.cands[best].Load) {
+			best = i
+		}
+		if least < 0 || c.Load < o.cands[least].Load {
+			least = i
+		}
+	}
+	if blocks == 0 || float64(o.cands[best].Score) <= 0.3*float64(blocks) {
+		return least
+	}
+	return best
 }
 
 func (o *oracle) done(t ticket) {

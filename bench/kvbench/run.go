@@ -108,7 +108,9 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 	var ch chooser
 	switch {
 	case pol.Oracle:
-		ch = newOracle(pool.Sims, pool.Law, env.Pool.CapacityBlocks)
+		o := newOracle(pool.Sims, pool.Law, env.Pool.CapacityBlocks)
+		o.cacheFirst = pol.CacheFirst
+		ch = o
 	case pol.Peer != "":
 		if ch = newChooser(pol.Peer, len(pool.Sims), bs, env.Pool.CapacityBlocks, env.Pool.MaxConcurrency, w.MaxTokens, env.Model, time.Now); ch == nil {
 			return nil, fmt.Errorf("policy %s: unknown peer strategy %q", pol.Name, pol.Peer)
