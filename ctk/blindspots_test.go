@@ -265,3 +265,39 @@ var _ = Describe("a drop in the middle of the probe's own blocks", func() {
 		Expect(spec(res, "bad", "token ids").State).To(Equal(ctk.Skip))
 	})
 })
+
+var _ = Describe("simulator legs", func() {
+	It("fail the release leg when the engine reports a release no contract covers", func() {
+		good := startSim("vllm", "v0.25.1", named("good", nil))
+		bad := startSim("vllm", "v0.25.1", named("bad", func(s *sim.Config) { s.ReportVersion = "0.99.0" }))
+		res := certify(poolOf([]string{`seed: "0"`}, nil, good, bad), nil)
+		failsWithLeg(res, "good", "bad", ctk.LegRelease)
+		Expect(spec(res, "bad", "reports a release").Message).To(ContainSubstring("0.99.0"))
+	})
+
+	for _, family := range []string{"vllm", "trtllm"} {
+		It("fail the events leg when "+family+" runs with KV events off", func() {
+			good := startSim(family, familyOf[family], named("good", nil))
+			bad := startSim(family, familyOf[family], named("bad", func(s *sim.Config) { s.NoEvents = true }))
+			p := poolOf([]string{`seed: "0"`}, map[string]*sim.Engine{"bad": good}, good, bad)
+			if family == "vllm" {
+				// Nothing publishes there: events off means no publisher at all, not the default port.
+				Expect(bad.PublishAddrs()).To(BeEmpty())
+				p.Endpoints[1].Events.ZMQ, p.Endpoints[1].Events.Replay = []string{"tcp://127.0.0.1:1"}, nil
+			} else {
+				p.Endpoints[1].Events.Drain = bad.URL()
+			}
+			res := certify(p, nil)
+			failsWithLeg(res, "good", "bad", ctk.LegEvents, ctk.LegTokens)
+		})
+	}
+
+	It("skip the clear spec, naming dev mode, when vLLM does not mount /reset_prefix_cache", func() {
+		e := startSim("vllm", "v0.25.1", named("P0", func(s *sim.Config) { s.DevMode = false }))
+		res := certify(poolFor(e, "P0", `seed: "0"`), nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		s := spec(res, "P0", "cache clear")
+		Expect(s.State).To(Equal(ctk.Skip))
+		Expect(s.Message).To(ContainSubstring("VLLM_SERVER_DEV_MODE=1"))
+	})
+})

@@ -77,7 +77,10 @@ func (r *endpointRun) byEvents(ctx context.Context) bool {
 }
 
 // idTally counts how probes were compared where the engine has no tokenize endpoint.
-type idTally struct{ ids, counts int }
+type idTally struct {
+	ids, counts int
+	noEvents    bool // the stream stores nothing for these probes (events off, or another stream)
+}
 
 func (c idTally) String() string {
 	if c.counts == 0 {
@@ -90,7 +93,7 @@ func (c idTally) String() string {
 // ids its stored events hold when they can be read, else its prompt-token count. It returns a
 // difference ("" when equal).
 func (r *endpointRun) compareByEvents(ctx context.Context, events bool, mark, promptTokens int, ours []uint32, tally *idTally) string {
-	if events {
+	if events && !tally.noEvents {
 		if ids, off, ok := r.promptFromEvents(ctx, mark, promptTokens); ok {
 			tally.ids++
 			seg := ours[min(off, len(ours)):]
@@ -108,6 +111,9 @@ func (r *endpointRun) compareByEvents(ctx context.Context, events bool, mark, pr
 		}
 	}
 	tally.counts++
+	if tally.ids == 0 && tally.counts >= 3 {
+		tally.noEvents = true // three probes and no stored event: stop waiting for them
+	}
 	if promptTokens != len(ours) {
 		return fmt.Sprintf("the engine counts %d prompt tokens, the gateway %d", promptTokens, len(ours))
 	}
