@@ -247,6 +247,7 @@ type endpointRun struct {
 	unreachable bool
 	w           *watcher
 	watchErr    error // why the event stream could not be subscribed
+	streamOwn   *bool // TensorRT-LLM: the stream proved to carry this engine's events (nil: not tried)
 	probe       *probeOutcome
 
 	specs   []SpecResult
