@@ -354,7 +354,7 @@ func (c *call) generate(chat bool) {
 // passThrough forwards another path of the API surface or a passthrough path to one endpoint of the rule serving the request's model (the
 // body's "model", else X-Model, else the listener's wildcard rule).
 func (c *call) passThrough() {
-	if path := c.r.URL.Path; !inAPISurface(path) && !c.anyPasses(path) {
+	if !c.anyForwards(c.r.URL.Path) {
 		c.fail(unknownPath(c.r))
 		return
 	}
