@@ -104,6 +104,7 @@ func New(cfg Config) *Proxy {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = 60 * time.Second
 	}
+	captureStdLog(cfg.Log)
 	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
 		p.log = slog.Default()
