@@ -212,8 +212,9 @@ type Rule struct {
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
 	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
-	// "/v1/responses/*" for every path below /v1/responses). Only the OpenAI API surface is
-	// forwarded otherwise; engine admin routes can never be listed.
+	// "/v1/responses/*" for every path below /v1/responses). Otherwise only the OpenAI API surface
+	// the engine family serves (its contract's api list) is forwarded; engine admin routes can never
+	// be listed.
 	Passthrough []string `yaml:"passthrough" json:"passthrough,omitempty"`
 	// Upstream tunes the rule's connections to its endpoints (one HTTP transport per rule).
 	Upstream Upstream `yaml:"upstream" json:"upstream"`
