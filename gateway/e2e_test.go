@@ -195,6 +195,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)
 		}})
 	g.OnRuleRemoved(px.Forget)
 	handler := px.Handler

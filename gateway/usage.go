@@ -80,10 +80,10 @@ var ErrHoldNotClearable = errors.New("hold cannot be cleared by hand")
 // ErrNoEndpoint is returned by ClearExactHold for an unknown rule or endpoint.
 var ErrNoEndpoint = errors.New("no such endpoint")
 
-// ClearExactHold lifts a realized-shortfall suspension on one endpoint after the operator fixed
-// the engine (POST /admin/rules/{rule}/endpoints/{endpoint}/exact/clear). Nothing else on the
-// gateway's side can lift it: a fenced endpoint gets no KV-exact hits, so no usage can show that
-// the drift is gone. Clearing restarts the count, so if the engine still drifts it is suspended
+// ClearExactHold lifts a realized-shortfall (or the router binding's token_drift) suspension on one
+// endpoint after the operator fixed the engine (POST
+// /admin/rules/{rule}/endpoints/{endpoint}/exact/clear). Nothing else on the gateway's side lifts
+// a shortfall: a fenced endpoint gets no KV-exact hits, so no usage can show that the drift is gone. Clearing restarts the count, so if the engine still drifts it is suspended
 // again after ShortfallHits hits. The other holds lift on evidence only (a matching re-probe, N
 // matching blocks after a restart) or on re-certification (a certificate reload rebuilds every
 // endpoint's state, which also lifts a shortfall), and are refused here. hold "" means
@@ -92,8 +92,9 @@ func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, er
 	if hold == "" {
 		hold = string(holdShortfall)
 	}
-	if hold != string(holdShortfall) {
-		return EndpointExact{}, fmt.Errorf("%w: hold %q (only %q is cleared by hand; the others lift on evidence or re-certification)", ErrHoldNotClearable, hold, holdShortfall)
+	kind := holdKind(hold)
+	if kind != holdShortfall && kind != holdTokenDrift {
+		return EndpointExact{}, fmt.Errorf("%w: hold %q (only %q and %q are cleared by hand; the others lift on evidence or re-certification)", ErrHoldNotClearable, hold, holdShortfall, holdTokenDrift)
 	}
 	rt, ok := g.runtime(rule)
 	if !ok {
@@ -104,10 +105,14 @@ func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, er
 		return EndpointExact{}, fmt.Errorf("%w: endpoint %q in rule %q", ErrNoEndpoint, endpoint, rule)
 	}
 	x.mu.Lock()
-	x.shortRun = 0
+	if kind == holdShortfall {
+		x.shortRun = 0
+	} else {
+		x.tokenRun = 0
+	}
 	x.mu.Unlock()
-	if x.release(holdShortfall) {
-		g.log.Warn("KV-exact realized-shortfall suspension cleared by the operator", "rule", rule, "endpoint", endpoint)
+	if x.release(kind) {
+		g.log.Warn("KV-exact suspension cleared by the operator", "rule", rule, "endpoint", endpoint, "hold", hold)
 	}
 	return x.status(), nil
 }

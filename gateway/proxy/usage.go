@@ -23,6 +23,11 @@ type UsageReport struct {
 	RealizedTokens int
 	PromptTokens   int
 	BlockSize      int
+	// LastBlockKey is the key of the prompt's deepest full block as the gateway computed it, and
+	// Blocks the prompt's full blocks (0: no keys, LastBlockKey unset): the router binding's
+	// token-side check expects the engine to publish that block once it served the prompt.
+	LastBlockKey uint64
+	Blocks       int
 }
 
 // usageTail is how much of a response's end the tap keeps: a non-streaming body ends with its
@@ -93,6 +98,9 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
 	}
 	rep := UsageReport{Rule: c.rule, Endpoint: ep.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
 	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == ep
+	if k, ok := c.d.LastKey(); ok {
+		rep.LastBlockKey, rep.Blocks = k, c.d.Blocks
+	}
 	if r := c.rt.Rule(); r != nil {
 		rep.BlockSize = r.BlockSize
 	}
