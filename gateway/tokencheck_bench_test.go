@@ -17,30 +17,7 @@ import (
 // counters, a runtime timer) and the check when its timer fires (counters again, one key looked
 // up), waited for; "reproduced" and "not_reproduced" are the check alone.
 func BenchmarkTokenCheck(b *testing.B) {
-	ix := inventory.New(inventory.Config{})
-	var eps []*route.Endpoint
-	for i := range 16 {
-		name := fmt.Sprintf("e%d", i)
-		id, err := ix.AddEndpoint(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		keys := make([]uint64, 50_000)
-		for j := range keys {
-			keys[j] = uint64(i)<<40 | uint64(j)
-		}
-		if err := ix.Store(id, keys); err != nil {
-			b.Fatal(err)
-		}
-		eps = append(eps, &route.Endpoint{Name: name, ID: id})
-	}
-	g := &Gateway{opts: Options{TokenCheckGrace: time.Nanosecond, TokenDriftChecks: 1 << 30}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
-		runtimes: map[string]*ruleRuntime{}}
-	rt := &ruleRuntime{index: ix, eps: eps, exact: ExactStatus{Enabled: true, Binding: "router"}}
-	for _, e := range eps {
-		rt.epExact = append(rt.epExact, newEndpointExact("pool", e, true, "certified (router)", time.Now, nil))
-	}
-	g.runtimes["pool"] = rt
+	g, rt := tokenCheckRule(b, 16, 50_000)
 	x := rt.epExact[7]
 	held := uint64(7)<<40 | 12_345
 	b.Run("schedule+check", func(b *testing.B) {
@@ -58,7 +35,7 @@ func BenchmarkTokenCheck(b *testing.B) {
 			}
 		}
 	})
-	before, _ := endpointCounters(ix, x.ep.ID)
+	before, _ := endpointCounters(rt.index, x.ep.ID)
 	before.Stored-- // the engine stored a block in the window
 	for _, tc := range []struct {
 		name string
@@ -77,4 +54,34 @@ func BenchmarkTokenCheck(b *testing.B) {
 	if x.tokens.NotReproduced == 0 || x.tokens.Reproduced == 0 {
 		b.Fatalf("the cases did not take their paths: %+v", x.tokens)
 	}
+}
+
+// tokenCheckRule is a router-binding rule runtime of n certified endpoints e0… holding keys each
+// (endpoint i holds i<<40 | j for j < keys), without ingest or a router.
+func tokenCheckRule(tb testing.TB, n, keys int) (*Gateway, *ruleRuntime) {
+	ix := inventory.New(inventory.Config{})
+	var eps []*route.Endpoint
+	for i := range n {
+		name := fmt.Sprintf("e%d", i)
+		id, err := ix.AddEndpoint(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		keys := make([]uint64, keys)
+		for j := range keys {
+			keys[j] = uint64(i)<<40 | uint64(j)
+		}
+		if err := ix.Store(id, keys); err != nil {
+			tb.Fatal(err)
+		}
+		eps = append(eps, &route.Endpoint{Name: name, ID: id})
+	}
+	g := &Gateway{opts: Options{TokenCheckGrace: time.Nanosecond, TokenDriftChecks: 1 << 30}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now,
+		runtimes: map[string]*ruleRuntime{}}
+	rt := &ruleRuntime{index: ix, eps: eps, exact: ExactStatus{Enabled: true, Binding: "router"}}
+	for _, e := range eps {
+		rt.epExact = append(rt.epExact, newEndpointExact("pool", e, true, "certified (router)", time.Now, nil))
+	}
+	g.runtimes["pool"] = rt
+	return g, rt
 }
