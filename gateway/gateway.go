@@ -57,6 +57,12 @@ type Options struct {
 	// ShortfallHits is how many consecutive KV-exact hits predicting at least one block, with no
 	// cached token reported by the engine, suspend the endpoint (default DefaultShortfallHits).
 	ShortfallHits int
+	// TokenCheckGrace and TokenDriftChecks tune the router binding's token-side check: how long
+	// after a response the routed prompt's deepest block must be published, and how many
+	// consecutive prompts not reproduced suspend the endpoint (defaults DefaultTokenCheckGrace,
+	// DefaultTokenDriftChecks).
+	TokenCheckGrace  time.Duration
+	TokenDriftChecks int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry

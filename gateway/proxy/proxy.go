@@ -80,7 +80,8 @@ type Config struct {
 	// field bootstrapPort, else SGLang's default 8998.
 	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
 	// Usage, when set, receives the cached-token account of every relayed single-pool response
-	// whose engine reported usage (predicted vs realized; see UsageReport). The client's bytes
+	// whose engine reported usage (predicted vs realized; see UsageReport), and of every P/D
+	// request's prefill leg (reportPrefillUsage says why not the decode leg). The client's bytes
 	// are never changed.
 	Usage func(UsageReport)
 }
