@@ -40,12 +40,14 @@ var holdKinds = []holdKind{holdReprobe, holdRestart, holdParity, holdShortfall, 
 // while it runs. The router sees the result through the endpoint's fence, the one mechanism that
 // keeps KV-exact off an endpoint while the other tiers still use it.
 type endpointExact struct {
-	rule string
-	ep   *route.Endpoint
-	now  func() time.Time
-	m    *statusMetrics
+	rule, name, addr string // the endpoint's name and address never change
+	now              func() time.Time
+	m                *statusMetrics
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// ep is the router's endpoint the fence goes to; a membership change hands the state to the
+	// new router's endpoint (rebind).
+	ep        *route.Endpoint
 	certified bool
 	certWhy   string // "certified (engine)" or why not
 	holds     map[holdKind]string
@@ -66,7 +68,7 @@ type endpointExact struct {
 }
 
 func newEndpointExact(rule string, ep *route.Endpoint, certified bool, certWhy string, now func() time.Time, m *statusMetrics) *endpointExact {
-	x := &endpointExact{rule: rule, ep: ep, now: now, m: m, certified: certified, certWhy: certWhy, holds: map[holdKind]string{}, since: now()}
+	x := &endpointExact{rule: rule, name: ep.Name, addr: ep.Address, ep: ep, now: now, m: m, certified: certified, certWhy: certWhy, holds: map[holdKind]string{}, since: now()}
 	x.mu.Lock()
 	x.publish()
 	x.mu.Unlock()
@@ -120,7 +122,7 @@ func (x *endpointExact) publish() {
 		x.since = x.now()
 	}
 	if x.m != nil {
-		x.m.endpoint(x.rule, x.ep.Name, x.eligible(), x.certified, x.holds)
+		x.m.endpoint(x.rule, x.name, x.eligible(), x.certified, x.holds)
 	}
 }
 
@@ -246,7 +248,7 @@ func (m *statusMetrics) endpoint(rule, endpoint string, eligible, certified bool
 // exactOf returns the runtime's exactness state of endpoint name (nil when unknown).
 func (rt *ruleRuntime) exactOf(name string) *endpointExact {
 	for _, x := range rt.epExact {
-		if x.ep.Name == name {
+		if x.name == name {
 			return x
 		}
 	}

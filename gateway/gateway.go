@@ -2,7 +2,8 @@
 // endpoints with health, its inventory fed by the endpoints' event streams, its keyer and router,
 // and the certificate verdict that decides whether KV-exact may run), the client listeners, the
 // admin listener and the health prober. Rules change live through the admin API; a change rebuilds
-// that rule's runtime and tears the old one down (sockets and goroutines included).
+// that rule's runtime and tears the old one down (sockets and goroutines included), except a change
+// of its endpoint list alone, which keeps the runtime (membership.go).
 package gateway
 
 import (
@@ -111,9 +112,9 @@ type ruleRuntime struct {
 	keyer    *route.PromptKeyer
 	exact    ExactStatus
 	models   map[string]bool
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
-	errs     sync.Map // endpoint → last ingest error
+	binding  string             // the ingest binding its sources run with
+	sources  map[string]*source // by endpoint: each event source runs and stops on its own
+	errs     sync.Map           // endpoint → last ingest error
 	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
 	// certificate granting coverage here stops being valid (zero: none granted).
 	epExact []*endpointExact
@@ -256,6 +257,11 @@ func (g *Gateway) Close() {
 // apply builds a rule's runtime and swaps it in; the old one (if any) is stopped after the swap so
 // that requests always find a router.
 func (g *Gateway) apply(r *rules.Rule) error {
+	if old, ok := g.runtime(r.Name); ok {
+		if done, err := g.applyMembership(old, r); done {
+			return err
+		}
+	}
 	rt, err := g.build(r)
 	if err != nil {
 		return err
@@ -302,10 +308,12 @@ func (g *Gateway) OnRuleRemoved(f func(rule string)) {
 }
 
 func (rt *ruleRuntime) stop() {
-	if rt.cancel != nil {
-		rt.cancel()
+	for _, s := range rt.sources {
+		s.cancel()
 	}
-	rt.done.Wait()
+	for _, s := range rt.sources {
+		<-s.done
+	}
 }
 
 // build makes a rule's runtime: endpoints, inventory, certificate verdict, keyer, router, sources.
@@ -332,6 +340,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		rt.eps = append(rt.eps, &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h})
 	}
 	certified, binding := g.certify(rt)
+	rt.binding = binding
 	if rt.exact.Enabled {
 		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
 		if binding == "engine" {
@@ -346,6 +355,23 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		}
 		rt.keyer = k
 	}
+	if err := g.newRouter(rt, certified); err != nil {
+		return nil, err
+	}
+	for _, e := range rt.eps {
+		ok := rt.exact.Enabled && certified.Has(e.ID)
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+	}
+	if err := g.startSources(rt, binding); err != nil {
+		rt.stop()
+		return nil, err
+	}
+	return rt, nil
+}
+
+// newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
+func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
+	r := rt.rule
 	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if rt.exact.Enabled {
 		cfg.Keyer = rt.keyer
@@ -357,14 +383,10 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	router, err := route.New(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rt.router = router
-	for _, e := range rt.eps {
-		ok := rt.exact.Enabled && certified.Has(e.ID)
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
-	}
-	return rt, g.startSources(rt, binding)
+	return nil
 }
 
 // seedFor returns the seed hashcore wants: the one the engine roots in (the rule's PYTHONHASHSEED,
@@ -481,15 +503,23 @@ func hasCoverage(c []certificate.Coverage, binding string) bool {
 	return false
 }
 
-// startSources starts one event source per endpoint that publishes events. In mode 1 only prefill
-// endpoints are scored, so only they are subscribed.
+// source is one endpoint's running event source (and its identity probe).
+type source struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startSources starts one event source per endpoint that publishes events and has none running
+// yet (a membership change keeps the others' running). In mode 1 only prefill endpoints are
+// scored, so only they are subscribed.
 func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	r := rt.rule
 	if !rt.contract.HasEvents() || binding == "none" {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(g.ctx)
-	rt.cancel = cancel
+	if rt.sources == nil {
+		rt.sources = map[string]*source{}
+	}
 	for i, e := range r.Endpoints {
 		ep := rt.eps[i]
 		if r.KVExactMode == 1 && ep.Role != route.RolePrefill {
@@ -498,6 +528,10 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
 			continue
 		}
+		if rt.sources[e.Name] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(g.ctx)
 		var hasher *hashcore.Hasher
 		if binding == "engine" && rt.keyer != nil {
 			hasher = rt.keyer.Hasher
@@ -524,9 +558,10 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			return fmt.Errorf("endpoints[%d].events: %w", i, err)
 		}
 		apply := ingest.Into(rt.index, ep.ID, g.ingestM, r.Name, e.Name, g.log)
-		rt.done.Add(1)
+		s := &source{cancel: cancel, done: make(chan struct{})}
+		rt.sources[e.Name] = s
 		go func() {
-			defer rt.done.Done()
+			defer close(s.done)
 			if err := src.Run(ctx, apply); err != nil {
 				rt.errs.Store(e.Name, err.Error())
 				g.log.Error("gateway: event source stopped", "rule", r.Name, "endpoint", e.Name, "err", err)

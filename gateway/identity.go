@@ -91,7 +91,7 @@ func scanGauge(r io.Reader, name string) (float64, bool) {
 // change. It runs on every event-stream reconnect (a restart's usual first sign) and with each
 // periodic re-probe.
 func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) {
-	if why := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.ep.Address); why != "" {
+	if why := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.addr); why != "" {
 		ew.reset()
 		ew.restarted(why)
 	}

@@ -46,7 +46,7 @@ type endpointWatch struct {
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
 // router binding, where only restarts are detected).
 func (g *Gateway) newEndpointWatch(x *endpointExact, family string, hasher *hashcore.Hasher) (*endpointWatch, error) {
-	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.ep.Name), resume: g.opts.ResumeAfterBlocks}
+	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), resume: g.opts.ResumeAfterBlocks}
 	if ew.resume <= 0 {
 		ew.resume = DefaultResumeAfterBlocks
 	}

@@ -237,12 +237,42 @@ func TestKubernetesDiscovery(t *testing.T) {
 		subscribed(t, g, sims[r], name)
 	}
 
-	// Not ready: nothing eligible (the picker then answers 503).
+	// Pod changes are membership changes: the endpoints that stay keep their inventory (the
+	// simulators publish nothing more here, so a rebuilt runtime would hold nothing). pa shares
+	// p1's IP (so its ranks are the same two simulators, under other names): it joins, subscribed
+	// anew, and leaves again while p1 keeps its blocks.
+	held := func(name string) int { keys, _ := g.Inventory("pool", name); return len(keys) }
+	h0, h1 := held("p1-r0"), held("p1-r1")
+	pa := pod("pa", "127.0.0.1", true, app, ann)
+	if _, err := kube.CoreV1().Pods("llm").Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("pod pa joins", func(v view) bool { return v.up == "p1-r0 p1-r1 pa-r0 pa-r1 " })
+	if held("p1-r0") < h0 || held("p1-r1") < h1 {
+		t.Fatalf("pa joined and p1 lost its inventory: %d and %d blocks, %d and %d before", held("p1-r0"), held("p1-r1"), h0, h1)
+	}
+	subscribed(t, g, sims[0], "pa-r0")
+	h0, h1 = held("p1-r0"), held("p1-r1")
+	if err := kube.CoreV1().Pods("llm").Delete(ctx, "pa", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("pod pa leaves", func(v view) bool { return v.up == "p1-r0 p1-r1 " })
+	if held("p1-r0") < h0 || held("p1-r1") < h1 {
+		t.Fatalf("pa left and p1 lost its inventory: %d and %d blocks, %d and %d before", held("p1-r0"), held("p1-r1"), h0, h1)
+	}
+	if _, ok := g.Inventory("pool", "pa-r0"); ok {
+		t.Fatal("pa-r0 left but is still in the inventory")
+	}
+
+	// Not ready: nothing eligible (the picker then answers 503); the inventory stays.
 	p1.Status.Conditions[0].Status = corev1.ConditionFalse
 	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("pod p1 not ready", func(v view) bool { return v.up == "" && v.names == "p1-r0 p1-r1 " })
+	if held("p1-r0") < h0 {
+		t.Fatalf("p1 not ready lost its inventory: %d blocks, %d before", held("p1-r0"), h0)
+	}
 
 	// A pod the selector does not match changes nothing; relabelled, it joins; p1 deleted leaves.
 	p2 := pod("p2", "127.0.0.1", true, map[string]string{"app": "else"}, ann)

@@ -67,6 +67,10 @@ type Decider interface {
 	Resolve(listener, model string) (*route.Router, error)
 	// Routers lists the routers of a listener (a request without a body is routed by the only one).
 	Routers(listener string) []*route.Router
+	// RecordUsage takes one served response's cached-token account, as from the standalone proxy's
+	// Usage hook: the predicted-vs-realized counters and the shortfall suspension are the gateway's,
+	// whichever front end relayed the response.
+	RecordUsage(rule, endpoint string, kvExact bool, predicted, realized, blockSize int)
 }
 
 // ParseFunc turns a request (headers as an *http.Request) and its body into the router's request:

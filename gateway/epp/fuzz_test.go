@@ -14,17 +14,20 @@ func TestParseUsage(t *testing.T) {
 		in     string
 		cached int
 		found  bool
+		has    bool
 	}{
-		{`{"id":"x","usage":{"prompt_tokens":40,"prompt_tokens_details":{"cached_tokens":32}}}`, 32, true},
-		{"data: {\"usage\":null}\n\ndata: {\"choices\":[],\"usage\": {\"prompt_tokens\":9,\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n", 16, true},
-		{`{"usage":{"prompt_tokens":5}}`, 0, true},
-		{`{"text":"the \"usage\" word"}`, 0, false},
-		{`no json at all`, 0, false},
+		{`{"id":"x","usage":{"prompt_tokens":40,"prompt_tokens_details":{"cached_tokens":32}}}`, 32, true, true},
+		{"data: {\"usage\":null}\n\ndata: {\"choices\":[],\"usage\": {\"prompt_tokens\":9,\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n", 16, true, true},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":0}}}`, 0, true, true},
+		{`{"usage":{"prompt_tokens":5}}`, 0, true, false},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens_details":null}}`, 0, true, false},
+		{`{"text":"the \"usage\" word"}`, 0, false, false},
+		{`no json at all`, 0, false, false},
 	}
 	for _, c := range cases {
 		u, err := ParseUsage([]byte(c.in))
-		if err != nil || u.CachedTokens != c.cached || u.Found != c.found {
-			t.Errorf("ParseUsage(%q) = %+v, %v; want cached %d found %v", c.in, u, err, c.cached, c.found)
+		if err != nil || u.CachedTokens != c.cached || u.Found != c.found || u.HasCached != c.has {
+			t.Errorf("ParseUsage(%q) = %+v, %v; want cached %d found %v has-cached %v", c.in, u, err, c.cached, c.found, c.has)
 		}
 	}
 	if _, err := ParseUsage([]byte(`{"usage":{"prompt_tokens":"many"}}`)); err == nil || !strings.Contains(err.Error(), "byte 1") {

@@ -50,6 +50,7 @@ type worldSpec struct {
 	roles []string
 	mod   func(r *rules.Rule)
 	epp   func(c *epp.Config)
+	sim   func(i int, c *sim.Config) // changes endpoint i's simulator
 }
 
 func startWorld(t testing.TB, spec worldSpec) *world {
@@ -75,9 +76,13 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 		if i < len(spec.roles) {
 			role = spec.roles[i]
 		}
-		e, err := sim.New(sim.Config{Family: "vllm", Release: "v0.25.1", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
+		sc := sim.Config{Family: "vllm", Release: "v0.25.1", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
 			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed, Role: sim.Role(role), PublishAddr: "tcp://*:0",
-			PrefillPerToken: 20 * time.Microsecond, DecodePerToken: 200 * time.Microsecond})
+			PrefillPerToken: 20 * time.Microsecond, DecodePerToken: 200 * time.Microsecond}
+		if spec.sim != nil {
+			spec.sim(i, &sc)
+		}
+		e, err := sim.New(sc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvexact/kvexact/gateway/route"
 )
 
 // Metrics are the picker's own series. The routing decision's series (tiers, misses, KV-exact hits)
@@ -20,7 +18,6 @@ type Metrics struct {
 	rejects   *prometheus.CounterVec
 	failovers *prometheus.CounterVec
 	unknown   *prometheus.CounterVec
-	cached    *prometheus.CounterVec
 }
 
 // NewMetrics registers the picker's series on reg.
@@ -41,10 +38,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Responses served by a fallback endpoint instead of the destination (x-gateway-destination-endpoint-served)."}, []string{"rule"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_served_unknown_total",
 			Help: "Responses whose served endpoint is not one of the rule's endpoints."}, []string{"rule"}),
-		cached: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_cached_tokens_total",
-			Help: "Prompt tokens KV-exact predicted cached on the serving endpoint (source=predicted) and those its usage reported cached (source=realized)."}, []string{"rule", "source"}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.malformd, m.decisions, m.requests, m.rejects, m.failovers, m.unknown, m.cached} {
+	for _, c := range []prometheus.Collector{m.streams, m.malformd, m.decisions, m.requests, m.rejects, m.failovers, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -94,21 +89,14 @@ func (m *Metrics) servedUnknown(rule string) {
 	}
 }
 
-// served accounts one finished request. The prediction counts only when the endpoint KV-exact chose
-// is the one that served (a failover voids it).
-func (m *Metrics) served(rt *route.Router, d *route.Decision, ep *route.Endpoint, name string, code int, u Usage) {
+// served counts one finished request by rule, served endpoint and origin status. The cached-token
+// account is the gateway's (Decider.RecordUsage), shared with the standalone proxy.
+func (m *Metrics) served(rule, endpoint string, code int) {
 	if m == nil {
 		return
 	}
-	rule := rt.Rule().Name
-	if name == "" {
-		name = "unknown"
+	if endpoint == "" {
+		endpoint = "unknown"
 	}
-	m.requests.WithLabelValues(rule, name, strconv.Itoa(code)).Inc()
-	if d.Tier == route.TierKVExact && ep == d.Target {
-		m.cached.WithLabelValues(rule, "predicted").Add(float64(d.Score * rt.Rule().BlockSize))
-	}
-	if u.Found {
-		m.cached.WithLabelValues(rule, "realized").Add(float64(u.CachedTokens))
-	}
+	m.requests.WithLabelValues(rule, endpoint, strconv.Itoa(code)).Inc()
 }

@@ -388,20 +388,41 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	}}}})
 }
 
-// account records, once per request, what the decision predicted and what the served endpoint's
-// usage reports as cached.
+// account records, once per request, the served response: the picker's request count, and the
+// gateway's predicted-vs-realized account where the served endpoint is known and its 200 response
+// carried a cached-token receipt (what the standalone proxy reports, so both front ends feed the
+// same counters and the same shortfall suspension).
 func (st *stream) account() {
 	if st.accounted || st.p == nil {
 		return
 	}
 	st.accounted = true
 	served := st.servedEndpoint()
-	u, _ := ParseUsage(st.tail)
 	name := ""
 	if served != nil {
 		name = served.Name
 	}
-	st.s.cfg.Metrics.served(st.p.router, st.p.d, served, name, st.respStatus, u)
+	rt, d := st.p.router, st.p.d
+	st.s.cfg.Metrics.served(rt.Rule().Name, name, st.respStatus)
+	if served == nil || st.respStatus != http.StatusOK {
+		return
+	}
+	u, err := ParseUsage(st.tail)
+	if err != nil {
+		st.s.cfg.Log.Debug("epp: response usage not read", "rule", rt.Rule().Name, "endpoint", name, "err", err)
+	}
+	if !u.HasCached {
+		return
+	}
+	blockSize := rt.Rule().BlockSize
+	predicted := 0
+	for _, ev := range d.Endpoints {
+		if ev.Name == name {
+			predicted = ev.Prefix * blockSize
+		}
+	}
+	kvExact := d.Tier == route.TierKVExact && d.Target == served
+	st.s.cfg.Decider.RecordUsage(rt.Rule().Name, name, kvExact, predicted, u.CachedTokens, blockSize)
 }
 
 // finish gives back the decision's load units, whatever ended the stream.

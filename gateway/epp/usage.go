@@ -12,7 +12,10 @@ type Usage struct {
 	// CachedTokens is usage.prompt_tokens_details.cached_tokens: the engine's own receipt of the
 	// prompt tokens its prefix cache served.
 	CachedTokens int
-	Found        bool
+	// Found says a usage object was there; HasCached that it carried cached_tokens. Only a receipt
+	// with cached_tokens is accounted: an engine that does not report them (vLLM without
+	// --enable-prompt-tokens-details) must not read as zero hits.
+	Found, HasCached bool
 }
 
 // ParseUsage finds the last usage object in a response body's tail: the whole JSON body of a
@@ -38,15 +41,15 @@ func ParseUsage(tail []byte) (Usage, error) {
 		var v struct {
 			PromptTokens  int `json:"prompt_tokens"`
 			PromptDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
+				CachedTokens *int `json:"cached_tokens"`
 			} `json:"prompt_tokens_details"`
 		}
 		if err := json.NewDecoder(bytes.NewReader(rest)).Decode(&v); err != nil {
 			return Usage{}, fmt.Errorf("usage object at byte %d of the response tail: %w", i, err)
 		}
 		u := Usage{PromptTokens: v.PromptTokens, Found: true}
-		if v.PromptDetails != nil {
-			u.CachedTokens = v.PromptDetails.CachedTokens
+		if v.PromptDetails != nil && v.PromptDetails.CachedTokens != nil {
+			u.CachedTokens, u.HasCached = *v.PromptDetails.CachedTokens, true
 		}
 		return u, nil
 	}
