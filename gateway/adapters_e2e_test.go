@@ -122,3 +122,25 @@ func TestE2ELoRADiscovered(t *testing.T) {
 		t.Fatalf("reloaded adapter on %s, cached %d; decision %s", c.endpoint, c.cached, c.decision)
 	}
 }
+
+// A rule change keeps what was discovered: the rebuilt router serves the adapter at once, without
+// waiting for the next re-probe (an hour here).
+func TestE2ELoRADiscoveredSurvivesRuleChange(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: time.Hour,
+		simMod:  func(i int, c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} },
+		ruleMod: func(r *rules.Rule) { r.DiscoverAdapters = true }})
+	eventually(t, 15*time.Second, "the gateway to list the discovered adapter", func() bool { return p.listsAdapter("sql-lora") })
+	before, _ := p.g.Router("pool")
+	r, _ := p.g.Store().Get("pool")
+	r.Selector = "rr"
+	if _, err := p.g.Store().Put(r); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the changed rule to apply", func() bool { rt, _ := p.g.Router("pool"); return rt != before })
+	if c := p.send("/v1/completions", map[string]any{"model": "sql-lora", "prompt": "hello", "max_tokens": 1}); c.status != 200 {
+		t.Fatalf("the adapter after the rule change: %d %s", c.status, c.body)
+	}
+	if !p.listsAdapter("sql-lora") {
+		t.Fatal("/v1/models lost the adapter with the rule change")
+	}
+}
