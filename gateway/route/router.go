@@ -200,6 +200,9 @@ type Router struct {
 	hits       atomic.Uint64 // KV-exact hits, for cold-start seeding
 	zeroHits   atomic.Int64  // consecutive zero-overlap lookups against a non-empty inventory
 	watchdog   atomic.Bool   // watchdog warning active
+
+	// discovered are the adapters read from the endpoints' /v1/models (adapters.go).
+	discovered atomic.Pointer[[]rules.Adapter]
 }
 
 // New builds a router.

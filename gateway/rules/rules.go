@@ -174,6 +174,11 @@ type Rule struct {
 	// --lora-modules): requests naming one are tokenized as its base model and hashed with its LoRA
 	// name, as the engine does.
 	Adapters []Adapter `yaml:"adapters" json:"adapters,omitempty"`
+	// DiscoverAdapters also serves the LoRA adapters the endpoints list in /v1/models (vLLM lists
+	// each with its base model as parent), read at start and on every re-probe: an adapter whose
+	// parent is one of models (any parent for a wildcard rule) is served as a declared one with
+	// loraName = its id; one no endpoint lists any more is 404 again. Declared adapters win.
+	DiscoverAdapters bool `yaml:"discoverAdapters" json:"discoverAdapters,omitempty"`
 	// Engine names the engine family and release of every endpoint (one contract per rule).
 	Engine EngineRef `yaml:"engine" json:"engine"`
 	// Selector is the fallback (and mode-3 default) policy: rr, wrr, least-load or chwbl.
