@@ -1,7 +1,8 @@
 // Package contracts is the registry of pinned engine releases: for each engine family and range of
 // releases, how its KV events travel (transport, wire schema), how its block keys are computed (hash
 // bindings, seed and truncation rules), where the block size comes from, which request fields enter
-// the keys, its prefill/decode dialect, the HTTP probes certification uses, and the vector folder that
+// the keys, its prefill/decode dialect, the HTTP probes certification uses, the OpenAI routes its server
+// mounts (the API surface the proxy forwards), and the vector folder that
 // defends the hashing facts. Contracts are embedded YAML files (data/), validated when first used.
 // Adding an engine release is adding one file here and its vectors; nothing else should change.
 //
