@@ -18,7 +18,8 @@ import (
 // and on every re-probe; the adapters listed with a parent (vLLM's form: id = the served adapter
 // name, which is also what it hashes, parent = the base model) become the router's discovered
 // adapters. An endpoint that does not answer keeps its last list, so a restart or a network blip does
-// not turn served adapters into 404s; one that answers without an adapter drops it.
+// not turn served adapters into 404s; one that answers without an adapter drops it, and requests for
+// a discovered adapter go only to the endpoints that list it.
 
 const (
 	// maxModelsBody bounds an endpoint's /v1/models answer.
@@ -64,13 +65,15 @@ func (g *Gateway) discoverAdapters(ctx context.Context, hc *http.Client) {
 }
 
 // publishAdapters gives the router the union of the endpoints' lists, sorted by name (the first
-// endpoint listing a name decides its base model).
+// endpoint listing a name decides its base model), and which endpoints list each.
 func (g *Gateway) publishAdapters(rt *ruleRuntime) {
 	rt.lora.mu.Lock()
 	seen := map[string]bool{}
+	listedBy := map[string][]string{}
 	var out []rules.Adapter
 	for _, e := range rt.eps {
 		for _, a := range rt.lora.byEnd[e.Name] {
+			listedBy[a.Name] = append(listedBy[a.Name], e.Name)
 			if seen[a.Name] {
 				continue
 			}
@@ -85,7 +88,7 @@ func (g *Gateway) publishAdapters(rt *ruleRuntime) {
 	rt.lora.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	before := rt.router.DiscoveredAdapters()
-	rt.router.SetDiscoveredAdapters(out)
+	rt.router.SetDiscoveredAdapters(out, listedBy)
 	if !sameAdapters(before, out) {
 		names := make([]string, len(out))
 		for i, a := range out {

@@ -15,8 +15,22 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
+
+// explainReq parses a completions body as the data path does.
+func explainReq(t *testing.T, body map[string]any) *route.Request {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	hr, _ := http.NewRequest("POST", "/v1/completions", nil)
+	req, err := proxy.ParseRequest(hr, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
 
 // unloadable stands in front of a simulator and, while hidden is set, answers /v1/models without
 // the LoRA adapters, as vLLM does after /v1/unload_lora_adapter (everything else is the simulator's).
@@ -70,16 +84,16 @@ func (p *pool) listsAdapter(name string) bool {
 }
 
 // The rule declares no adapter: sql-lora is discovered from the engines' /v1/models, requests for it
-// land where its blocks live (not where the base model's same-text blocks live), and it answers 404
-// once no endpoint lists it, until one lists it again.
+// land where its blocks live (not where the base model's same-text blocks live), go only to the
+// endpoints that list it, and answer 404 once no endpoint lists it, until one lists it again.
 func TestE2ELoRADiscovered(t *testing.T) {
-	var hidden atomic.Bool
+	hidden := make([]atomic.Bool, 2)
 	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: 200 * time.Millisecond,
 		simMod: func(i int, c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} },
 		ruleMod: func(r *rules.Rule) {
 			r.DiscoverAdapters = true
 			for i := range r.Endpoints {
-				r.Endpoints[i].Address = unloadable(t, r.Endpoints[i].Address, &hidden)
+				r.Endpoints[i].Address = unloadable(t, r.Endpoints[i].Address, &hidden[i])
 			}
 		}})
 	eventually(t, 15*time.Second, "the gateway to list the discovered adapter", func() bool { return p.listsAdapter("sql-lora") })
@@ -106,8 +120,28 @@ func TestE2ELoRADiscovered(t *testing.T) {
 		}
 	}
 
+	// Unloaded on e1, which holds its blocks: it goes to e0, the one endpoint still listing it.
+	hidden[1].Store(true)
+	eventually(t, 15*time.Second, "the adapter request to avoid e1", func() bool {
+		d, _ := p.g.Router("pool")
+		dec, err := d.Explain(t.Context(), explainReq(t, lora))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range dec.Endpoints {
+			if e.Name == "e1" {
+				return e.Excluded == route.ExcludedAdapterNotListed
+			}
+		}
+		return false
+	})
+	for range 3 {
+		if c := p.send("/v1/completions", lora); c.status != 200 || c.endpoint != "e0" {
+			t.Fatalf("adapter unloaded on e1: %d on %s; decision %s", c.status, c.endpoint, c.decision)
+		}
+	}
 	// Unloaded everywhere: the adapter is an unknown model again.
-	hidden.Store(true)
+	hidden[0].Store(true)
 	eventually(t, 15*time.Second, "the unloaded adapter to answer 404", func() bool { return p.send("/v1/completions", lora).status == http.StatusNotFound })
 	if p.listsAdapter("sql-lora") {
 		t.Fatal("/v1/models still lists the unloaded adapter")
@@ -116,9 +150,11 @@ func TestE2ELoRADiscovered(t *testing.T) {
 		t.Fatalf("the base model after the unload: %d %s", c.status, c.body)
 	}
 	// Loaded again: served again, with its blocks.
-	hidden.Store(false)
+	hidden[0].Store(false)
+	hidden[1].Store(false)
 	eventually(t, 15*time.Second, "the reloaded adapter to be served", func() bool { return p.send("/v1/completions", lora).status == http.StatusOK })
-	if c := p.send("/v1/completions", lora); c.endpoint != "e1" || c.cached <= 0 {
+	// Both endpoints hold its blocks by now (e0 served it while e1 did not list it).
+	if c := p.send("/v1/completions", lora); c.cached <= 0 || !strings.Contains(c.decision, `"tier":"kv-exact"`) {
 		t.Fatalf("reloaded adapter on %s, cached %d; decision %s", c.endpoint, c.cached, c.decision)
 	}
 }
