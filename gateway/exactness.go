@@ -101,6 +101,18 @@ func (x *endpointExact) release(kind holdKind) bool {
 	return true
 }
 
+// recertified lifts every hold and restarts the runs that lead to one (a re-certification).
+func (x *endpointExact) recertified() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.shortRun, x.tokenRun, x.verifiedAfterRestart = 0, 0, 0
+	if len(x.holds) == 0 {
+		return
+	}
+	clear(x.holds)
+	x.publish()
+}
+
 func (x *endpointExact) held(kind holdKind) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -664,6 +664,7 @@ func (g *Gateway) SetCertificates(cs []*certificate.Certificate) error {
 			return err
 		}
 	}
+	g.recertified()
 	return nil
 }
 
