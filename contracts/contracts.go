@@ -1,7 +1,8 @@
 // Package contracts is the registry of pinned engine releases: for each engine family and range of
 // releases, how its KV events travel (transport, wire schema), how its block keys are computed (hash
 // bindings, seed and truncation rules), where the block size comes from, which request fields enter
-// the keys, its prefill/decode dialect, the HTTP probes certification uses, and the vector folder that
+// the keys, its prefill/decode dialect, the HTTP probes certification uses, the OpenAI routes its server
+// mounts (the API surface the proxy forwards), and the vector folder that
 // defends the hashing facts. Contracts are embedded YAML files (data/), validated when first used.
 // Adding an engine release is adding one file here and its vectors; nothing else should change.
 //
@@ -65,6 +66,11 @@ type Contract struct {
 	PD string `yaml:"pd"`
 	// Probes maps probe names (version, models, tokenize, health, metrics, info, …) to HTTP paths.
 	Probes map[string]string `yaml:"probes"`
+	// API lists the OpenAI API paths the family's server mounts (exact paths, read from its serving
+	// code; docs/proxy.md cites where). The proxy forwards these and no other path unless a rule lists
+	// it under passthrough: an engine's admin routes, even those under /v1/ (vLLM
+	// /v1/load_lora_adapter), are never in it. Every family serves completions, chat and models.
+	API []string `yaml:"api"`
 	// Vectors is the folder under vectors/ whose engine-produced vectors defend this contract
 	// ("" only where the engine has no hashing to defend).
 	Vectors string `yaml:"vectors"`
@@ -189,6 +195,9 @@ type BlockSize struct {
 
 // File is the embedded file the contract came from.
 func (c *Contract) File() string { return c.file }
+
+// ServesAPI reports whether path is one of the OpenAI API paths the family's server mounts.
+func (c *Contract) ServesAPI(path string) bool { return c != nil && slices.Contains(c.API, path) }
 
 // SupportsBinding reports whether a rule may use binding b ("engine" or "router") with this contract.
 func (c *Contract) SupportsBinding(b string) bool { return slices.Contains(c.Hash.Bindings, b) }
@@ -393,6 +402,27 @@ func (c *Contract) validate() error {
 			return fmt.Errorf("probes.%s: required, an absolute HTTP path", p)
 		}
 	}
+	return c.validateAPI()
+}
+
+// requiredAPI are the paths the proxy serves itself (parsed, routed by prefix, fanned out): a family
+// without one of them could not sit behind the gateway.
+var requiredAPI = []string{"/v1/completions", "/v1/chat/completions", "/v1/models"}
+
+func (c *Contract) validateAPI() error {
+	for i, p := range c.API {
+		if !strings.HasPrefix(p, "/v1/") || path.Clean(p) != p || strings.ContainsAny(p, "*?#%{} ") {
+			return fmt.Errorf("api[%d]: %q is not an exact OpenAI path (/v1/…, clean, no wildcard, query or escape)", i, p)
+		}
+		if slices.Contains(c.API[:i], p) {
+			return fmt.Errorf("api[%d]: %q listed twice", i, p)
+		}
+	}
+	for _, p := range requiredAPI {
+		if !c.ServesAPI(p) {
+			return fmt.Errorf("api: %s is missing (every family behind the gateway serves %s)", p, strings.Join(requiredAPI, ", "))
+		}
+	}
 	return nil
 }
 
@@ -452,7 +482,7 @@ func (c *Contract) RecheckList() []string {
 	if len(c.Recheck) > 0 {
 		return c.Recheck
 	}
-	return []string{"the tag's commit", "wire schema and event fields", "hash algorithms and seed rule", "block geometry", "extra keys", "P/D dialect", "vectors from the release's own hashing code"}
+	return []string{"the tag's commit", "wire schema and event fields", "hash algorithms and seed rule", "block geometry", "extra keys", "P/D dialect", "vectors from the release's own hashing code", "the OpenAI routes the server mounts (api)"}
 }
 
 // Lookup finds the contract covering an engine family and release ("v0.25.1", "0.25.1",

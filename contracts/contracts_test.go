@@ -169,6 +169,42 @@ func TestContractFacts(t *testing.T) {
 	}
 }
 
+// TestAPISurfaceFacts: the OpenAI routes each family mounts, as read from its serving code
+// (docs/proxy.md): trtllm-serve has no embeddings, vLLM and llama.cpp serve audio transcriptions.
+func TestAPISurfaceFacts(t *testing.T) {
+	for _, tc := range []struct {
+		family, release, path string
+		want                  bool
+	}{
+		{"vllm", "v0.25.1", "/v1/embeddings", true},
+		{"vllm", "v0.30.0", "/v1/audio/transcriptions", true},
+		{"vllm", "v0.25.1", "/v1/load_lora_adapter", false},
+		{"sglang", "v0.5.18", "/v1/embeddings", true},
+		{"sglang", "v0.5.18", "/v1/audio/transcriptions", false},
+		{"sglang", "v0.5.18", "/v1/tokenize", false},
+		{"trtllm", "1.2", "/v1/responses", true},
+		{"trtllm", "1.2", "/v1/embeddings", false},
+		{"trtllm", "1.2", "/v1/kv_cache_hints", false},
+		{"llamacpp", "b10573", "/v1/audio/transcriptions", true},
+		{"llamacpp", "b10573", "/v1/messages", false},
+	} {
+		c, err := Lookup(tc.family, tc.release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.ServesAPI(tc.path); got != tc.want {
+			t.Errorf("%s %s serves %s: %v, want %v", tc.family, tc.release, tc.path, got, tc.want)
+		}
+	}
+	for _, c := range All() {
+		for _, p := range requiredAPI {
+			if !c.ServesAPI(p) {
+				t.Errorf("%s lacks %s", c.ID, p)
+			}
+		}
+	}
+}
+
 func TestParseRejects(t *testing.T) {
 	good, err := dataFS.ReadFile("data/vllm-kv-map-v2.yaml")
 	if err != nil {
@@ -189,6 +225,10 @@ func TestParseRejects(t *testing.T) {
 		{func(s string) string { return strings.Replace(s, "min: v0.24.0", "min: v0.x", 1) }, "versions.min"},
 		{func(s string) string { return strings.Replace(s, "  version: /version\n", "", 1) }, "probes.version"},
 		{func(s string) string { return "" }, "empty file"},
+		{func(s string) string { return strings.Replace(s, "  - /v1/chat/completions\n", "", 1) }, "api: /v1/chat/completions is missing"},
+		{func(s string) string { return strings.Replace(s, "  - /v1/embeddings\n", "  - /v1/responses/*\n", 1) }, `api[3]: "/v1/responses/*" is not an exact OpenAI path`},
+		{func(s string) string { return strings.Replace(s, "  - /v1/embeddings\n", "  - /tokenize\n", 1) }, `api[3]: "/tokenize"`},
+		{func(s string) string { return strings.Replace(s, "  - /v1/embeddings\n", "  - /v1/models\n", 1) }, `api[3]: "/v1/models" listed twice`},
 		{func(s string) string {
 			return strings.Replace(s, "  int64Keys: unsigned\n", "  int64Keys: unsigned\n  residency: once\n", 1)
 		}, `events.residency: "once"`},

@@ -126,8 +126,8 @@ var _ = Describe("a stream that keeps skipping sequence numbers", func() {
 })
 
 var _ = Describe("events from another engine", func() {
-	for _, family := range []string{"vllm", "sglang"} {
-		It("name the events leg when "+family+"'s event address is another engine's publisher", func() {
+	for _, family := range []string{"vllm", "sglang", "trtllm"} {
+		It("name the events leg when "+family+"'s event address is another engine's", func() {
 			good := startSim(family, familyOf[family], named("good", nil))
 			other := startSim(family, familyOf[family], named("other", nil))
 			bad := startSim(family, familyOf[family], named("bad", nil))
@@ -145,10 +145,14 @@ var _ = Describe("events from another engine", func() {
 			})
 			DeferCleanup(func() { cancel(); wg.Wait() })
 			res := certify(poolOf([]string{`seed: "0"`}, map[string]*sim.Engine{"bad": other}, good, bad), nil)
-			failsWithLeg(res, "good", "bad", ctk.LegEvents, ctk.LegTokens, ctk.LegClear)
+			failsWithLeg(res, "good", "bad", ctk.LegEvents, ctk.LegTokens, ctk.LegClear, ctk.LegTokenizer, ctk.LegTemplate)
 			s := spec(res, "bad", "stored-block event")
 			Expect(s.Message).To(ContainSubstring("belongs to another endpoint/model"))
-			Expect(s.Message).To(ContainSubstring(other.PublishAddrs()[0]))
+			addr := other.URL()
+			if family != "trtllm" {
+				addr = other.PublishAddrs()[0]
+			}
+			Expect(s.Message).To(ContainSubstring(addr))
 		})
 	}
 })

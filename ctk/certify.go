@@ -247,6 +247,7 @@ type endpointRun struct {
 	unreachable bool
 	w           *watcher
 	watchErr    error // why the event stream could not be subscribed
+	streamOwn   *bool // TensorRT-LLM: the stream proved to carry this engine's events (nil: not tried)
 	probe       *probeOutcome
 
 	specs   []SpecResult
@@ -273,6 +274,7 @@ func (r *endpointRun) tree() []struct {
 		{idBlockSize, spec{GroupHash, "stores blocks of the staged block size", r.specBlockSize}},
 		{idTokens, spec{GroupHash, "stores exactly the token ids the gateway computes for the probe prompt (router binding)", r.specTokens}},
 		{idKeys, spec{GroupHash, "publishes the block keys the gateway computes for the probe prompt (engine binding)", r.specKeys}},
+		{idLoRA, spec{GroupHash, "keys a probe through a LoRA adapter with the adapter's LoRA name", r.specLoRA}},
 		{idSequence, spec{GroupStream, "numbers its event messages consecutively", r.specSequence}},
 		{idReplay, spec{GroupStream, "answers a replay request with the probe's batch", r.specReplay}},
 		{idClear, spec{GroupStream, "announces a cache clear on its event stream", r.specClear}},
@@ -330,7 +332,7 @@ func (r *endpointRun) verdict() EndpointResult {
 	if common {
 		er.Certified = append(er.Certified, certificate.CoverAffinity)
 	}
-	exact := common && ct.HasEvents() && pass(idEvents, idBlockSize, idTokens) && notFailed(idSequence, idReplay, idClear)
+	exact := common && ct.HasEvents() && pass(idEvents, idBlockSize, idTokens) && notFailed(idSequence, idReplay, idClear, idLoRA)
 	if exact && ct.SupportsBinding("engine") && r.st.Binding != "router" && pass(idKeys) {
 		er.Certified = append(er.Certified, certificate.CoverEngine)
 	}

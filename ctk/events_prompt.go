@@ -18,28 +18,50 @@ const eventPromptWait = time.Second
 
 // promptFromEvents returns the ids the engine stored for the request sent when the watcher had
 // seen mark events, and their offset in the prompt of promptTokens tokens; ok is false when no
-// stored event came (the engine had the whole prompt cached already).
-func (r *endpointRun) promptFromEvents(ctx context.Context, mark, promptTokens int) (ids []uint32, offset int, ok bool) {
+// stored event came (the engine had the whole prompt cached already). Of the chains stored after
+// mark that end where such a prompt ends, the one closest to ours is taken: other traffic on the
+// engine cannot pass for the probe, and the probe's own chain, when it differs, is still the
+// closest.
+func (r *endpointRun) promptFromEvents(ctx context.Context, mark, promptTokens int, ours []uint32) (ids []uint32, offset int, ok bool) {
 	wait := min(r.opts.EventTimeout, eventPromptWait)
+	pick := func(evs []seen) {
+		ids, offset, ok = nil, 0, false
+		best := -2
+		for _, c := range chains(evs, mark) {
+			off := c.offset
+			if off < 0 {
+				// The chain reaches a block stored before ctk subscribed: it ends where the prompt ends.
+				off = promptTokens - len(c.toks)
+			}
+			bs := longestBlock(evs[mark:])
+			// The request's chain ends where its prompt ends (its trailing partial block stored),
+			// or at its last full block.
+			if end := off + len(c.toks); off < 0 || end != promptTokens && end != promptTokens-promptTokens%bs {
+				continue
+			}
+			score := agreement(c.toks, ours, off)
+			if score > best {
+				ids, offset, ok, best = c.toks, off, true, score
+			}
+		}
+	}
 	r.w.waitFor(ctx, wait, func() bool {
-		ids, offset = chainTokens(r.w.events, mark)
-		return ids != nil && offset >= 0 && offset+len(ids) >= promptTokens
+		pick(r.w.events)
+		return ok && offset+len(ids) >= promptTokens
 	})
 	evs, _ := r.w.snapshot()
-	ids, offset = chainTokens(evs, mark)
-	if ids == nil || len(ids) > promptTokens {
-		return nil, 0, false
+	pick(evs)
+	return ids, offset, ok
+}
+
+// agreement is how many leading tokens of toks equal ours from off (len(toks) when all do).
+func agreement(toks, ours []uint32, off int) int {
+	for i, t := range toks {
+		if off+i >= len(ours) || ours[off+i] != t {
+			return i
+		}
 	}
-	if offset < 0 {
-		// The chain reaches a block stored before ctk subscribed: it ends where the prompt ends.
-		offset = promptTokens - len(ids)
-	}
-	// A chain that does not end within the prompt's last block is another request's (traffic from
-	// elsewhere, or a stream that is not this engine's): compare the count instead.
-	if end := offset + len(ids); end > promptTokens || end <= promptTokens-longestBlock(evs[mark:]) {
-		return nil, 0, false
-	}
-	return ids, offset, true
+	return len(toks)
 }
 
 // longestBlock is the most tokens any stored block among evs holds (the block size).
@@ -59,13 +81,18 @@ type chainBlock struct {
 	toks      []uint32
 }
 
-// chainTokens follows the last block stored after mark back through its parents: the tokens from
-// the first block found to it, and the offset of that first block (0 at the root, -1 when its
-// parent was never seen).
-func chainTokens(evs []seen, mark int) ([]uint32, int) {
+// chain is the tokens from a stored block back through its parents, and the offset of its first
+// block (0 at the root, -1 when a parent was never seen).
+type chain struct {
+	toks   []uint32
+	offset int
+}
+
+// chains follows the last block of every event stored after mark back through its parents,
+// across every event seen.
+func chains(evs []seen, mark int) []chain {
 	idx := map[uint64]chainBlock{}
-	var last uint64
-	found := false
+	var ends []uint64
 	for i, ev := range evs {
 		if ev.Kind != engines.BlockStored || (ev.Medium != "" && ev.Medium != engines.MediumGPU) || len(ev.Blocks) != len(ev.Hashes) {
 			continue
@@ -80,29 +107,30 @@ func chainTokens(evs []seen, mark int) ([]uint32, int) {
 			idx[h] = b
 		}
 		if i >= mark && len(ev.Hashes) > 0 {
-			last, found = ev.Hashes[len(ev.Hashes)-1], true
+			ends = append(ends, ev.Hashes[len(ev.Hashes)-1])
 		}
 	}
-	if !found {
-		return nil, 0
-	}
-	var rev [][]uint32
-	h, offset := last, -1
-	for range len(idx) {
-		b, ok := idx[h]
-		if !ok {
-			break
+	out := make([]chain, 0, len(ends))
+	for _, h := range ends {
+		var rev [][]uint32
+		offset := -1
+		for range len(idx) {
+			b, ok := idx[h]
+			if !ok {
+				break
+			}
+			rev = append(rev, b.toks)
+			if !b.hasParent {
+				offset = 0
+				break
+			}
+			h = b.parent
 		}
-		rev = append(rev, b.toks)
-		if !b.hasParent {
-			offset = 0
-			break
+		var toks []uint32
+		for i := len(rev) - 1; i >= 0; i-- {
+			toks = append(toks, rev[i]...)
 		}
-		h = b.parent
+		out = append(out, chain{toks: toks, offset: offset})
 	}
-	var out []uint32
-	for i := len(rev) - 1; i >= 0; i-- {
-		out = append(out, rev[i]...)
-	}
-	return out, offset
+	return out
 }

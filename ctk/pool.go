@@ -39,6 +39,11 @@ type Pool struct {
 	Binding string `yaml:"binding" json:"binding,omitempty"`
 	// Seed is vLLM's PYTHONHASHSEED string ("" is a valid seed; absent = unknown).
 	Seed *string `yaml:"seed" json:"seed,omitempty"`
+	// Adapters are the LoRA adapters the rule declares: one is probed per endpoint (specs_lora.go).
+	Adapters []Adapter `yaml:"adapters" json:"adapters,omitempty"`
+	// DiscoverAdapters probes the first adapter each endpoint lists in /v1/models when Adapters is
+	// empty (the rule's discoverAdapters).
+	DiscoverAdapters bool `yaml:"discoverAdapters" json:"discoverAdapters,omitempty"`
 	// Endpoints to certify.
 	Endpoints []Endpoint `yaml:"endpoints" json:"endpoints"`
 
@@ -163,6 +168,9 @@ func (p *Pool) Normalize() error {
 	}
 	if len(p.Endpoints) == 0 {
 		return fieldErr("endpoints", "at least one endpoint is required")
+	}
+	if err := p.normalizeAdapters(); err != nil {
+		return err
 	}
 	p.staged = map[string]Staged{}
 	names := map[string]bool{}

@@ -69,11 +69,40 @@ const tokenizerHint = "stage the engine's own tokenizer.json and tokenizer_confi
 
 // byEvents says whether this endpoint's prompts are read back from its stored events (TensorRT-LLM,
 // which has no tokenize endpoint), subscribing to them first; false leaves prompt-token counts.
+//
+// The stream is first proven to be this engine's: a nonce-led completion must come back as a
+// stored event holding the nonce. A stream that is not (another engine's drain) would otherwise
+// lend its requests' ids to the probes; the events spec then names it.
 func (r *endpointRun) byEvents(ctx context.Context) bool {
 	if r.ep.Family != "trtllm" || !r.st.Contract.HasEvents() || r.ep.Events.Drain == "" {
 		return false
 	}
-	return r.ensureWatcher(ctx) == nil
+	if r.streamOwn != nil {
+		return *r.streamOwn
+	}
+	own := false
+	r.streamOwn = &own
+	if r.ensureWatcher(ctx) != nil {
+		return false
+	}
+	prompt, _, err := r.newProbePrompt(r.st.BlockSize / 2)
+	if err != nil {
+		return false
+	}
+	p := &probeOutcome{nonce: probeNonce(prompt)}
+	mark := r.w.count()
+	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: prompt, MaxTokens: 1}); err != nil {
+		return false
+	}
+	own = r.w.waitFor(ctx, r.opts.EventTimeout, func() bool {
+		for _, ev := range r.w.events[mark:] {
+			if ev.Kind == engines.BlockStored && p.isOwn(ev, 0, r.tok) {
+				return true
+			}
+		}
+		return false
+	})
+	return own
 }
 
 // idTally counts how probes were compared where the engine has no tokenize endpoint.
@@ -94,7 +123,7 @@ func (c idTally) String() string {
 // difference ("" when equal).
 func (r *endpointRun) compareByEvents(ctx context.Context, events bool, mark, promptTokens int, ours []uint32, tally *idTally) string {
 	if events && !tally.noEvents {
-		if ids, off, ok := r.promptFromEvents(ctx, mark, promptTokens); ok {
+		if ids, off, ok := r.promptFromEvents(ctx, mark, promptTokens, ours); ok {
 			tally.ids++
 			seg := ours[min(off, len(ours)):]
 			n := min(len(ids), len(seg))
@@ -111,8 +140,10 @@ func (r *endpointRun) compareByEvents(ctx context.Context, events bool, mark, pr
 		}
 	}
 	tally.counts++
-	if tally.ids == 0 && tally.counts >= 3 {
-		tally.noEvents = true // three probes and no stored event: stop waiting for them
+	if tally.counts >= 3 && tally.ids*2 < tally.counts {
+		// Most probes stored nothing readable (events off, prompts cached, another stream): stop
+		// waiting for events; counts it is.
+		tally.noEvents = true
 	}
 	if promptTokens != len(ours) {
 		return fmt.Sprintf("the engine counts %d prompt tokens, the gateway %d", promptTokens, len(ours))

@@ -24,6 +24,7 @@ type seen struct {
 	BlockSize int
 	Medium    string
 	Extra     bool // extra keys or LoRA present
+	LoRAName  string
 	Replayed  bool // delivered by a replay exchange, not live
 	At        time.Time
 }
@@ -107,7 +108,7 @@ func (w *watcher) trace(t ingest.Trace) {
 		ev := t.Event
 		s := seen{Rank: t.Rank, Seq: t.Seq, Kind: ev.Kind, Parent: ev.Parent, HasParent: ev.HasParent,
 			Hashes: slices.Clone(ev.BlockHashes), Tokens: slices.Clone(ev.TokenIDs), BlockSize: ev.BlockSize,
-			Medium: ev.Medium, At: t.Wall, Extra: ev.LoRAName != "" || ev.HasLoRAID || ev.CacheSalt != "", Replayed: w.replaying[t.Rank]}
+			Medium: ev.Medium, At: t.Wall, Extra: ev.LoRAName != "" || ev.HasLoRAID || ev.CacheSalt != "", LoRAName: ev.LoRAName, Replayed: w.replaying[t.Rank]}
 		for _, x := range ev.ExtraKeys {
 			if x != nil {
 				s.Extra = true

@@ -144,3 +144,19 @@ func (g *Gateway) runExpiry(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// recertified starts every endpoint's runtime exactness afresh after the certificates were
+// (re)loaded: a re-certification lifts every hold seen while running (the evidence counters stay).
+// A rule rebuilt by the reload has fresh state already; one whose runtime a membership-only apply
+// kept (applyMembership) keeps its endpoints' state, holds included, so they are lifted here.
+func (g *Gateway) recertified() {
+	g.mu.RLock()
+	var xs []*endpointExact
+	for _, rt := range g.runtimes {
+		xs = append(xs, rt.epExact...)
+	}
+	g.mu.RUnlock()
+	for _, x := range xs {
+		x.recertified()
+	}
+}

@@ -195,6 +195,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)
 		}})
 	g.OnRuleRemoved(px.Forget)
 	handler := px.Handler
@@ -615,6 +616,19 @@ func TestE2EPrefillDecode(t *testing.T) {
 				if !strings.Contains(again.decision, `"tier":"kv-exact"`) || strings.Contains(again.decision, `"name":"e2"`) {
 					t.Fatalf("doc %d: decision %s", i, again.decision)
 				}
+			}
+			// Predicted vs realized is accounted on the prefill endpoints (their leg's own usage),
+			// never on the decode endpoint, whose cached_tokens count the KV it pulled.
+			var pred, real float64
+			for _, ep := range []string{"e0", "e1"} {
+				pred += promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+				real += promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": ep})
+			}
+			if pred < 16 || real < pred {
+				t.Fatalf("prefill endpoints: predicted %v, realized %v cached tokens", pred, real)
+			}
+			if d := promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e2"}); d != 0 {
+				t.Fatalf("the decode endpoint was accounted %v realized tokens", d)
 			}
 		})
 	}

@@ -24,13 +24,16 @@ const (
 	holdParity holdKind = "parity_mismatch"
 	// holdShortfall: the engine reports no cached tokens where the gateway predicted them.
 	holdShortfall holdKind = "realized_shortfall"
+	// holdTokenDrift: on the router binding, the engine's published blocks do not reproduce the
+	// gateway's tokenization of prompts routed to it (tokencheck.go).
+	holdTokenDrift holdKind = "token_drift"
 )
 
 // uncertified is the reason label of an endpoint no certificate covers.
 const uncertified = "uncertified"
 
 // holdKinds lists every kind in a stable order (metrics, status).
-var holdKinds = []holdKind{holdReprobe, holdRestart, holdParity, holdShortfall}
+var holdKinds = []holdKind{holdReprobe, holdRestart, holdParity, holdShortfall, holdTokenDrift}
 
 // endpointExact is one endpoint's runtime exactness: whether a certificate covers it, what has
 // stopped KV-exact on it since (each hold with its reason), and the evidence the gateway gathers
@@ -57,6 +60,11 @@ type endpointExact struct {
 	// least a block and realized none.
 	predicted, realized uint64
 	shortRun            int
+	// tokens is the router binding's token-side check; tokenRun its current run of prompts not
+	// reproduced, tokenPending the checks waiting out their grace.
+	tokens       TokenCheckStatus
+	tokenRun     int
+	tokenPending int
 }
 
 func newEndpointExact(rule string, ep *route.Endpoint, certified bool, certWhy string, now func() time.Time, m *statusMetrics) *endpointExact {
@@ -91,6 +99,18 @@ func (x *endpointExact) release(kind holdKind) bool {
 	delete(x.holds, kind)
 	x.publish()
 	return true
+}
+
+// recertified lifts every hold and restarts the runs that lead to one (a re-certification).
+func (x *endpointExact) recertified() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.shortRun, x.tokenRun, x.verifiedAfterRestart = 0, 0, 0
+	if len(x.holds) == 0 {
+		return
+	}
+	clear(x.holds)
+	x.publish()
 }
 
 func (x *endpointExact) held(kind holdKind) bool {
@@ -149,6 +169,9 @@ type EndpointExact struct {
 	PredictedCachedTokens uint64   `json:"predicted_cached_tokens"`
 	RealizedCachedTokens  uint64   `json:"realized_cached_tokens"`
 	RealizedRatio         *float64 `json:"realized_ratio,omitempty"`
+	// TokenCheck is the router binding's token-side check (absent on the engine binding, where
+	// Parity checks the engine's keys).
+	TokenCheck *TokenCheckStatus `json:"token_check,omitempty"`
 }
 
 // ParityStatus is what the live parity watch has checked on an endpoint's event stream.
@@ -168,6 +191,10 @@ func (x *endpointExact) status() EndpointExact {
 	if x.predicted > 0 {
 		r := float64(x.realized) / float64(x.predicted)
 		st.RealizedRatio = &r
+	}
+	if x.tokens.Checked > 0 || x.tokenPending > 0 {
+		tc := x.tokens
+		st.TokenCheck = &tc
 	}
 	switch {
 	case !x.certified:
@@ -202,7 +229,7 @@ func newEndpointMetrics(reg prometheus.Registerer) *endpointMetrics {
 		}, []string{"rule", "endpoint"}),
 		reason: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvexact_endpoint_exact_ineligible_reason",
-			Help: "1 for each reason KV-exact is off on the endpoint: uncertified, reprobe_failed, unverified_since_restart, parity_mismatch, realized_shortfall.",
+			Help: "1 for each reason KV-exact is off on the endpoint: uncertified, reprobe_failed, unverified_since_restart, parity_mismatch, realized_shortfall, token_drift.",
 		}, []string{"rule", "endpoint", "reason"}),
 	}
 	reg.MustRegister(m.eligible, m.reason)

@@ -282,7 +282,7 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 // realized counters show why.
 func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
 	const drifted = "{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, certFile: true,
 		simMod: func(i int, c *sim.Config) {
 			if i == 1 {
 				c.ServeChatTemplate = drifted
@@ -312,21 +312,26 @@ func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
 	}
 	resp.Body.Close()
 	eventually(t, 5*time.Second, "e1's inventory to hold the system prompt", func() bool { return p.resident("e1") > 10 })
-	var e1 gateway.EndpointStatus
-	for k := 1; ; k++ {
-		if k == 20 {
-			t.Fatalf("e1 not suspended after 20 chats: %+v", e1.Exact)
-		}
-		resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat(k)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if e1 = endpointStatus(t, p, "e1"); e1.Exact.State == "suspended" {
-			break
+	// untilSuspended sends drifted chats (questions from, from+1, …) until e1 is suspended; it
+	// returns e1's status and how many chats that took.
+	untilSuspended := func(from int) (gateway.EndpointStatus, int) {
+		var e1 gateway.EndpointStatus
+		for k := from; ; k++ {
+			if k == from+20 {
+				t.Fatalf("e1 not suspended after 20 chats: %+v", e1.Exact)
+			}
+			resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat(k)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if e1 = endpointStatus(t, p, "e1"); e1.Exact.State == "suspended" {
+				return e1, k - from + 1
+			}
 		}
 	}
+	e1, _ := untilSuspended(1)
 	if !slices.Equal(e1.Exact.Holds, []string{"realized_shortfall"}) || !strings.Contains(e1.Fenced, "tokenizer or template drift suspected") {
 		t.Fatalf("e1 suspended with %+v (fence %q)", e1.Exact, e1.Fenced)
 	}
@@ -344,6 +349,39 @@ func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
 	// e0 renders as certified: its hits are realized.
 	if st := endpointStatus(t, p, "e0"); st.Exact.State != "eligible" {
 		t.Fatalf("e0: %+v", st.Exact)
+	}
+
+	// Lifting it by hand: only realized_shortfall is cleared there (the other holds lift on
+	// evidence), an unknown endpoint is a 404, and the clear answers with the endpoint's state.
+	if code, body := p.adminDo("POST", "/admin/rules/pool/endpoints/e1/exact/clear?hold=parity_mismatch", p.token, ""); code != http.StatusBadRequest || !strings.Contains(body, "parity_mismatch") {
+		t.Fatalf("clearing parity_mismatch: %d %s", code, body)
+	}
+	if code, body := p.adminDo("POST", "/admin/rules/pool/endpoints/e9/exact/clear", p.token, ""); code != http.StatusNotFound || !strings.Contains(body, `endpoint \"e9\"`) {
+		t.Fatalf("clearing an unknown endpoint: %d %s", code, body)
+	}
+	if code, _ := p.adminDo("POST", "/admin/rules/pool/endpoints/e1/exact/clear", "wrong", ""); code != http.StatusUnauthorized {
+		t.Fatalf("clear without the token: %d", code)
+	}
+	code, body := p.adminDo("POST", "/admin/rules/pool/endpoints/e1/exact/clear", p.token, "")
+	var cleared gateway.EndpointExact
+	if err := json.Unmarshal([]byte(body), &cleared); code != http.StatusOK || err != nil || cleared.State != "eligible" {
+		t.Fatalf("clear: %d %s (%v)", code, body, err)
+	}
+	if e1 = endpointStatus(t, p, "e1"); e1.Exact.State != "eligible" || e1.Fenced != "" || eligibleMetric(t, p, "e1") != 1 || reasonMetric(t, p, "e1", "realized_shortfall") != 0 {
+		t.Fatalf("after the clear: %+v (fence %q)", e1.Exact, e1.Fenced)
+	}
+	// The engine was not fixed: the count starts again from zero and suspends it anew after
+	// exactly ShortfallHits KV-exact hits, not on the first.
+	e1, n := untilSuspended(100)
+	if n < gateway.DefaultShortfallHits || !slices.Equal(e1.Exact.Holds, []string{"realized_shortfall"}) {
+		t.Fatalf("re-suspended after %d chats with %+v", n, e1.Exact)
+	}
+	// Re-certification (a certificate reload) rebuilds the endpoint's state: the suspension lifts.
+	if _, err := p.g.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	if e1 = endpointStatus(t, p, "e1"); e1.Exact.State != "eligible" || e1.Fenced != "" {
+		t.Fatalf("after re-certification: %+v (fence %q)", e1.Exact, e1.Fenced)
 	}
 }
 

@@ -58,6 +58,12 @@ type Options struct {
 	// ShortfallHits is how many consecutive KV-exact hits predicting at least one block, with no
 	// cached token reported by the engine, suspend the endpoint (default DefaultShortfallHits).
 	ShortfallHits int
+	// TokenCheckGrace and TokenDriftChecks tune the router binding's token-side check: how long
+	// after a response the routed prompt's deepest block must be published, and how many
+	// consecutive prompts not reproduced suspend the endpoint (defaults DefaultTokenCheckGrace,
+	// DefaultTokenDriftChecks).
+	TokenCheckGrace  time.Duration
+	TokenDriftChecks int
 	// Tokenizers is the tokenizer pool; nil builds one from Config.Tokenizers.
 	Tokenizers *tokenize.Pool
 	Registry   *prometheus.Registry
@@ -114,6 +120,7 @@ type ruleRuntime struct {
 	epExact []*endpointExact
 	watches map[string]*endpointWatch // by endpoint, where events are watched
 	expires time.Time
+	lora    adapterLists // what each endpoint lists (rules.Rule.DiscoverAdapters; adapters.go)
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -193,6 +200,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 			defer g.wg.Done()
 			g.runReprobe(g.ctx, iv)
 		}()
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runAdapterDiscovery(g.ctx, iv)
+		}()
 	}
 	expiry := g.opts.ExpiryCheck
 	if expiry <= 0 {
@@ -260,6 +272,9 @@ func (g *Gateway) apply(r *rules.Rule) error {
 	if err != nil {
 		return err
 	}
+	g.mu.RLock()
+	g.carryAdapters(g.runtimes[r.Name], rt)
+	g.mu.RUnlock()
 	g.mu.Lock()
 	old := g.runtimes[r.Name]
 	g.runtimes[r.Name] = rt
@@ -589,7 +604,7 @@ func (g *Gateway) Resolve(listener, model string) (*route.Router, error) {
 		if g.listenerOf(rt.rule) != listener {
 			continue
 		}
-		if rt.models[model] {
+		if rt.models[model] || rt.router.ServesAdapter(model) {
 			return rt.router, nil
 		}
 		if len(rt.models) == 0 {
@@ -649,6 +664,7 @@ func (g *Gateway) SetCertificates(cs []*certificate.Certificate) error {
 			return err
 		}
 	}
+	g.recertified()
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 // applyMembership applies a rule change that only adds, removes or takes down endpoints (what
 // Kubernetes discovery does on every pod change) without rebuilding the runtime: the inventory,
 // the kept endpoints' event subscriptions, their health and their exactness state (holds, parity
-// evidence, predicted/realized account) carry over; a new endpoint is added to the inventory and
+// evidence, predicted/realized account) and the adapters they listed carry over; a new endpoint is added to the inventory and
 // subscribed; a removed one is unsubscribed and forgotten. A new router over the new endpoint list
 // is swapped in, as any rule change does. done is false when the change is more than membership
 // (any other field, an endpoint's configuration, the ingest binding or KV-exact's verdict for the
@@ -100,6 +100,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		undo()
 		return true, err
 	}
+	g.carryAdapters(old, rt)
 	g.mu.Lock()
 	g.runtimes[r.Name] = rt
 	g.mu.Unlock()

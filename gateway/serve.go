@@ -182,6 +182,16 @@ func (a *adminBackend) Inventory(rule, ep string) ([]inventory.KeyCount, bool) {
 func (a *adminBackend) SetEndpointState(rule, ep, state string) bool {
 	return a.g.SetEndpointState(rule, ep, state)
 }
+func (a *adminBackend) ClearExactHold(rule, ep, hold string) (any, error) {
+	st, err := a.g.ClearExactHold(rule, ep, hold)
+	switch {
+	case errors.Is(err, ErrNoEndpoint):
+		return nil, &statusError{http.StatusNotFound, err}
+	case err != nil:
+		return nil, &statusError{http.StatusBadRequest, err}
+	}
+	return st, nil
+}
 
 // statusError carries an HTTP status for the admin API.
 type statusError struct {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -71,4 +72,47 @@ func (g *Gateway) RecordUsage(rule, endpoint string, kvExact bool, predicted, re
 			g.log.Error("KV-exact suspended: "+shortfallReason, "rule", rule, "endpoint", endpoint, "hits", run)
 		}
 	}
+}
+
+// ErrHoldNotClearable is returned by ClearExactHold for a hold that lifts on evidence only.
+var ErrHoldNotClearable = errors.New("hold cannot be cleared by hand")
+
+// ErrNoEndpoint is returned by ClearExactHold for an unknown rule or endpoint.
+var ErrNoEndpoint = errors.New("no such endpoint")
+
+// ClearExactHold lifts a realized-shortfall (or the router binding's token_drift) suspension on one
+// endpoint after the operator fixed the engine (POST
+// /admin/rules/{rule}/endpoints/{endpoint}/exact/clear). Nothing else on the gateway's side lifts
+// a shortfall: a fenced endpoint gets no KV-exact hits, so no usage can show that the drift is gone. Clearing restarts the count, so if the engine still drifts it is suspended
+// again after ShortfallHits hits. The other holds lift on evidence only (a matching re-probe, N
+// matching blocks after a restart) or on re-certification (a certificate reload rebuilds every
+// endpoint's state, which also lifts a shortfall), and are refused here. hold "" means
+// realized_shortfall. It returns the endpoint's exactness after the change.
+func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, error) {
+	if hold == "" {
+		hold = string(holdShortfall)
+	}
+	kind := holdKind(hold)
+	if kind != holdShortfall && kind != holdTokenDrift {
+		return EndpointExact{}, fmt.Errorf("%w: hold %q (only %q and %q are cleared by hand; the others lift on evidence or re-certification)", ErrHoldNotClearable, hold, holdShortfall, holdTokenDrift)
+	}
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return EndpointExact{}, fmt.Errorf("%w: rule %q", ErrNoEndpoint, rule)
+	}
+	x := rt.exactOf(endpoint)
+	if x == nil {
+		return EndpointExact{}, fmt.Errorf("%w: endpoint %q in rule %q", ErrNoEndpoint, endpoint, rule)
+	}
+	x.mu.Lock()
+	if kind == holdShortfall {
+		x.shortRun = 0
+	} else {
+		x.tokenRun = 0
+	}
+	x.mu.Unlock()
+	if x.release(kind) {
+		g.log.Warn("KV-exact suspension cleared by the operator", "rule", rule, "endpoint", endpoint, "hold", hold)
+	}
+	return x.status(), nil
 }

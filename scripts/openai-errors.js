@@ -1,10 +1,8 @@
 // openai-errors.js — what an OpenAI SDK user sees for an error answer: reads
 // [{"name", "baseURL", "kind": "completion"|"chat", "params": {...}}] on stdin, sends each request
 // with the official SDK (no retries) and prints [{"name", "status", "message", "type", "code"}].
-// Needs: npm install --prefix .cache/node openai@4.104.0
-const path = require('path');
-const root = path.resolve(__dirname, '..');
-const { OpenAI } = require(path.join(root, '.cache/node/node_modules/openai'));
+// Needs the SDK on NODE_PATH: gateway/sdk_test.go's sdkDir installs the pinned one.
+const { OpenAI } = require('openai');
 let input = '';
 process.stdin.on('data', (d) => (input += d));
 process.stdin.on('end', async () => {

@@ -143,6 +143,7 @@ func run(args []string) int {
 		Metrics:         proxy.NewMetrics(g.Registry()),
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
+			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)
 		},
 	})
 	g.OnRuleRemoved(p.Forget)

@@ -186,7 +186,7 @@ func TestSharedPrefixIsCachedAndFaster(t *testing.T) {
 func TestMalformedBodies(t *testing.T) {
 	bodies := []string{"", "{", "[]", "null", `"x"`, `{"prompt":3}`, `{"prompt":[[1,2],[3]]}`, `{"prompt":"a","max_tokens":"8"}`,
 		`{"prompt":"a","max_tokens":0}`, `{"prompt":"a","max_tokens":99999999}`, `{"prompt":[-1]}`, `{"prompt":[99999999999]}`,
-		`{"prompt":"a","stream":"yes"}`, `{"messages":"nope"}`, `{"messages":[{"content":"no role"}]}`, `{"prompt":"a","n":3}`,
+		`{"prompt":"a","stream":"yes"}`, `{"messages":"nope"}`, `{"messages":[{"content":"no role"}]}`, `{"prompt":"a","n":0}`,
 		`{"prompt":"a","cache_salt":""}`, `{"prompt":"a","disaggregated_params":{"request_type":"bogus"}}`,
 		`{"prompt":"a","kv_transfer_params":"x"}`, `{"prompt":"a","bootstrap_room":"r"}`, "{\"prompt\":\"\xff\xfe\"}",
 		`{"prompt":"` + strings.Repeat("deep ", 10000) + `"}`}

@@ -72,6 +72,9 @@ const (
 	kindChat
 )
 
+// maxChoices bounds n: the simulator's own limit (vLLM sets none below its scheduler's capacity).
+const maxChoices = 128
+
 func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	e.handleOAI(w, r, kindCompletion)
 }
@@ -88,6 +91,7 @@ type preparedReq struct {
 	rank      int
 	ex        *hashcore.Extras
 	model     string
+	n         int // choices (OpenAI n): one generation, n copies of it, as the prompt's blocks are shared
 }
 
 func (e *Engine) handleOAI(w http.ResponseWriter, r *http.Request, kind reqKind) {
@@ -152,8 +156,12 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 			return nil, 404, fmt.Sprintf("The model `%s` does not exist.", *b.Model)
 		}
 	}
-	if b.N != nil && *b.N != 1 {
-		return nil, 400, "n: the simulator generates exactly one choice (n must be 1)"
+	p.n = 1
+	if b.N != nil {
+		if *b.N < 1 || *b.N > maxChoices {
+			return nil, 400, fmt.Sprintf("n must be at least 1 and at most %d, got %d.", maxChoices, *b.N)
+		}
+		p.n = *b.N
 	}
 	p.stream = b.Stream != nil && *b.Stream
 	if b.StreamOptions != nil {
@@ -286,7 +294,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, p *prep
 	}
 	var sse *sseWriter
 	if p.stream && !pd.forceJSON {
-		sse = &sseWriter{w: w, e: e, id: id, created: created, model: p.model, kind: p.kind}
+		sse = &sseWriter{w: w, e: e, id: id, created: created, model: p.model, kind: p.kind, n: p.n}
 		q.onPrefilled = func(int) { sse.start() }
 		q.onToken = func(i int, tok uint32) { sse.token(tok) }
 	}
@@ -313,26 +321,29 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, p *prep
 		e.writeError(w, status, err.Error(), "")
 		return
 	}
-	usage := e.usage(len(p.prompt), res)
+	usage := e.usage(len(p.prompt), res, p.n)
 	if sse != nil {
 		sse.start()
 		sse.finish(res.finish, usage, p.usage)
 		return
 	}
 	text, _ := e.tok.Decode(res.output, true)
-	var choice map[string]any
-	if p.kind == kindChat {
-		choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}},
-			"logprobs": nil, "finish_reason": res.finish, "stop_reason": nil}
-	} else {
-		choice = map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": res.finish, "stop_reason": nil}
+	choices := make([]any, p.n)
+	for i := range choices {
+		if p.kind == kindChat {
+			choices[i] = map[string]any{"index": i, "message": map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}},
+				"logprobs": nil, "finish_reason": res.finish, "stop_reason": nil}
+		} else {
+			choices[i] = map[string]any{"index": i, "text": text, "logprobs": nil, "finish_reason": res.finish, "stop_reason": nil}
+		}
 	}
+	choice := choices[0].(map[string]any)
 	obj := "text_completion"
 	if p.kind == kindChat {
 		obj = "chat.completion"
 	}
 	resp := map[string]any{"id": id, "object": obj, "created": created, "model": p.model,
-		"choices": []any{choice}, "usage": usage}
+		"choices": choices, "usage": usage}
 	if pd.decorate != nil {
 		pd.decorate(resp, choice, res)
 	}
@@ -347,9 +358,10 @@ func (e *Engine) responseID(kind reqKind) string {
 	return fmt.Sprintf("%s%s-%d%06d", prefix, e.cfg.Endpoint, e.created.Unix()%100000, e.reqID.Add(1))
 }
 
-// usage is the OpenAI usage object with the prefix-cache receipt.
-func (e *Engine) usage(prompt int, res *genRes) map[string]any {
-	n := len(res.output)
+// usage is the OpenAI usage object with the prefix-cache receipt; the completion tokens are summed
+// over the choices, as vLLM does.
+func (e *Engine) usage(prompt int, res *genRes, choices int) map[string]any {
+	n := len(res.output) * choices
 	return map[string]any{"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n,
 		"prompt_tokens_details": map[string]any{"cached_tokens": res.cached}}
 }
@@ -362,6 +374,7 @@ type sseWriter struct {
 	created int64
 	model   string
 	kind    reqKind
+	n       int // choices: every chunk is sent once per choice index
 	started bool
 	done    bool
 }
@@ -395,18 +408,22 @@ func (s *sseWriter) start() {
 	h.Set("Cache-Control", "no-cache")
 	s.w.WriteHeader(http.StatusOK)
 	if s.kind == kindChat {
-		s.send(s.chunk([]any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""},
-			"logprobs": nil, "finish_reason": nil}}, nil))
+		for i := range max(s.n, 1) {
+			s.send(s.chunk([]any{map[string]any{"index": i, "delta": map[string]any{"role": "assistant", "content": ""},
+				"logprobs": nil, "finish_reason": nil}}, nil))
+		}
 	}
 }
 
 func (s *sseWriter) token(tok uint32) {
 	s.start()
 	text, _ := s.e.tok.Decode([]uint32{tok}, true)
-	if s.kind == kindChat {
-		s.send(s.chunk([]any{map[string]any{"index": 0, "delta": map[string]any{"content": text}, "logprobs": nil, "finish_reason": nil}}, nil))
-	} else {
-		s.send(s.chunk([]any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": nil, "stop_reason": nil}}, nil))
+	for i := range max(s.n, 1) {
+		if s.kind == kindChat {
+			s.send(s.chunk([]any{map[string]any{"index": i, "delta": map[string]any{"content": text}, "logprobs": nil, "finish_reason": nil}}, nil))
+		} else {
+			s.send(s.chunk([]any{map[string]any{"index": i, "text": text, "logprobs": nil, "finish_reason": nil, "stop_reason": nil}}, nil))
+		}
 	}
 }
 
@@ -415,10 +432,12 @@ func (s *sseWriter) finish(reason string, usage map[string]any, includeUsage boo
 		return
 	}
 	s.done = true
-	if s.kind == kindChat {
-		s.send(s.chunk([]any{map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": reason, "stop_reason": nil}}, nil))
-	} else {
-		s.send(s.chunk([]any{map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": reason, "stop_reason": nil}}, nil))
+	for i := range max(s.n, 1) {
+		if s.kind == kindChat {
+			s.send(s.chunk([]any{map[string]any{"index": i, "delta": map[string]any{}, "logprobs": nil, "finish_reason": reason, "stop_reason": nil}}, nil))
+		} else {
+			s.send(s.chunk([]any{map[string]any{"index": i, "text": "", "logprobs": nil, "finish_reason": reason, "stop_reason": nil}}, nil))
+		}
 	}
 	if includeUsage {
 		s.send(s.chunk([]any{}, usage))

@@ -150,7 +150,30 @@ func Handler(b Backend, token string) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"certificates": st})
 		})
 	}
+	if hc, ok := b.(ExactHoldClearer); ok {
+		mux.HandleFunc("POST /admin/rules/{rule}/endpoints/{endpoint}/exact/clear", func(w http.ResponseWriter, r *http.Request) {
+			st, err := hc.ClearExactHold(r.PathValue("rule"), r.PathValue("endpoint"), r.URL.Query().Get("hold"))
+			if err != nil {
+				var se interface{ StatusCode() int }
+				code := http.StatusBadRequest
+				if errors.As(err, &se) {
+					code = se.StatusCode()
+				}
+				fail(w, code, err.Error())
+				return
+			}
+			writeJSON(w, http.StatusOK, st)
+		})
+	}
 	return requireToken(token, mux)
+}
+
+// ExactHoldClearer is a Backend that lets the operator lift a KV-exact hold by hand (POST
+// /admin/rules/{rule}/endpoints/{endpoint}/exact/clear[?hold=realized_shortfall]) after fixing the
+// engine; it answers with the endpoint's exactness. An error with StatusCode() sets the answer's
+// status (404 for an unknown endpoint, 400 for a hold that only evidence lifts).
+type ExactHoldClearer interface {
+	ClearExactHold(rule, endpoint, hold string) (any, error)
 }
 
 // CertificateReloader is a Backend that can re-read its certificate files (POST

@@ -48,7 +48,7 @@ func TestPickerDecidesAsTheGateway(t *testing.T) {
 	for gi, p := range groups {
 		ep, _ := w.proxied(completionBody(p))
 		rt, _ := w.g.Router("pool")
-		eventually(t, 10*time.Second, "group "+fmt.Sprint(gi)+" in the inventory", func() bool {
+		eventually(t, 30*time.Second, "group "+fmt.Sprint(gi)+" in the inventory", func() bool {
 			req, _ := http.NewRequest("POST", "/v1/completions", nil)
 			r, err := proxy.ParseRequest(req, completionBody(p+" probe"))
 			if err != nil {

@@ -91,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ttfb: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_proxy_ttfb_seconds",
 			Help: "Time from request arrival to the first response byte sent to the client (headers with the first body chunk).", Buckets: latency}, []string{"rule"}),
 	}
-	reg.MustRegister(m.requests, m.upstream, m.failovers, m.client, m.inflight, m.pdParams, m.duration, m.ttfb)
+	reg.MustRegister(m.requests, m.upstream, m.failovers, m.client, m.inflight, m.pdParams, m.duration, m.ttfb, unsolicitedCounter())
 	return m
 }
 

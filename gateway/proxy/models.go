@@ -40,7 +40,7 @@ func (c *call) models(id string) {
 			for _, m := range r.Models {
 				add(m, rawJSON(map[string]any{"id": m, "object": "model", "created": 0, "owned_by": "kvexact"}))
 			}
-			for _, a := range r.Adapters { // LoRA adapters, with their base model as vLLM lists them
+			for _, a := range rt.Adapters() { // LoRA adapters (declared and discovered), with their base model as vLLM lists them
 				add(a.Name, rawJSON(map[string]any{"id": a.Name, "object": "model", "created": 0, "owned_by": "kvexact", "parent": a.Base}))
 			}
 			continue

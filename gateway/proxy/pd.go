@@ -174,6 +174,7 @@ func (c *call) vllm(d *route.Decision) (*route.Endpoint, error) {
 	if done {
 		return failed, err
 	}
+	c.reportPrefillUsage(d.Target, a)
 	var params json.RawMessage
 	switch {
 	case a.err != nil || a.status >= 500:
@@ -233,6 +234,7 @@ func (c *call) trtllm(d *route.Decision) (*route.Endpoint, error) {
 	if done {
 		return failed, err
 	}
+	c.reportPrefillUsage(d.Target, a)
 	var params json.RawMessage
 	switch {
 	case a.err != nil || a.status >= 500:
@@ -448,7 +450,10 @@ func (c *call) sglang(d *route.Decision) (*route.Endpoint, error) {
 	t := time.NewTimer(prefillGrace)
 	defer t.Stop()
 	select {
-	case <-pdone:
+	case pr := <-pdone:
+		if res == relayed && pr.err == nil && pr.status == http.StatusOK {
+			c.reportPrefillUsage(d.Target, legAnswer{status: pr.status, header: pr.header, body: pr.tail, whole: true})
+		}
 	case <-t.C:
 		c.p.log.Warn("SGLang prefill leg still open after decode finished; closing it", "rule", c.rule, "prefill", d.Target.Name, "request_id", c.id)
 		pcancel()
@@ -462,6 +467,7 @@ type sglangPrefill struct {
 	status int
 	header http.Header
 	body   []byte
+	tail   []byte // a successful answer's last bytes, for its usage
 	err    error
 }
 
@@ -480,7 +486,9 @@ func (c *call) sglangPrefill(ctx context.Context, ep *route.Endpoint, body []byt
 	if resp.StatusCode >= 400 {
 		out.body, _, out.err = readAllLimit(resp.Body, maxLegBody)
 	} else {
-		_, out.err = io.Copy(io.Discard, resp.Body)
+		tap := &usageTap{ReadCloser: resp.Body}
+		_, out.err = io.Copy(io.Discard, tap)
+		out.tail = tap.tail
 	}
 	switch {
 	case out.err != nil && (c.ctx.Err() != nil || ctx.Err() == context.Canceled):

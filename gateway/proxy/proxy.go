@@ -80,7 +80,8 @@ type Config struct {
 	// field bootstrapPort, else SGLang's default 8998.
 	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
 	// Usage, when set, receives the cached-token account of every relayed single-pool response
-	// whose engine reported usage (predicted vs realized; see UsageReport). The client's bytes
+	// whose engine reported usage (predicted vs realized; see UsageReport), and of every P/D
+	// request's prefill leg (reportPrefillUsage says why not the decode leg). The client's bytes
 	// are never changed.
 	Usage func(UsageReport)
 }
@@ -104,6 +105,7 @@ func New(cfg Config) *Proxy {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = 60 * time.Second
 	}
+	captureStdLog(cfg.Log)
 	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -112,8 +114,8 @@ func New(cfg Config) *Proxy {
 }
 
 // Handler serves one client listener: /v1/completions, /v1/chat/completions, /v1/models (and
-// /v1/models/{id}); the rest of the OpenAI surface (embeddings, responses) and the paths a rule
-// lists under passthrough are forwarded to an endpoint of the rule serving the body's model;
+// /v1/models/{id}); the rest of the OpenAI surface the rule's engine family serves (its contract's
+// api list: embeddings, responses, audio, …) and the paths a rule lists under passthrough are forwarded to an endpoint of the rule serving the body's model;
 // anything else is 404 unknown_url (surface.go).
 func (p *Proxy) Handler(listener string) http.Handler {
 	return &handler{p: p, listener: listener}
@@ -351,10 +353,10 @@ func (c *call) generate(chat bool) {
 	c.run()
 }
 
-// passThrough forwards another path of the API surface or a passthrough path to one endpoint of the rule serving the request's model (the
+// passThrough forwards another path of the family's API surface or a passthrough path to one endpoint of the rule serving the request's model (the
 // body's "model", else X-Model, else the listener's wildcard rule).
 func (c *call) passThrough() {
-	if path := c.r.URL.Path; !inAPISurface(path) && !c.anyPasses(path) {
+	if !c.anyForwards(c.r.URL.Path) {
 		c.fail(unknownPath(c.r))
 		return
 	}

@@ -647,6 +647,42 @@ func TestPassthroughRefused(t *testing.T) {
 	}
 }
 
+// TestAPISurfacePerFamily: the forwarded OpenAI paths are those the rule's engine family serves
+// (its contract's api list): trtllm-serve mounts no /v1/embeddings, so a TensorRT-LLM rule answers
+// it with OpenAI's 404 without a byte sent upstream, while a vLLM rule forwards it and its audio
+// routes; a passthrough entry adds a path the family does not list.
+func TestAPISurfacePerFamily(t *testing.T) {
+	for _, tc := range []struct {
+		family      string
+		passthrough []string
+		path        string
+		forwarded   bool
+	}{
+		{"vllm", nil, "/v1/embeddings", true},
+		{"vllm", nil, "/v1/audio/translations", true},
+		{"trtllm", nil, "/v1/responses", true},
+		{"trtllm", nil, "/v1/embeddings", false},
+		{"trtllm", nil, "/v1/kv_cache_hints", false},
+		{"sglang", nil, "/v1/audio/transcriptions", false},
+		{"sglang", []string{"/v1/rerank"}, "/v1/rerank", true},
+	} {
+		a := newUpstream(t, "a", completion)
+		p := newPool(t, tc.family, 0, []epSpec{{name: "a", addr: a.srv.URL}}, nil, func(r *rules.Rule) { r.Passthrough = tc.passthrough }, nil)
+		resp, out := p.post(t, tc.path, `{"model":"m"}`, nil)
+		if tc.forwarded {
+			if resp.StatusCode != 200 || a.count() != 1 || a.requests()[0].Path != tc.path {
+				t.Errorf("%s %s: %d %s, upstream saw %d", tc.family, tc.path, resp.StatusCode, out, a.count())
+			}
+			continue
+		}
+		msg, typ, _, code := oaiError(t, out)
+		if resp.StatusCode != 404 || code == nil || *code != "unknown_url" || typ != "invalid_request_error" || !strings.Contains(msg, tc.path) || a.count() != 0 {
+			t.Errorf("%s %s: %d %s, upstream saw %d", tc.family, tc.path, resp.StatusCode, out, a.count())
+		}
+		p.allReleased(t)
+	}
+}
+
 // unmarshalString's fast path must agree with json.Unmarshal on every string value.
 func TestUnmarshalStringMatchesJSON(t *testing.T) {
 	for _, in := range []string{`""`, `"llama3"`, `"a\"b"`, `"tab\tx"`, `"\u00e9t\u00e9"`, `"été"`, "\"bad\xff\"", `"x\\y"`, `12`, `null`, `["a"]`} {

@@ -37,7 +37,7 @@ func FuzzForwardable(f *testing.F) {
 			return
 		}
 		p := u.Path
-		if inAPISurface(p) {
+		if rt.Rule().Serves(p) {
 			return
 		}
 		if u.RawPath != "" || path.Clean(p) != p || !(p == "/tokenize" || strings.HasPrefix(p, "/v1/responses/")) {

@@ -23,6 +23,11 @@ type UsageReport struct {
 	RealizedTokens int
 	PromptTokens   int
 	BlockSize      int
+	// LastBlockKey is the key of the prompt's deepest full block as the gateway computed it, and
+	// Blocks the prompt's full blocks (0: no keys, LastBlockKey unset): the router binding's
+	// token-side check expects the engine to publish that block once it served the prompt.
+	LastBlockKey uint64
+	Blocks       int
 }
 
 // usageTail is how much of a response's end the tap keeps: a non-streaming body ends with its
@@ -64,20 +69,43 @@ func (c *call) tapUsage(resp *http.Response) *usageTap {
 
 // reportUsage hands the tapped response's usage to Config.Usage (nothing when the engine sent none).
 func (c *call) reportUsage(t *usageTap) {
-	if t == nil || c.server == nil || c.d == nil {
+	if t == nil || c.server == nil {
 		return
 	}
-	prompt, cached, ok := parseUsage(t.tail)
+	c.reportUsageOf(c.server, t.tail)
+}
+
+// reportPrefillUsage accounts a P/D request on its prefill endpoint, the one KV-exact chose: the
+// prefill leg's answer (read whole by the proxy, never relayed as such) carries that engine's own
+// cached_tokens. The decode leg's usage is not the account of a prediction: vLLM counts the KV it
+// pulled from the prefill engine as cached (num_cached_tokens includes the connector's external
+// tokens), so its cached_tokens would "realize" any prediction, right or wrong.
+func (c *call) reportPrefillUsage(ep *route.Endpoint, a legAnswer) {
+	if c.p.cfg.Usage == nil || c.body == nil || a.err != nil || a.status != http.StatusOK || !a.whole || header(a.header, "Content-Encoding") != "" {
+		return
+	}
+	c.reportUsageOf(ep, a.body[max(0, len(a.body)-usageTail):])
+}
+
+// reportUsageOf hands the usage at the end of tail, served by ep, to Config.Usage.
+func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
+	if c.d == nil {
+		return
+	}
+	prompt, cached, ok := parseUsage(tail)
 	if !ok {
 		return
 	}
-	rep := UsageReport{Rule: c.rule, Endpoint: c.server.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
-	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == c.server
+	rep := UsageReport{Rule: c.rule, Endpoint: ep.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
+	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == ep
+	if k, ok := c.d.LastKey(); ok {
+		rep.LastBlockKey, rep.Blocks = k, c.d.Blocks
+	}
 	if r := c.rt.Rule(); r != nil {
 		rep.BlockSize = r.BlockSize
 	}
 	for _, ev := range c.d.Endpoints {
-		if ev.Name == c.server.Name {
+		if ev.Name == ep.Name {
 			rep.PredictedTokens = ev.Prefix * rep.BlockSize
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -389,7 +390,7 @@ func TestWireHalfClose(t *testing.T) {
 
 // TestWireUnsolicitedUpstreamResponse: an upstream that writes an extra response on an idle
 // keep-alive connection never gets it handed to the next client (net/http's transport drops the
-// connection).
+// connection), and each one is counted and logged (net/http only tells the standard logger).
 func TestWireUnsolicitedUpstreamResponse(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -420,7 +421,11 @@ func TestWireUnsolicitedUpstreamResponse(t *testing.T) {
 			}()
 		}
 	}()
-	p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: "http://" + l.Addr().String()}}, nil, nil, nil)
+	var logged syncBuffer
+	p := newPool(t, "vllm", 0, []epSpec{{name: "a", addr: "http://" + l.Addr().String()}}, nil, nil,
+		func(c *Config) { c.Log = slog.New(slog.NewTextHandler(&logged, nil)) })
+	const metric = "kvexact_proxy_upstream_unsolicited_responses_total"
+	before := p.metric(t, metric, nil)
 	for i := range 3 {
 		resp, b := p.post(t, "/v1/completions", completionBody, nil)
 		if resp.StatusCode != 200 || !strings.Contains(string(b), `"served"`) {
@@ -428,6 +433,33 @@ func TestWireUnsolicitedUpstreamResponse(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // the extra response is on the idle connection now
 	}
+	// The count is process-wide (the standard logger is): at least one of the three, at most three
+	// more than before (a fourth would be another test's upstream).
+	eventually(t, func() bool { return p.metric(t, metric, nil) >= before+1 })
+	if got := p.metric(t, metric, nil); got > before+3 {
+		t.Fatalf("%s rose by %v for three unsolicited responses", metric, got-before)
+	}
+	eventually(t, func() bool {
+		return strings.Contains(logged.String(), "unsolicited upstream response") && strings.Contains(logged.String(), `"evil`)
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func eventually(t *testing.T, cond func() bool) {

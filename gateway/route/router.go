@@ -200,6 +200,9 @@ type Router struct {
 	hits       atomic.Uint64 // KV-exact hits, for cold-start seeding
 	zeroHits   atomic.Int64  // consecutive zero-overlap lookups against a non-empty inventory
 	watchdog   atomic.Bool   // watchdog warning active
+
+	// discovered are the adapters read from the endpoints' /v1/models (adapters.go).
+	discovered atomic.Pointer[discoveredAdapters]
 }
 
 // New builds a router.
@@ -244,6 +247,7 @@ func (rt *Router) Endpoints() []*Endpoint { return rt.eps }
 // Route decides where a request goes. retry holds endpoints that already failed to connect for
 // this request; they are excluded from every tier, so the second-best wins on a retry.
 func (rt *Router) Route(ctx context.Context, req *Request, retry inventory.Mask) (*Decision, error) {
+	retry = orMask(retry, rt.adapterAbsent(req.Model))
 	if rt.pd {
 		return rt.routePD(ctx, req, retry, false)
 	}
@@ -253,10 +257,11 @@ func (rt *Router) Route(ctx context.Context, req *Request, retry inventory.Mask)
 // Explain decides like Route but changes nothing: no load taken, no session or trie entry, no
 // admission wait, no metric. It answers /admin/explain.
 func (rt *Router) Explain(ctx context.Context, req *Request) (*Decision, error) {
+	absent := rt.adapterAbsent(req.Model)
 	if rt.pd {
-		return rt.routePD(ctx, req, inventory.Mask{}, true)
+		return rt.routePD(ctx, req, absent, true)
 	}
-	return rt.routePool(ctx, req, inventory.Mask{}, true)
+	return rt.routePool(ctx, req, absent, true)
 }
 
 // candidates returns the non-excluded endpoints with the given roles.
@@ -462,6 +467,7 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 		rt.miss(d, m, reason)
 		return nil
 	}
+	absent := rt.adapterAbsent(req.Model)
 	req = rt.adapt(req)
 	if rt.cfg.Keyer == nil {
 		rt.miss(d, MissTokenizer, "no tokenizer configured for this rule")
@@ -510,6 +516,9 @@ func (rt *Router) kvExact(ctx context.Context, req *Request, d *Decision, retry 
 		ev := EndpointEvidence{Name: e.Name, Overlap: s.Overlap, Prefix: s.Prefix, Load: e.Load(), Predicted: predicted}
 		if ex := e.excluded(retry); ex != health.NotExcluded {
 			ev.Excluded = string(ex)
+		}
+		if absent.Has(e.ID) {
+			ev.Excluded = ExcludedAdapterNotListed
 		}
 		if f := e.Fenced(); f != "" && ev.Excluded == "" {
 			ev.Excluded = "fenced: " + f

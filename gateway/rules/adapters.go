@@ -64,3 +64,21 @@ func checkModelName(s string) error {
 	}
 	return nil
 }
+
+// DiscoveredAdapter checks an adapter an endpoint lists in /v1/models (id, parent) against the rule
+// and returns it as the rule would declare it (vLLM hashes the served name, so LoRAName = id).
+func (r *Rule) DiscoveredAdapter(id, parent string) (Adapter, error) {
+	if err := checkModelName(id); err != nil {
+		return Adapter{}, fmt.Errorf("id: %v", err)
+	}
+	if err := checkModelName(parent); err != nil {
+		return Adapter{}, fmt.Errorf("parent of %q: %v", id, err)
+	}
+	if slices.Contains(r.Models, id) {
+		return Adapter{}, fmt.Errorf("%q is one of the rule's models", id)
+	}
+	if len(r.Models) > 0 && !slices.Contains(r.Models, parent) {
+		return Adapter{}, fmt.Errorf("%q: parent %q is not one of the rule's models %v", id, parent, r.Models)
+	}
+	return Adapter{Name: id, Base: parent, LoRAName: id}, nil
+}

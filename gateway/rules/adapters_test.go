@@ -37,3 +37,28 @@ func TestAdapters(t *testing.T) {
 		t.Errorf("overlapping adapter: %v", err)
 	}
 }
+
+func TestDiscoveredAdapter(t *testing.T) {
+	src := strings.Replace(base, "    models: [llama3]\n", "    models: [llama3]\n    discoverAdapters: true\n", 1)
+	c, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &c.Rules[0]
+	if !r.DiscoverAdapters {
+		t.Fatal("discoverAdapters not read")
+	}
+	if a, err := r.DiscoveredAdapter("sql-lora", "llama3"); err != nil || a != (Adapter{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora"}) {
+		t.Fatalf("discovered: %+v %v", a, err)
+	}
+	for _, tc := range []struct{ id, parent, want string }{
+		{"sql-lora", "mistral", `parent "mistral" is not one of the rule's models`},
+		{"llama3", "llama3", "is one of the rule's models"},
+		{"a\nb", "llama3", "id: "},
+		{"sql-lora", "", "parent of"},
+	} {
+		if _, err := r.DiscoveredAdapter(tc.id, tc.parent); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q/%q: want %q, got %v", tc.id, tc.parent, tc.want, err)
+		}
+	}
+}

@@ -91,3 +91,12 @@ func (r *Rule) Passes(path string) bool {
 	}
 	return false
 }
+
+// Serves reports whether path is in the OpenAI API surface of the rule's engine family: the exact
+// paths its contract lists under api (a TensorRT-LLM rule has no /v1/embeddings, a vLLM one has
+// /v1/audio/transcriptions).
+func (r *Rule) Serves(path string) bool { return r.Contract().ServesAPI(path) }
+
+// Forwards reports whether the rule sends path to its endpoints at all: its family's API surface or
+// its passthrough list.
+func (r *Rule) Forwards(path string) bool { return r.Serves(path) || r.Passes(path) }

@@ -174,6 +174,11 @@ type Rule struct {
 	// --lora-modules): requests naming one are tokenized as its base model and hashed with its LoRA
 	// name, as the engine does.
 	Adapters []Adapter `yaml:"adapters" json:"adapters,omitempty"`
+	// DiscoverAdapters also serves the LoRA adapters the endpoints list in /v1/models (vLLM lists
+	// each with its base model as parent), read at start and on every re-probe: an adapter whose
+	// parent is one of models (any parent for a wildcard rule) is served as a declared one with
+	// loraName = its id; one no endpoint lists any more is 404 again. Declared adapters win.
+	DiscoverAdapters bool `yaml:"discoverAdapters" json:"discoverAdapters,omitempty"`
 	// Engine names the engine family and release of every endpoint (one contract per rule).
 	Engine EngineRef `yaml:"engine" json:"engine"`
 	// Selector is the fallback (and mode-3 default) policy: rr, wrr, least-load or chwbl.
@@ -212,8 +217,9 @@ type Rule struct {
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
 	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
-	// "/v1/responses/*" for every path below /v1/responses). Only the OpenAI API surface is
-	// forwarded otherwise; engine admin routes can never be listed.
+	// "/v1/responses/*" for every path below /v1/responses). Otherwise only the OpenAI API surface
+	// the engine family serves (its contract's api list) is forwarded; engine admin routes can never
+	// be listed.
 	Passthrough []string `yaml:"passthrough" json:"passthrough,omitempty"`
 	// Upstream tunes the rule's connections to its endpoints (one HTTP transport per rule).
 	Upstream Upstream `yaml:"upstream" json:"upstream"`

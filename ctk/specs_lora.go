@@ -1,0 +1,211 @@
+package ctk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+)
+
+// LoRA adapter certification: one probe completion through one adapter per endpoint, whose stored
+// blocks must carry the keys the gateway computes for an adapter request (the base model's tokens,
+// the adapter's LoRA name in every block's extra keys, as vLLM hashes them).
+
+// LegLoRA names an adapter whose blocks the engine keys with another LoRA name than the pool's (or
+// with none, or an adapter the endpoint does not serve).
+const LegLoRA = "lora"
+
+const idLoRA = "lora"
+
+// Adapter is a LoRA adapter the pool serves, as the rule declares it (rules.Adapter).
+type Adapter struct {
+	// Name is the model name clients request for the adapter (its id in the engine's /v1/models).
+	Name string `yaml:"name" json:"name"`
+	// LoRAName is the name the gateway hashes for it (the rule's loraName). Default: Name.
+	LoRAName string `yaml:"loraName" json:"loraName,omitempty"`
+}
+
+// maxModelsAnswer bounds the /v1/models answer read to discover adapters.
+const maxModelsAnswer = 4 << 20
+
+// normalizeAdapters fills the adapters' defaults and checks their names.
+func (p *Pool) normalizeAdapters() error {
+	for i := range p.Adapters {
+		a := &p.Adapters[i]
+		if strings.TrimSpace(a.Name) == "" || strings.ContainsAny(a.Name, " \t\r\n") {
+			return fieldErr(fmt.Sprintf("adapters[%d].name", i), "required, without spaces")
+		}
+		if a.Name == p.Model {
+			return fieldErr(fmt.Sprintf("adapters[%d].name", i), "%q is the pool's model", a.Name)
+		}
+		if a.LoRAName == "" {
+			a.LoRAName = a.Name
+		}
+	}
+	return nil
+}
+
+// loraAdapter picks the adapter to probe: the pool's first declared one (which the endpoint must
+// list, where its /v1/models answers), else with discoverAdapters the first one the endpoint lists
+// with the pool's model as parent. skip says why there is none to probe; fail why the endpoint does
+// not serve the declared one.
+func (r *endpointRun) loraAdapter(ctx context.Context) (a Adapter, skip, fail string) {
+	listed, parents, err := r.listedAdapters(ctx)
+	if len(r.pool.Adapters) > 0 {
+		a = r.pool.Adapters[0]
+		if err == nil && !parents[a.Name] {
+			return a, "", fmt.Sprintf("the endpoint does not serve adapter %q of %s: its /v1/models lists adapters %v", a.Name, r.pool.Model, listed)
+		}
+		return a, "", ""
+	}
+	if !r.pool.DiscoverAdapters {
+		return a, "the pool declares no adapter (adapters) and does not discover them (discoverAdapters)", ""
+	}
+	if err != nil {
+		return a, "", fmt.Sprintf("adapters cannot be discovered: %v", err)
+	}
+	if len(listed) == 0 {
+		return a, fmt.Sprintf("the endpoint lists no adapter of %s in /v1/models", r.pool.Model), ""
+	}
+	return Adapter{Name: listed[0], LoRAName: listed[0]}, "", ""
+}
+
+// listedAdapters reads the endpoint's /v1/models: the ids listed with the pool's model as parent.
+func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.ep.Address, "/")+"/v1/models", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GET /v1/models: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxModelsAnswer+1))
+	if err != nil || resp.StatusCode != http.StatusOK || len(b) > maxModelsAnswer {
+		return nil, nil, fmt.Errorf("GET /v1/models: status %d, %d bytes (%v)", resp.StatusCode, len(b), err)
+	}
+	var v struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, nil, fmt.Errorf("GET /v1/models: %w", err)
+	}
+	var ids []string
+	set := map[string]bool{}
+	for _, m := range v.Data {
+		if m.Parent != nil && *m.Parent == r.pool.Model && m.ID != "" && !set[m.ID] {
+			ids = append(ids, m.ID)
+			set[m.ID] = true
+		}
+	}
+	return ids, set, nil
+}
+
+func (r *endpointRun) specLoRA(t *T) {
+	ctx := t.Context()
+	if r.ep.Family != "vllm" {
+		t.Skipf("%s does not key blocks by LoRA adapter for the gateway: adapter requests are routed with miss lora", r.ep.Family)
+		return
+	}
+	a, skip, fail := r.loraAdapter(ctx)
+	switch {
+	case fail != "":
+		t.Failf(LegLoRA, "load the adapter on the engine (vLLM --lora-modules name=path) or remove it from the pool's and the rule's adapters", "%s", fail)
+		return
+	case skip != "":
+		t.Skipf("%s", skip)
+		return
+	}
+	if !r.needProbe(t) {
+		return
+	}
+	if p := r.probe; !p.covered || p.bs != r.st.BlockSize {
+		t.Skipf("not comparable: the base model's probe differs already (see the token and block-size specs)")
+		return
+	}
+	prompt, want, err := r.newProbePrompt(r.st.BlockSize)
+	if err != nil {
+		t.Failf(LegTokenizer, tokenizerHint, "adapter probe prompt: %v", err)
+		return
+	}
+	w := r.w
+	lp := &probeOutcome{prompt: prompt, want: want, sentAt: w.count(), nonce: probeNonce(prompt)}
+	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: a.Name, Prompt: prompt, MaxTokens: 1}); err != nil {
+		t.Failf(LegLoRA, "the engine must serve a one-token completion through the adapter", "probe completion through adapter %q: %v", a.Name, err)
+		return
+	}
+	w.waitFor(ctx, r.opts.EventTimeout, func() bool {
+		lp.analyze(w.events[lp.sentAt:], r.tok)
+		return lp.covered
+	})
+	evs, _ := w.snapshot()
+	lp.analyze(evs[lp.sentAt:], r.tok)
+	if len(lp.blocks) == 0 {
+		t.Skipf("not comparable: no stored block of the adapter probe arrived within %s (see the events and sequence specs)", r.opts.EventTimeout)
+		return
+	}
+	names := map[string]bool{}
+	for _, al := range lp.aligned {
+		names[al.ev.LoRAName] = true
+	}
+	delete(names, a.LoRAName)
+	var other string
+	for n := range names {
+		other = n
+	}
+	hint := func(n string) string {
+		return fmt.Sprintf("set loraName: %q for adapter %q in the pool and the rule (vLLM hashes the served adapter name)", n, a.Name)
+	}
+	ct := r.st.Contract
+	seed, seedErr := ct.EngineSeed(r.st.Algorithm, r.st.Seed)
+	if ct.SupportsBinding("engine") && r.st.Binding != "router" && seedErr == nil {
+		keysWith := func(lora string) []uint64 {
+			h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(r.st.Algorithm), BlockSize: r.st.BlockSize, Seed: seed}, hashcore.Default())
+			if err != nil {
+				return nil
+			}
+			var ex *hashcore.Extras
+			if lora != "" {
+				ex = &hashcore.Extras{LoRAName: lora}
+			}
+			k, _ := h.Keys(lp.want, ex, nil)
+			return k
+		}
+		ok, why := lp.keysMatch(keysWith(a.LoRAName))
+		if ok {
+			t.Passf("adapter %q: %d block keys equal with LoRA name %q", a.Name, len(lp.blocks), a.LoRAName)
+			return
+		}
+		if other != "" {
+			if ok, _ := lp.keysMatch(keysWith(other)); ok {
+				t.Failf(LegLoRA, hint(other), "adapter %q: the engine hashes LoRA name %q, the pool %q (%s)", a.Name, other, a.LoRAName, why)
+				return
+			}
+		}
+		if ok, _ := lp.keysMatch(keysWith("")); ok {
+			t.Failf(LegLoRA, "check that the engine serves the adapter (vLLM --enable-lora --lora-modules): its blocks equal the base model's", "adapter %q: the engine's keys carry no LoRA name (%s)", a.Name, why)
+			return
+		}
+		t.Failf(LegLoRA, hint(a.LoRAName), "adapter %q: no LoRA name reproduces the engine's keys: %s", a.Name, why)
+		return
+	}
+	// Router binding: the gateway rehashes event tokens under the events' lora_name, so that name
+	// must be the one adapter requests are hashed with.
+	if other != "" {
+		t.Failf(LegLoRA, hint(other), "adapter %q: the engine's events carry lora_name %q, the pool hashes %q", a.Name, other, a.LoRAName)
+		return
+	}
+	t.Passf("adapter %q: %d stored blocks carry lora_name %q", a.Name, len(lp.blocks), a.LoRAName)
+}
