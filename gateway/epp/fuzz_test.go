@@ -44,6 +44,9 @@ func FuzzParseUsage(f *testing.F) {
 		if err != nil && u.Found {
 			t.Fatal("an error must not report a usage")
 		}
+		if u.HasCached && !u.Found {
+			t.Fatal("cached tokens reported without a usage object")
+		}
 	})
 }
 
