@@ -29,6 +29,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 // world is a simulator pool on 127.0.0.1 behind one gateway with both front ends: the standalone
@@ -43,6 +44,7 @@ type world struct {
 	client extprocv3.ExternalProcessorClient
 	reg    *prometheus.Registry
 	byAddr map[string]string // "ip:port" → endpoint name
+	roles  []string          // worldSpec.roles
 }
 
 type worldSpec struct {
@@ -67,7 +69,7 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	seed := "0"
-	w := &world{t: t, byAddr: map[string]string{}}
+	w := &world{t: t, byAddr: map[string]string{}, roles: spec.roles}
 	rule := rules.Rule{Name: "pool", Models: []string{"llama3"}, Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, KVExactMode: 3, Seed: &seed, Selector: "chwbl"}
 	zero := 0
 	rule.LoadLaw.ColdStartSeedN = &zero
@@ -164,7 +166,43 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	}
 	t.Cleanup(func() { w.conn.Close() })
 	w.client = extprocv3.NewExternalProcessorClient(w.conn)
+	w.awaitSubscriptions()
 	return w
+}
+
+// awaitSubscriptions sends each engine unique prompts directly until their blocks reach the
+// inventory. A ZeroMQ subscription takes effect some time after its connect and the publisher drops
+// what it sends before then; on a loaded machine that window can swallow a test's first request.
+func (w *world) awaitSubscriptions() {
+	w.t.Helper()
+	for i, e := range w.sims {
+		if i < len(w.roles) && w.roles[i] == "decode" {
+			continue // a decode engine's blocks are not routed on (no subscription is awaited)
+		}
+		name := fmt.Sprintf("e%d", i)
+		live := func() bool {
+			return promtest.Value(w.t, w.reg, "kvexact_ingest_blocks", map[string]string{"rule": "pool", "endpoint": name}) > 0
+		}
+		n := 0
+		eventually(w.t, 30*time.Second, name+"'s event stream", func() bool {
+			if live() {
+				return true
+			}
+			n++
+			body := completionBody(fmt.Sprintf("Subscription probe %d.%d: %s", i, n, strings.Repeat("the event stream is live. ", 8)))
+			resp, err := http.Post(e.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				return false
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return true // an engine that serves no plain completion (a P/D role): nothing to wait for
+			}
+			time.Sleep(50 * time.Millisecond)
+			return live()
+		})
+	}
 }
 
 // envoyRequest is what the test's data plane sends the picker for one HTTP request.
