@@ -14,21 +14,9 @@ import (
 // Engine-produced files are engine truth; generated files (origin kvexact-vecgen) only pin Go/C
 // agreement with the Go reference's own earlier output.
 func TestBlockHashVectors(t *testing.T) {
-	dir, err := vectors.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := vectors.BlockHashFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	engines := map[string]bool{}
-	for _, path := range files {
-		f, err := vectors.Load(path)
-		if err != nil {
-			t.Fatalf("load: %v", err)
-		}
-		rel, _ := filepath.Rel(dir, path)
+	for _, lf := range blockHashFiles(t) {
+		rel, f := lf.rel, lf.f
 		if !f.Header.Generated() {
 			engines[f.Header.Engine+"/"+f.Header.Algo] = true
 		}
@@ -60,31 +48,19 @@ func TestBlockHashVectors(t *testing.T) {
 	// The suite must cover every engine-produced binding, not silently shrink.
 	for _, want := range []string{"vllm/sha256", "vllm/sha256_cbor", "vllm/xxhash", "vllm/xxhash_cbor", "vllm/sha256_msgpack", "vllm/xxhash_msgpack", "sglang/"} {
 		if !engines[want] {
-			t.Errorf("no engine-produced vector file for %s under %s", want, dir)
+			t.Errorf("no engine-produced vector file for %s", want)
 		}
 	}
 }
 
 // TestBlockHashVectorsCount pins how many engine cases run, so a loader that drops cases fails.
 func TestBlockHashVectorsCount(t *testing.T) {
-	dir, err := vectors.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := vectors.BlockHashFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counts := map[string]int{}
-	for _, path := range files {
-		f, err := vectors.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, lf := range blockHashFiles(t) {
+		rel, f := lf.rel, lf.f
 		if f.Header.Generated() {
 			continue
 		}
-		rel, _ := filepath.Rel(dir, path)
 		counts[strings.TrimSuffix(filepath.ToSlash(rel), ".json")] += len(f.Cases)
 	}
 	want := map[string]int{}
@@ -100,4 +76,33 @@ func TestBlockHashVectorsCount(t *testing.T) {
 			t.Errorf("%s: %d cases, want %d", k, counts[k], n)
 		}
 	}
+}
+
+// blockHashFiles loads every block-hash vector file, each with its path relative to the vectors
+// folder, in the order vectors.BlockHashFiles gives.
+func blockHashFiles(t *testing.T) []loadedFile {
+	t.Helper()
+	dir, err := vectors.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := vectors.BlockHashFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]loadedFile, 0, len(paths))
+	for _, path := range paths {
+		f, err := vectors.Load(path)
+		if err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, loadedFile{rel: rel, f: f})
+	}
+	return out
+}
+
+type loadedFile struct {
+	rel string
+	f   *vectors.File
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -20,24 +19,12 @@ import (
 // a completions body with the case's token ids and cache_salt, parsed by the proxy — keyed with the
 // LoRA name the router takes from the rule's adapter, and must give the engine's block keys.
 func TestRequestExtrasVectors(t *testing.T) {
-	dir, err := vectors.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := vectors.BlockHashFiles(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := map[string]int{}
-	for _, path := range files {
-		f, err := vectors.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, lf := range blockHashFiles(t) {
+		rel, f := lf.rel, lf.f
 		if f.Header.Generated() {
 			continue
 		}
-		rel, _ := filepath.Rel(dir, path)
 		for i := range f.Cases {
 			c := &f.Cases[i]
 			r := c.Request
