@@ -1,0 +1,50 @@
+// Package registry maps a family name, as rules, pool files and contracts spell it, to the engine
+// family that implements it. It is the one place that lists the families: adding one means adding
+// its package here.
+package registry
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/llamacpp"
+	"github.com/kvexact/kvexact/engines/sglang"
+	"github.com/kvexact/kvexact/engines/trtllm"
+	"github.com/kvexact/kvexact/engines/vllm"
+)
+
+// families in the order messages list them.
+var families = []engines.Family{vllm.Family, sglang.Family, trtllm.Family, llamacpp.Family}
+
+// UnknownError says a family name is not one of the registered families.
+type UnknownError struct{ Name string }
+
+func (e *UnknownError) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("missing; want one of %s", strings.Join(Names(), ", "))
+	}
+	return fmt.Sprintf("%q is not one of %s", e.Name, strings.Join(Names(), ", "))
+}
+
+// Lookup returns the family registered under name.
+func Lookup(name string) (engines.Family, error) {
+	for _, f := range families {
+		if f.Name() == name {
+			return f, nil
+		}
+	}
+	return nil, &UnknownError{Name: name}
+}
+
+// Names lists the registered family names.
+func Names() []string {
+	out := make([]string, len(families))
+	for i, f := range families {
+		out[i] = f.Name()
+	}
+	return out
+}
+
+// All returns every registered family.
+func All() []engines.Family { return append([]engines.Family(nil), families...) }

@@ -1,0 +1,12 @@
+package trtllm
+
+import "github.com/kvexact/kvexact/engines"
+
+// Family is TensorRT-LLM behind the engines.Family interface; engines/registry lists it. Each facet's
+// methods live in the file named after the facet.
+var Family engines.Family = family{}
+
+type family struct{}
+
+func (family) Name() string    { return "trtllm" }
+func (family) Display() string { return "TensorRT-LLM" }
