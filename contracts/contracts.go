@@ -205,6 +205,18 @@ func (c *Contract) SupportsBinding(b string) bool { return slices.Contains(c.Has
 // SupportsAlgorithm reports whether the engine can be configured with algorithm a.
 func (c *Contract) SupportsAlgorithm(a string) bool { return slices.Contains(c.Hash.Algorithms, a) }
 
+// Seeded reports whether the engine roots its block hashes in a seed (PYTHONHASHSEED), so the
+// seed is part of what certification proves.
+func (c *Contract) Seeded() bool { return c.Hash.Seed == "pythonhashseed" }
+
+// Drained reports whether the engine's events are drained over HTTP (one consumer, event ids from
+// 0) rather than published over ZeroMQ.
+func (c *Contract) Drained() bool { return c.Transport == "http-drain-v1" }
+
+// Published reports whether the engine publishes its events over ZeroMQ (one socket per
+// data-parallel rank, replay where Events.Replay offers it).
+func (c *Contract) Published() bool { return c.Transport == "zmq-multipart-v1" }
+
 // HasEvents reports whether the family publishes KV events at all.
 func (c *Contract) HasEvents() bool { return c.Transport != "none" }
 
