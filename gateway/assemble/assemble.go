@@ -12,16 +12,18 @@
 // package gateway and lets the tests of gateway/ and gateway/epp assemble from their external test
 // packages.
 //
-// From a configuration file to running listeners (cmd/gateway):
+// From a configuration file to running listeners (cmd/gateway; docs/assembly.md says more):
 //
-//	cmd/gateway/main.go          flags, rules.Load, certificates → assemble.Config
-//	gateway/rules/*.go           gateway.yaml parsed, validated, normalized (rules.Config)
-//	gateway/assemble/assemble.go New: gateway.New, proxy.New wired to it; Start
-//	gateway/gateway.go           gateway.New, Start: one runtime per rule (build, certify, sources)
-//	gateway/proxy/proxy.go       proxy.New: the client handler of each listener
-//	gateway/serve.go             Serve: client and admin listeners (NewHTTPServer, TLS)
-//	cmd/gateway/epp.go           --epp flags → assemble.Picker (listener, TLS, discovery)
-//	gateway/assemble/picker.go   StartPicker: epp.New, the gRPC server, readiness
+//	cmd/gateway/main.go           flags → assemble.Config
+//	gateway/rules/rules.go        Load: gateway.yaml parsed, validated, normalized
+//	gateway/certificates.go       LoadCertificates: the --certificate files, signatures checked
+//	gateway/assemble/assemble.go  New: gateway.New, then proxy.New wired to it
+//	gateway/gateway.go            New (tokenizer pool, metrics, rule store); Start: each rule's
+//	                              runtime (inventory, certificate verdict, keyer, router, sources)
+//	gateway/proxy/proxy.go        New, Handler: each client listener's handler
+//	gateway/serve.go              Serve: client and admin listeners (NewHTTPServer, TLS)
+//	cmd/gateway/epp.go            --epp flags → assemble.Picker (listener, TLS, discovery)
+//	gateway/assemble/picker.go    StartPicker: epp.New on a gRPC server, readiness
 package assemble
 
 import (

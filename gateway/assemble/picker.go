@@ -73,30 +73,31 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 	ctx, cancel := context.WithCancel(ctx)
 	a.picker = &picker{srv: srv, grpc: gs, cancel: cancel}
 	addr := pk.Listener.Addr().String()
-	if d := pk.Discovery; d != nil {
-		go func() {
-			if err := d.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("discovery stopped", "err", err)
-			}
-		}()
-		go func() {
-			select {
-			case <-d.Synced():
-				srv.SetReady(true)
-				log.Info("endpoint picker ready", "addr", addr)
-			case <-ctx.Done():
-			}
-		}()
-	} else {
-		srv.SetReady(true)
-		log.Info("endpoint picker ready", "addr", addr)
-	}
 	go func() {
 		if err := gs.Serve(pk.Listener); err != nil {
 			log.Error("endpoint picker stopped", "err", err)
 		}
 	}()
 	log.Info("endpoint picker listening", "addr", addr)
+	d := pk.Discovery
+	if d == nil {
+		srv.SetReady(true)
+		log.Info("endpoint picker ready", "addr", addr)
+		return nil
+	}
+	go func() {
+		if err := d.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("discovery stopped", "err", err)
+		}
+	}()
+	go func() {
+		select {
+		case <-d.Synced():
+			srv.SetReady(true)
+			log.Info("endpoint picker ready", "addr", addr)
+		case <-ctx.Done():
+		}
+	}()
 	return nil
 }
 
