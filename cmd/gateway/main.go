@@ -4,6 +4,9 @@
 //
 // Exact routing is enabled per rule only where a certificate covers the rule's staged profile;
 // everywhere else the rule's selector routes and /admin/status says why.
+//
+// The command owns its flags, the files they name, signals, the ready line and the shutdown grace;
+// gateway/assemble builds and runs the gateway itself (docs/assembly.md).
 package main
 
 import (
