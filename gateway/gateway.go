@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/ingest"
@@ -355,7 +356,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	certified, binding := g.certify(rt)
 	rt.binding = binding
 	if rt.exact.Enabled {
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
+		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
+		kr := fam.KeyRules()
+		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: kr.ExtraKeys, SaltedRoot: kr.SaltedRoot}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
