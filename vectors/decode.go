@@ -228,7 +228,7 @@ func (p *parser) originalFile(m map[string]any) (*File, error) {
 		if h.Engine == EngineKVExact {
 			return nil, checkOrigin(p.file, h)
 		}
-		return nil, p.errf("$.engine", "%v: engine %q (want one of %s in an engine's own case schema, or a %q field naming the project's schema)", ErrNotVectorFile, h.Engine, strings.Join(engineNames(), ", "), "schema")
+		return nil, p.errf("$.engine", "%w: engine %q (want one of %s in an engine's own case schema, or a %q field naming the project's schema)", ErrNotVectorFile, h.Engine, strings.Join(engineNames(), ", "), "schema")
 	}
 	h.Schema, h.KeyType, h.Source = l.Schema, l.KeyType, SourceEngine
 	if h.Origin != "" {
@@ -247,7 +247,7 @@ func (p *parser) originalFile(m map[string]any) (*File, error) {
 	}
 	rawCases, ok := m["cases"]
 	if !ok {
-		return nil, p.errf("$.cases", "%v: no cases array", ErrNotVectorFile)
+		return nil, p.errf("$.cases", "%w: no cases array", ErrNotVectorFile)
 	}
 	cases, err := p.arr("$.cases", rawCases)
 	if err != nil {
