@@ -87,6 +87,11 @@ func (c *call) models(id string) {
 	_, _ = c.w.Write(out)
 }
 
+func rawJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v) // only called with plain values
+	return b
+}
+
 type modelEntry struct {
 	id  string
 	raw json.RawMessage

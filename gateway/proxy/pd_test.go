@@ -407,14 +407,6 @@ func TestSGLangDecodeUnreachableRetriesPair(t *testing.T) {
 	p.allReleased(t)
 }
 
-func TestBootstrapHost(t *testing.T) {
-	for in, want := range map[string]string{"http://10.0.0.5:30000": "10.0.0.5", "http://[fd00::5]:30000": "[fd00::5]", "http://pf-0.svc:8000/v1": "pf-0.svc"} {
-		if got := bootstrapHost(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
-}
-
 // ---- TensorRT-LLM (trtllm-ctx-first-v1) ----
 
 const trtParams = `{"request_type":"context_only","first_gen_tokens":[42],"ctx_request_id":77,"encoded_opaque_state":"b3BhcXVl","draft_tokens":null}`

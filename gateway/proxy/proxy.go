@@ -6,7 +6,7 @@
 // every outcome feeds the endpoint's circuit breaker.
 //
 // Like httputil.ReverseProxy it is a small core with a few named hooks (Config.Resolve, Rewrite,
-// OnDecision, BootstrapPort); the gateway assembly supplies rules and routers.
+// OnDecision); the gateway assembly supplies rules and routers.
 package proxy
 
 import (
@@ -76,9 +76,6 @@ type Config struct {
 	// OnDecision, when set, sees the decision that served each request (after failovers), before it
 	// is released — for /admin/explain and access logs.
 	OnDecision func(r *http.Request, d *route.Decision)
-	// BootstrapPort returns an SGLang prefill endpoint's bootstrap port. Nil: the rule's endpoint
-	// field bootstrapPort, else SGLang's default 8998.
-	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
 	// Usage, when set, receives the cached-token account of every relayed single-pool response
 	// whose engine reported usage (predicted vs realized; see UsageReport), and of every P/D
 	// request's prefill leg (reportPrefillUsage says why not the decode leg). The client's bytes
@@ -426,14 +423,7 @@ func (c *call) try(d *route.Decision) (*route.Endpoint, error) {
 	if d.Decode == nil || c.body == nil {
 		return c.single(d.Target)
 	}
-	switch c.dialect() {
-	case dialectSGLang:
-		return c.sglang(d)
-	case dialectTRTLLM:
-		return c.trtllm(d)
-	default:
-		return c.vllm(d)
-	}
+	return c.pd(d)
 }
 
 // single forwards the request unchanged to ep and relays the answer.
@@ -456,11 +446,17 @@ func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
 	return nil, nil
 }
 
+// isConnectError reports whether a send got no response at all (the endpoint is excluded and the
+// selection re-runs).
+func isConnectError(err error) bool {
+	var ce *connectError
+	return errors.As(err, &ce)
+}
+
 // sendFailed turns a send error into the attempt's result: a connect failure or an open breaker is
 // retried elsewhere; a client that left ends the request.
 func (c *call) sendFailed(ep *route.Endpoint, err error) (*route.Endpoint, error) {
-	var ce *connectError
-	if errors.As(err, &ce) {
+	if isConnectError(err) {
 		return ep, err
 	}
 	if c.ctx.Err() == nil {

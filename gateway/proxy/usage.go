@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -80,11 +81,16 @@ func (c *call) reportUsage(t *usageTap) {
 // cached_tokens. The decode leg's usage is not the account of a prediction: vLLM counts the KV it
 // pulled from the prefill engine as cached (num_cached_tokens includes the connector's external
 // tokens), so its cached_tokens would "realize" any prediction, right or wrong.
-func (c *call) reportPrefillUsage(ep *route.Endpoint, a legAnswer) {
-	if c.p.cfg.Usage == nil || c.body == nil || a.err != nil || a.status != http.StatusOK || !a.whole || header(a.header, "Content-Encoding") != "" {
+func (c *call) reportPrefillUsage(ep *route.Endpoint, a engines.LegAnswer) {
+	if c.p.cfg.Usage == nil || c.body == nil || a.Err != nil || a.Status != http.StatusOK || header(a.Header, "Content-Encoding") != "" {
 		return
 	}
-	c.reportUsageOf(ep, a.body[max(0, len(a.body)-usageTail):])
+	switch {
+	case a.Tail != nil: // a drained answer
+		c.reportUsageOf(ep, a.Tail)
+	case a.Whole:
+		c.reportUsageOf(ep, a.Body[max(0, len(a.Body)-usageTail):])
+	}
 }
 
 // reportUsageOf hands the usage at the end of tail, served by ep, to Config.Usage.
