@@ -21,7 +21,6 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -186,13 +185,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		t.Fatal(err)
 	}
 	p.cleanup = append(p.cleanup, g.Close)
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
+	px := proxy.New(proxy.Config{Routes: g.Routes(), DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
 			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)

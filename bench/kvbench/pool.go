@@ -193,13 +193,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	p.G = g
 	transport := proxy.DefaultTransport()
 	transport.MaxIdleConnsPerHost = 512
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.Reg), Transport: transport})
+	px := proxy.New(proxy.Config{Routes: g.Routes(), DebugHeader: true, Metrics: proxy.NewMetrics(p.Reg), Transport: transport})
 	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
 	if err != nil {
 		return nil, err

@@ -72,7 +72,7 @@ func (f *eppFlags) start(ctx context.Context, g *gateway.Gateway, cfg *rules.Con
 	if err != nil {
 		return nil, err
 	}
-	picker, err := epp.New(epp.Config{Decider: g, Parse: proxy.ParseRequest, Listener: cfg.Listen, MaxBodyBytes: cfg.MaxBodyBytes, Fallbacks: fb, DebugHeader: cfg.DebugHeader, Metrics: m, Log: log})
+	picker, err := epp.New(epp.Config{Routes: g.Routes(), RecordUsage: g.RecordUsage, Parse: proxy.ParseRequest, Listener: cfg.Listen, MaxBodyBytes: cfg.MaxBodyBytes, Fallbacks: fb, DebugHeader: cfg.DebugHeader, Metrics: m, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/watch"
 )
@@ -123,18 +121,7 @@ func run(args []string) int {
 	defer g.Close()
 
 	p := proxy.New(proxy.Config{
-		Resolve: func(listener, model string) (*route.Router, error) {
-			r, err := g.Resolve(listener, model)
-			if err == nil {
-				return r, nil
-			}
-			var unknown *gateway.UnknownModelError
-			if errors.As(err, &unknown) {
-				return nil, &proxy.ModelNotFound{Listener: listener, Model: model}
-			}
-			return r, err
-		},
-		Routers:         g.Routers,
+		Routes:          g.Routes(),
 		MaxBodyBytes:    cfg.MaxBodyBytes,
 		MaxHeaderFields: cfg.Server.MaxHeaderFields,
 		BodyTimeout:     time.Duration(cfg.Server.BodyTimeout),

@@ -26,7 +26,6 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
@@ -123,13 +122,7 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	}
 	t.Cleanup(g.Close)
 	w.g = g
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(w.reg)})
+	px := proxy.New(proxy.Config{Routes: g.Routes(), DebugHeader: true, Metrics: proxy.NewMetrics(w.reg)})
 	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +138,7 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ec := epp.Config{Decider: g, Parse: proxy.ParseRequest, Listener: cfg.Listen, Metrics: m, DebugHeader: true}
+	ec := epp.Config{Routes: g.Routes(), RecordUsage: g.RecordUsage, Parse: proxy.ParseRequest, Listener: cfg.Listen, Metrics: m, DebugHeader: true}
 	if spec.epp != nil {
 		spec.epp(&ec)
 	}

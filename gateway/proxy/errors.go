@@ -10,20 +10,6 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
-// ModelNotFound is what Config.Resolve returns when no rule of the listener serves the model. The
-// proxy answers it with 404 model_not_found before any routing tier runs.
-type ModelNotFound struct {
-	Listener string
-	Model    string
-}
-
-func (e *ModelNotFound) Error() string {
-	if e.Model == "" {
-		return fmt.Sprintf("no rule on %s serves requests without a model", e.Listener)
-	}
-	return fmt.Sprintf("the model `%s` does not exist", e.Model)
-}
-
 // apiError is an error the proxy answers itself, in OpenAI's shape.
 type apiError struct {
 	Status  int

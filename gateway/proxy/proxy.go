@@ -5,8 +5,8 @@
 // failure excludes the endpoint and re-runs the whole selection, so the second-best overlap serves;
 // every outcome feeds the endpoint's circuit breaker.
 //
-// Like httputil.ReverseProxy it is a small core with a few named hooks (Config.Resolve, Rewrite,
-// OnDecision); the gateway assembly supplies rules and routers.
+// Like httputil.ReverseProxy it is a small core with a few named hooks (Rewrite, OnDecision,
+// Usage); the rules and routers it serves come from the table the gateway keeps (Config.Routes).
 package proxy
 
 import (
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/cowmap"
@@ -45,13 +46,9 @@ const (
 
 // Config configures a Proxy.
 type Config struct {
-	// Resolve returns the router of the rule serving model on listener. For an unknown model it must
-	// return a *ModelNotFound (answered 404 model_not_found before any tier runs); any other error is
-	// answered 503.
-	Resolve func(listener, model string) (*route.Router, error)
-	// Routers lists the routers of every rule on a listener, for /v1/models. Nil: only the
-	// listener's wildcard rule (Resolve(listener, "")) is listed.
-	Routers func(listener string) []*route.Router
+	// Routes resolves each request's rule: (listener, model) → router. An unknown model is
+	// answered 404 model_not_found before any tier runs.
+	Routes *resolver.Table
 	// MaxBodyBytes caps request bodies (413 above it). 0 means 16 MiB.
 	MaxBodyBytes int64
 	// MaxHeaderFields caps a request's header field lines (431 above it). 0 means 100.
@@ -83,7 +80,7 @@ type Config struct {
 	Usage func(UsageReport)
 }
 
-// Proxy serves OpenAI requests for the rules Config.Resolve knows.
+// Proxy serves OpenAI requests for the rules in Config.Routes.
 type Proxy struct {
 	cfg Config
 	log *slog.Logger
@@ -300,18 +297,12 @@ func readAll(b []byte, r io.Reader) ([]byte, error) {
 
 // resolve finds the model's router.
 func (c *call) resolve(model string) *apiError {
-	rt, err := c.p.cfg.Resolve(c.listener, model)
-	if err != nil || rt == nil {
-		var nf *ModelNotFound
-		if errors.As(err, &nf) || err == nil {
-			msg := "the model `" + model + "` does not exist"
-			if model == "" {
-				msg = "you must provide a model parameter"
-				return badRequest("model", "missing_model", "%s", msg)
-			}
-			return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: msg}
+	rt, err := c.p.cfg.Routes.Resolve(c.listener, model)
+	if err != nil { // *resolver.UnknownModelError, the only error Resolve returns
+		if model == "" {
+			return badRequest("model", "missing_model", "you must provide a model parameter")
 		}
-		return serverError(http.StatusServiceUnavailable, "model_unavailable", "no rule can serve model %s: %v", quote(model), err)
+		return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: "the model `" + model + "` does not exist"}
 	}
 	c.rt, c.rule = rt, rt.Rule().Name
 	c.inflight = true
