@@ -2,12 +2,9 @@ package proxy
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-
-	"github.com/kvexact/kvexact/gateway/route"
 )
 
 // apiError is an error the proxy answers itself, in OpenAI's shape.
@@ -72,19 +69,4 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(b)
-}
-
-// routeError maps the router's errors to client answers.
-func routeError(err error, lastConnect error) *apiError {
-	switch {
-	case errors.Is(err, route.ErrShed):
-		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error() + "; retry later", Type: typeRateLimit, Code: "overloaded"}
-	case errors.Is(err, route.ErrParkTimeout):
-		return serverError(http.StatusGatewayTimeout, "park_timeout", "%v", err)
-	case errors.Is(err, route.ErrNoEndpoint) && lastConnect != nil:
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", lastConnect)
-	case errors.Is(err, route.ErrNoEndpoint):
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
-	}
-	return serverError(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
 }

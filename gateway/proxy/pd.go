@@ -42,9 +42,9 @@ func dialectOf(r *rules.Rule) engines.PDDialect {
 
 // pd runs one P/D attempt: the rule's dialect drives the legs, pdAttempt sends them.
 func (c *call) pd(d *route.Decision) (*route.Endpoint, error) {
-	dl := dialectOf(c.rt.Rule())
+	dl := dialectOf(c.rule.rt.Rule())
 	if dl == nil {
-		c.fail(serverError(http.StatusInternalServerError, "internal_error", "rule %s has no prefill/decode dialect", c.rule))
+		c.fail(serverError(http.StatusInternalServerError, "internal_error", "rule %s has no prefill/decode dialect", c.rule.name))
 		return nil, nil
 	}
 	x := &pdAttempt{c: c, d: d, dialect: dl}
@@ -72,14 +72,14 @@ func (x *pdAttempt) ep(role engines.PDRole) *route.Endpoint {
 }
 
 func (x *pdAttempt) Request() engines.PDRequest {
-	b := x.c.body
-	return engines.PDRequest{Body: x.c.raw, Batch: b.batch, Stream: b.stream, Chat: b.chat}
+	b := x.c.in.body
+	return engines.PDRequest{Body: x.c.in.raw, Batch: b.batch, Stream: b.stream, Chat: b.chat}
 }
 
 func (x *pdAttempt) Endpoint(role engines.PDRole) engines.PDEndpoint {
 	ep := x.ep(role)
 	out := engines.PDEndpoint{Name: ep.Name, Address: ep.Address}
-	if r := x.c.rt.Rule(); ep.Index >= 0 && ep.Index < len(r.Endpoints) {
+	if r := x.c.rule.rt.Rule(); ep.Index >= 0 && ep.Index < len(r.Endpoints) {
 		out.BootstrapPort = r.Endpoints[ep.Index].BootstrapPort
 	}
 	return out
@@ -127,16 +127,16 @@ func (x *pdAttempt) sendLeg(ctx context.Context, body []byte) (a engines.LegAnsw
 		return a, nil, true, nil
 	case a.Err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		l.report(health.TransportFailure, a.Status)
-		c.p.cfg.Metrics.upstreamError(c.rule, errTimeout)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, errTimeout)
 		x.PrefillTimedOut()
 		return a, nil, true, nil
 	case a.Err != nil:
 		l.report(health.TransportFailure, a.Status)
-		c.p.cfg.Metrics.upstreamError(c.rule, errPrefill)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
 	default:
 		l.report(health.Success, a.Status)
 		if a.Status >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule, errPrefill)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
 		}
 	}
 	return a, nil, false, nil
@@ -164,11 +164,11 @@ func (x *pdAttempt) DrainPrefill(ctx context.Context, body []byte) engines.LegAn
 		l.report(health.Canceled, resp.StatusCode)
 	case a.Err != nil:
 		l.report(health.TransportFailure, resp.StatusCode)
-		c.p.cfg.Metrics.upstreamError(c.rule, errPrefill)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
 	default:
 		l.report(health.Success, resp.StatusCode)
 		if resp.StatusCode >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule, errPrefill)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
 		}
 	}
 	return a
@@ -179,9 +179,9 @@ func (x *pdAttempt) DrainPrefill(ctx context.Context, body []byte) engines.LegAn
 func (x *pdAttempt) RelayDecode(body []byte, viaPrefill bool) {
 	c := x.c
 	if viaPrefill {
-		c.prefill = x.d.Target
+		c.resp.prefill = x.d.Target
 	}
-	dec := c.rt.ReselectDecode(x.d)
+	dec := c.rule.rt.ReselectDecode(x.d)
 	if dec == nil {
 		c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no decode endpoint is healthy"))
 		return
@@ -191,7 +191,7 @@ func (x *pdAttempt) RelayDecode(body []byte, viaPrefill bool) {
 		x.failed, x.err = c.sendFailed(dec, err)
 		return
 	}
-	c.server = dec
+	c.resp.server = dec
 	c.relayLeg(resp, l, nil, "pd_decode_backend_died")
 }
 
@@ -201,22 +201,22 @@ func (x *pdAttempt) StreamDecode(ctx context.Context, body []byte, commit func()
 	if err != nil {
 		return engines.DecodeResult{Err: err, Unreachable: isConnectError(err)}
 	}
-	c.server, c.prefill = x.d.Decode, x.d.Target
+	c.resp.server, c.resp.prefill = x.d.Decode, x.d.Target
 	res := c.relayLeg(resp, l, commit, "pd_decode_backend_died")
 	if res == relayRefused {
-		c.server, c.prefill = nil, nil
+		c.resp.server, c.resp.prefill = nil, nil
 	}
 	return engines.DecodeResult{Status: resp.StatusCode, Relayed: res == relayed, Refused: res == relayRefused}
 }
 
 func (x *pdAttempt) RelayPrefill(a engines.LegAnswer) {
-	x.c.server = x.d.Target
+	x.c.resp.server = x.d.Target
 	x.c.writeBuffered(a.Status, a.Header, a.Body)
 }
 
 func (x *pdAttempt) RelayPrefillEvents(events []byte) {
 	c := x.c
-	c.server = x.d.Target
+	c.resp.server = x.d.Target
 	h := http.Header{}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -245,13 +245,15 @@ func (x *pdAttempt) InternalError(err error) {
 	x.c.fail(serverError(http.StatusInternalServerError, "internal_error", "%v", err))
 }
 
-func (x *pdAttempt) Params(found bool) { x.c.p.cfg.Metrics.params(x.c.rule, x.dialect.Name(), found) }
+func (x *pdAttempt) Params(found bool) {
+	x.c.p.cfg.Metrics.params(x.c.rule.name, x.dialect.Name(), found)
+}
 
-func (x *pdAttempt) BadResponse() { x.c.p.cfg.Metrics.upstreamError(x.c.rule, errBadResponse) }
+func (x *pdAttempt) BadResponse() { x.c.p.cfg.Metrics.upstreamError(x.c.rule.name, errBadResponse) }
 
 func (x *pdAttempt) Warn(msg string, args ...any) {
 	kv := make([]any, 0, len(args)+4)
-	kv = append(kv, "rule", x.c.rule)
+	kv = append(kv, "rule", x.c.rule.name)
 	kv = append(kv, args...)
 	x.c.p.log.Warn(msg, append(kv, "request_id", x.c.id)...)
 }
