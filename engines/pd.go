@@ -22,8 +22,8 @@ type PDDialect interface {
 	// Name is the dialect's contract name; the proxy's metrics label it so.
 	Name() string
 	// Serve runs one P/D attempt of a request. It ends with the client answered through legs, or
-	// with legs.Exclude / legs.SendFailed naming an endpoint the attempt could not reach (the proxy
-	// then re-runs the selection without it).
+	// with legs.SendFailed naming an endpoint the attempt could not reach (the proxy then re-runs
+	// the selection without it).
 	Serve(legs PDLegs)
 }
 
@@ -115,9 +115,8 @@ type PDLegs interface {
 	// which was about the prefill endpoint).
 	AccountPrefill(a LegAnswer)
 
-	// Exclude ends the attempt: the endpoint could not be reached; the selection re-runs without
-	// it. SendFailed ends it after a failed send: excluded when unreachable, else answered 502.
-	Exclude(role PDRole, err error)
+	// SendFailed ends the attempt after a leg's failed send: an unreachable endpoint is excluded
+	// and the selection re-runs without it; anything else is answered 502 (unless the client left).
 	SendFailed(role PDRole, err error)
 	// Fail answers with a server error (OpenAI's shape); PrefillTimedOut with 504
 	// pd_prefill_timeout; InternalError with 500 internal_error.

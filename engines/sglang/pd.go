@@ -109,7 +109,7 @@ func prefillFailure(legs engines.PDLegs, p engines.LegAnswer) {
 	}
 	switch {
 	case p.Unreachable:
-		legs.Exclude(engines.PDPrefill, p.Err) // one more pair, with a fresh room, without this prefill
+		legs.SendFailed(engines.PDPrefill, p.Err) // one more pair, with a fresh room, without this prefill
 	case p.TimedOut:
 		legs.PrefillTimedOut()
 	case p.Err == nil && p.Status >= 400 && p.Status < 500:

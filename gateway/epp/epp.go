@@ -1,7 +1,8 @@
 // Package epp is the gateway's second front end: a Gateway API Inference Extension Endpoint Picker
 // (protocol v1 of proposal 004) over Envoy's ext_proc. Envoy carries the bytes; the picker reads
 // each request's headers and body from the ext_proc stream, decides with the very routers the
-// standalone gateway uses (same inventory, ingest, certificate verdict, load counts and metrics),
+// standalone gateway uses, found through the same resolver table (same inventory, ingest,
+// certificate verdict, load counts and metrics),
 // and answers with the chosen endpoint as the x-gateway-destination-endpoint header and, identically,
 // in the envoy.lb dynamic metadata. On the response path it reads which endpoint served
 // (x-gateway-destination-endpoint-served) and the usage the response body carries, so receipts and

@@ -227,8 +227,6 @@ func (x *pdAttempt) RelayPrefillEvents(events []byte) {
 
 func (x *pdAttempt) AccountPrefill(a engines.LegAnswer) { x.c.reportPrefillUsage(x.d.Target, a) }
 
-func (x *pdAttempt) Exclude(role engines.PDRole, err error) { x.failed, x.err = x.ep(role), err }
-
 func (x *pdAttempt) SendFailed(role engines.PDRole, err error) {
 	x.failed, x.err = x.c.sendFailed(x.ep(role), err)
 }
