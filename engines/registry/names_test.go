@@ -41,8 +41,6 @@ var familyNamePending = []string{
 	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
 	"gateway/proxy",       // P/D dialects (request)
 	"gateway/route",       // PromptKeyer's family-named fields, SGLang's algorithm check (route)
-	"vectors",             // vector schema and loader (vectors)
-	"cmd/vecgen",          // vector generation (vectors)
 	// One identifier in a file (path#identifier):
 	"gateway/gateway.go#VLLMExtras", // route.PromptKeyer's field, renamed by the route work
 }
