@@ -40,8 +40,6 @@ var familyNamePending = []string{
 	"gateway/ingest",      // event facets: decoders, event source kind, drain, router binding (ingest)
 	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
 	"gateway/route",       // PromptKeyer's family-named fields, SGLang's algorithm check (route)
-	"vectors",             // vector schema and loader (vectors)
-	"cmd/vecgen",          // vector generation (vectors)
 	// One identifier in a file (path#identifier):
 	"gateway/gateway.go#VLLMExtras", // route.PromptKeyer's field, renamed by the route work
 }
