@@ -39,9 +39,7 @@ var familyNameExempt = []struct {
 var familyNamePending = []string{
 	"gateway/ingest",      // event facets: decoders, event source kind, drain, router binding (ingest)
 	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
-	"gateway/proxy",       // P/D dialects (request)
 	"gateway/route",       // PromptKeyer's family-named fields, SGLang's algorithm check (route)
-	"cmd/vecgen",          // vector generation (vectors)
 	// One identifier in a file (path#identifier):
 	"gateway/gateway.go#VLLMExtras", // route.PromptKeyer's field, renamed by the route work
 }
