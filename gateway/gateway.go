@@ -351,7 +351,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	certified, binding := g.certify(rt)
 	rt.binding = binding
 	if rt.exact.Enabled {
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -417,7 +417,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		fallback = r.Binding
 	}
 	switch {
-	case r.KVExactMode == 0:
+	case r.KVExactMode == rules.KVExactOff:
 		st.Reason = "kvExactMode is 0"
 		return inventory.Mask{}, fallback
 	case !ct.HasEvents():
@@ -531,7 +531,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	}
 	for i, e := range r.Endpoints {
 		ep := rt.eps[i]
-		if r.KVExactMode == 1 && ep.Role != route.RolePrefill {
+		if r.KVExactMode == rules.KVExactPD && ep.Role != route.RolePrefill {
 			continue
 		}
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {

@@ -163,7 +163,7 @@ func run(args []string) int {
 	}
 	log.Info("admin listening", "addr", srv.Admin)
 	for _, rs := range g.Status().Rules {
-		if rs.Exact.Mode != 0 && !rs.Exact.Enabled {
+		if rs.Exact.Mode != rules.KVExactOff && !rs.Exact.Enabled {
 			log.Warn("KV-exact is off for this rule", "rule", rs.Name, "reason", rs.Exact.Reason)
 		} else if rs.Exact.Enabled {
 			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)
