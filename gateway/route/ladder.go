@@ -55,14 +55,14 @@ type ladder struct {
 //	P/D, kvExactMode 0: [admission], session, [trie], kv-exact off, min-load, rescue
 //
 // A prefill winner then gets its decode endpoint (decode.go); a rescue winner serves alone.
-func (rt *Router) newLadder() ladder {
+func (rt *Router) newLadder(sel Selector) ladder {
 	r := rt.rule
 	if !rt.pd {
 		kv := tier(kvExactOffTier{})
 		if r.KVExactMode == rules.KVExactPool {
 			kv = kvExactTier{rt: rt, role: RoleNormal}
 		}
-		return ladder{role: RoleNormal, tiers: []tier{kv, selectorTier{sel: rt.sel, name: rt.selTier}}}
+		return ladder{role: RoleNormal, tiers: []tier{kv, selectorTier{sel: sel, name: TierSelector + ":" + sel.Name()}}}
 	}
 	var ts []tier
 	if rt.admission != nil {

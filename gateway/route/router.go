@@ -37,8 +37,6 @@ type Router struct {
 	rule      *rules.Rule
 	eps       []*Endpoint
 	ladder    ladder
-	sel       Selector
-	selTier   string // TierSelector + ":" + sel.Name(), built once
 	law       Law
 	minMatch  int
 	sessions  *sessions
@@ -70,7 +68,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, sel: sel, selTier: TierSelector + ":" + sel.Name(), minMatch: *r.MinMatchTokens}
+	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, minMatch: *r.MinMatchTokens}
 	rt.law = Law{Kind: LawKind(r.LoadLaw.Kind), FactorPct: int(100*(1+*r.LoadLaw.Epsilon) + 0.5), Lambda: r.LoadLaw.Lambda, SpillRelief: *r.LoadLaw.SpillRelief}
 	rt.predict = newPredictions(time.Duration(r.PredictOnRoute), cfg.Now)
 	for _, e := range cfg.Endpoints {
@@ -87,7 +85,7 @@ func New(cfg Config) (*Router, error) {
 			rt.admission = newAdmission(r.Admission.MaxInflightPerEndpoint, r.Admission.Mode == "shed", r.Admission.QueueDepth, time.Duration(r.Admission.MaxPark))
 		}
 	}
-	rt.ladder = rt.newLadder()
+	rt.ladder = rt.newLadder(sel)
 	return rt, nil
 }
 
