@@ -4,8 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/gateway/hashcore"
 )
 
 func mustDir(t testing.TB) string {
@@ -57,6 +61,38 @@ func TestLoadEngineFiles(t *testing.T) {
 		if c.Name == "salt_tenant_a_ps4" && (int64(c.Expected.Keys[0]) != 3718046898735569995 || c.Expected.Root == nil || c.Request.CacheSalt != "tenant-a") {
 			t.Errorf("salted SGLang case %+v", c)
 		}
+	}
+}
+
+// TestLoadProjectFile: a file the project made from vLLM's code, in the project's schema, reads into
+// the same cases as the original it was converted from would, with tcIds, flags and its provenance.
+func TestLoadProjectFile(t *testing.T) {
+	f, err := Load(filepath.Join(mustDir(t), "vllm/v0.28.0/sha256.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.Header
+	if h.Schema != SchemaName || h.Engine != "vllm" || h.Tag != "v0.28.0" || h.Algo != "sha256" || h.Source != SourceEngine ||
+		h.Generated() || h.KeyType != KeyUint64 || len(h.Generator) == 0 || len(f.Cases) != 74 {
+		t.Fatalf("header %+v, %d cases", h, len(f.Cases))
+	}
+	for i, c := range f.Cases {
+		if c.ID != i+1 || c.Index != i || c.Algo != "sha256" {
+			t.Fatalf("case %d: tcId %d, index %d, algorithm %q", i, c.ID, c.Index, c.Algo)
+		}
+	}
+	byName := map[string]*Case{}
+	for i := range f.Cases {
+		byName[f.Cases[i].Name] = &f.Cases[i]
+	}
+	if c := byName["seed_unset_bs16"]; c == nil || c.Seed != nil || c.RootSeed == nil || *c.RootSeed != "vllm-none-hash" || !c.Reproducible || !slices.Contains(c.Flags, "EngineRootSeed") {
+		t.Errorf("seed_unset_bs16 = %+v", c)
+	}
+	if c := byName["incremental_decode_mm_quirk_bs16"]; c.PromptLen != 40 || c.ExtraKeysOneShot == nil || c.Comment == "" || !slices.Contains(c.Flags, "ExtraKeysDiffer") {
+		t.Error("decode fields lost")
+	}
+	if f.Field(qKeys) != "keys" || f.Field(qRoot) != "root" {
+		t.Errorf("field names %s, %s", f.Field(qKeys), f.Field(qRoot))
 	}
 }
 
@@ -145,6 +181,9 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	}
+	if data, err := os.ReadFile(filepath.Join(dir, "testdata", "valid-project.json")); err == nil {
+		f.Add(data) // the project's schema, whole
+	}
 	f.Add([]byte(`{"engine":"sglang","cases":[{"name":"x","page_size":1,"token_ids":[4294967295],"expected":{"page_hashes_hex":[],"page_hashes_i64":[],"num_full_pages":0}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz.json", data)
@@ -157,4 +196,38 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEnginesAreContractFamilies ties schema/engines.json to the contracts: every engine it names
+// (bar the router's own keys) is a contract family, and every algorithm a contract's engine binding
+// offers is listed under that contract's family, so a family or algorithm added on one side only fails.
+func TestEnginesAreContractFamilies(t *testing.T) {
+	families := map[string]bool{}
+	for _, ct := range contracts.All() {
+		families[ct.Family] = true
+		if !ct.SupportsBinding("engine") {
+			continue
+		}
+		for _, a := range ct.Hash.Algorithms {
+			info, err := Algorithm(a)
+			if err != nil || info.Engine != ct.Family {
+				t.Errorf("%s: algorithm %s: engines.json says %+v (%v), want engine %s", ct.ID, a, info, err, ct.Family)
+			}
+		}
+	}
+	for name := range engines.Originals {
+		if !families[name] {
+			t.Errorf("engines.json: original layout for %q, which no contract names", name)
+		}
+	}
+	for a, info := range engines.Algorithms {
+		if info.Engine != EngineKVExact && !families[info.Engine] {
+			t.Errorf("engines.json: algorithm %s belongs to %q, which no contract names", a, info.Engine)
+		}
+	}
+	for _, a := range hashcore.Algorithms {
+		if _, err := Algorithm(string(a)); err != nil {
+			t.Errorf("hash core algorithm %s: %v", a, err)
+		}
+	}
 }
