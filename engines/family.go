@@ -18,4 +18,5 @@ type Family interface {
 	Keys
 	Hints
 	Container
+	PD
 }

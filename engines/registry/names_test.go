@@ -39,7 +39,6 @@ var familyNameExempt = []struct {
 var familyNamePending = []string{
 	"gateway/ingest",      // event facets: decoders, event source kind, drain, router binding (ingest)
 	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
-	"gateway/proxy",       // P/D dialects (request)
 }
 
 func TestNoFamilyNamesOutsideEngines(t *testing.T) {
