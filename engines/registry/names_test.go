@@ -39,9 +39,6 @@ var familyNameExempt = []struct {
 var familyNamePending = []string{
 	"gateway/ingest",      // event facets: decoders, event source kind, drain, router binding (ingest)
 	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
-	"gateway/route",       // PromptKeyer's family-named fields, SGLang's algorithm check (route)
-	// One identifier in a file (path#identifier):
-	"gateway/gateway.go#VLLMExtras", // route.PromptKeyer's field, renamed by the route work
 }
 
 func TestNoFamilyNamesOutsideEngines(t *testing.T) {
