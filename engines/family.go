@@ -14,4 +14,6 @@ type Family interface {
 	Name() string
 	// Display is how messages name the engine (vLLM, SGLang, TensorRT-LLM, llama.cpp).
 	Display() string
+
+	Events
 }

@@ -12,7 +12,7 @@ import (
 
 // streamInto builds the socket-free half of a source (the path every message takes after the
 // sequence window) writing into a fresh inventory.
-func streamInto(t *testing.T, cfg Config) (*stream, func() map[uint64]int, map[string]int) {
+func streamInto(t *testing.T, cfg Config) (*pipeline, func() map[uint64]int, map[string]int) {
 	t.Helper()
 	cfg.defaults()
 	idx := inventory.New(inventory.Config{})
@@ -26,7 +26,7 @@ func streamInto(t *testing.T, cfg Config) (*stream, func() map[uint64]int, map[s
 			skips[tr.Reason] += tr.Count
 		}
 	}
-	s := newStream(cfg, Into(idx, ep, nil, "r", "ep", nil))
+	s := newPipeline(cfg, Into(idx, ep, nil, "r", "ep", nil))
 	snap := func() map[uint64]int {
 		m := map[uint64]int{}
 		for _, kc := range idx.Snapshot(ep) {
