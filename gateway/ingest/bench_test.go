@@ -55,7 +55,7 @@ func benchIngest(b *testing.B, blocks int, binding Binding) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rr := &rankRun{p: newPipeline(cfg, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
+	rr := &rankRun{p: newPipeline(cfg, vllm.Family, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
 	ctx := context.Background()
 	b.SetBytes(int64(len(payloads[0])))
 	b.ReportAllocs()

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/engines/sglang"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
@@ -26,7 +27,11 @@ func streamInto(t *testing.T, cfg Config) (*pipeline, func() map[uint64]int, map
 			skips[tr.Reason] += tr.Count
 		}
 	}
-	s := newPipeline(cfg, Into(idx, ep, nil, "r", "ep", nil))
+	fam, err := registry.Lookup(cfg.Family)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newPipeline(cfg, fam, Into(idx, ep, nil, "r", "ep", nil))
 	snap := func() map[uint64]int {
 		m := map[uint64]int{}
 		for _, kc := range idx.Snapshot(ep) {

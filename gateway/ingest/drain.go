@@ -25,6 +25,7 @@ var drainOwners sync.Map
 // and decode → window (per rank, by event id) → the family's event filter → bind.
 type drainSource struct {
 	cfg    Config
+	fam    engines.Family
 	drain  engines.Drain
 	client *http.Client
 }
@@ -36,6 +37,7 @@ func newDrainSource(cfg Config, fam engines.Family) (*drainSource, error) {
 	}
 	return &drainSource{
 		cfg:    cfg,
+		fam:    fam,
 		drain:  fam.EventDrain(base),
 		client: &http.Client{Timeout: cfg.HTTPTimeout},
 	}, nil
@@ -51,7 +53,7 @@ func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
 	defer drainOwners.Delete(url)
 	defer d.client.CloseIdleConnections()
 
-	p := newPipeline(d.cfg, apply)
+	p := newPipeline(d.cfg, d.fam, apply)
 	p.clear(0, "start")
 	lab := p.lab
 	defer lab.connected(0, false)

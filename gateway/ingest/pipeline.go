@@ -8,7 +8,6 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/registry"
 )
 
 // pipeline is what the ranks of one endpoint share after their sources: the binder and the
@@ -23,21 +22,19 @@ type pipeline struct {
 	b    *binder
 }
 
-// newPipeline builds the pipeline of cfg (whose family New has validated) writing into apply.
-func newPipeline(cfg Config, apply func(Update)) *pipeline {
+// newPipeline builds the pipeline of cfg, whose family is fam, writing into apply.
+func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 	p := &pipeline{
 		cfg:  cfg,
 		lab:  labels{m: cfg.Metrics, rule: cfg.Rule, endpoint: cfg.Endpoint},
 		seed: maphash.MakeSeed(),
 	}
 	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap()}
-	if fam, err := registry.Lookup(cfg.Family); err == nil {
-		if cfg.Binding == BindingRouter {
-			p.b.router = fam.RouterBinder(cfg.BlockSize)
-		}
-		if fam.EventResidency(cfg.Release) == contracts.ResidencyPresence {
-			p.b.pres = &presence{ranks: map[int]map[uint64]uint64{}}
-		}
+	if cfg.Binding == BindingRouter {
+		p.b.router = fam.RouterBinder(cfg.BlockSize)
+	}
+	if fam.EventResidency(cfg.Release) == contracts.ResidencyPresence {
+		p.b.pres = &presence{ranks: map[int]map[uint64]uint64{}}
 	}
 	return p
 }

@@ -48,7 +48,7 @@ func New(cfg Config) (Source, error) {
 		if err := checkZMQ(&cfg); err != nil {
 			return nil, err
 		}
-		return newZMQSource(cfg, decode), nil
+		return newZMQSource(cfg, fam, decode), nil
 	}
 }
 

@@ -72,7 +72,7 @@ func benchIngestWatch(b *testing.B, blocks, sample int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rr := &rankRun{p: newPipeline(cfg, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
+	rr := &rankRun{p: newPipeline(cfg, vllm.Family, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -22,18 +22,19 @@ var quietLogger = log.New(io.Discard, "", 0)
 // configured) per data-parallel rank, connected to the engine's publishers.
 type zmqSource struct {
 	cfg    Config
+	fam    engines.Family
 	decode engines.Decoder
 }
 
-func newZMQSource(cfg Config, decode engines.Decoder) *zmqSource {
-	return &zmqSource{cfg: cfg, decode: decode}
+func newZMQSource(cfg Config, fam engines.Family, decode engines.Decoder) *zmqSource {
+	return &zmqSource{cfg: cfg, fam: fam, decode: decode}
 }
 
 // Run subscribes every rank and applies their events until ctx is done. The endpoint starts from an
 // empty mirror (one OpClear with cause "start"): what the engine held before is learned from
 // replay, or not at all.
 func (z *zmqSource) Run(ctx context.Context, apply func(Update)) error {
-	p := newPipeline(z.cfg, apply)
+	p := newPipeline(z.cfg, z.fam, apply)
 	p.clear(0, "start")
 	var wg sync.WaitGroup
 	for r := range z.cfg.Publish {
