@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
@@ -46,7 +47,7 @@ type Engine struct {
 // StartEngineSim starts enginesim (image EngineSimImage) on free host ports.
 func (h *Harness) StartEngineSim(ctx context.Context, s EngineSimSpec) (*Engine, error) {
 	if s.Family == "" {
-		s.Family, s.Release = "vllm", "v0.25.1"
+		s.Family, s.Release = sim.DefaultFamily, sim.DefaultRelease
 	}
 	if s.Endpoint == "" || s.Model == "" || s.TokenizerRoot == "" {
 		return nil, fmt.Errorf("engine sim: Endpoint, Model and TokenizerRoot are required")
@@ -59,7 +60,7 @@ func (h *Harness) StartEngineSim(ctx context.Context, s EngineSimSpec) (*Engine,
 	args := []string{"--family", s.Family, "--release", s.Release,
 		"--model", path.Join(TokenizersMount, s.Model), "--served-model-name", s.Model,
 		"--endpoint", s.Endpoint, "--http", "127.0.0.1:" + strconv.Itoa(e.HTTPPort)}
-	if s.Family == "vllm" || s.Family == "sglang" {
+	if ct, err := contracts.Lookup(s.Family, s.Release); err == nil && ct.Published() {
 		args = append(args, "--zmq", "tcp://*:"+strconv.Itoa(e.ZMQPort))
 		if s.Replay {
 			e.ReplayPort = ports[2]

@@ -2,18 +2,19 @@ package containers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/moby/moby/client"
 
 	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/registry"
 )
 
 // EnvRealEngines must be "1" for the harness to start real engine images (they need a GPU, model
@@ -36,7 +37,7 @@ func (h *Harness) RealEngineMissing(ctx context.Context, ct *contracts.Contract)
 	if g := h.GPUMissing(ctx); g != "" {
 		why = append(why, g)
 	}
-	if realCommand(ct) == nil {
+	if family(ct) == nil {
 		why = append(why, fmt.Sprintf("the harness has no command line for %s images", ct.Family))
 	}
 	return why
@@ -83,74 +84,23 @@ type RealEngineSpec struct {
 	ReadyTimeout time.Duration
 }
 
-type realCmd struct {
-	entrypoint []string
-	ready      string
-	// replay: the engine answers replay requests on its own ROUTER (ZeroMQ families only).
-	replay bool
-	args   func(s RealEngineSpec, model string, httpPort, zmqPort, replayPort int) []string
-	// files are written to a host folder bound read-only at realConfigMount (TensorRT-LLM's
-	// extra_llm_api_options YAML).
-	files map[string]string
-}
-
-// realConfigMount is where files of a realCmd appear in the container.
+// realConfigMount is where files of a serve command appear in the container.
 const realConfigMount = "/kvexact"
 
-// TRTLLMExtraOptions is the --extra_llm_api_options YAML the harness gives trtllm-serve: KV events
-// need a positive event_buffer_max_size (0, the default, means no event manager) and block reuse
-// (without it nothing is stored); tokens_per_block is the contract's 32, the geometry the gateway
-// and ctk assume.
-const TRTLLMExtraOptions = `kv_cache_config:
-  enable_block_reuse: true
-  event_buffer_max_size: 16384
-  tokens_per_block: 32
-`
+// realModelMount is where RealEngineSpec.ModelDir is mounted.
+const realModelMount = "/model"
 
-// realCommand is how each family's image is started (docs/reference: vLLM's and SGLang's
-// --kv-events-config JSON, a wildcard endpoint binds; TensorRT-LLM's KvCacheConfig through
-// --extra_llm_api_options, events drained over HTTP at /kv_cache_events; llama.cpp has no events).
-func realCommand(ct *contracts.Contract) *realCmd {
-	events := func(zmq, replay int) string {
-		b, _ := json.Marshal(map[string]any{"enable_kv_cache_events": true, "publisher": "zmq",
-			"endpoint": "tcp://*:" + strconv.Itoa(zmq), "replay_endpoint": "tcp://*:" + strconv.Itoa(replay), "topic": ""})
-		return string(b)
-	}
-	switch ct.Family {
-	case "vllm":
-		return &realCmd{entrypoint: []string{"vllm", "serve"}, ready: "Application startup complete", replay: true,
-			args: func(s RealEngineSpec, model string, hp, zp, rp int) []string {
-				return append([]string{model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--served-model-name", s.Model,
-					"--enable-prefix-caching", "--kv-events-config", events(zp, rp)}, s.Args...)
-			}}
-	case "sglang":
-		return &realCmd{entrypoint: []string{"python3", "-m", "sglang.launch_server"}, ready: "The server is fired up", replay: true,
-			args: func(s RealEngineSpec, model string, hp, zp, rp int) []string {
-				return append([]string{"--model-path", model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp),
-					"--served-model-name", s.Model, "--kv-events-config", events(zp, rp)}, s.Args...)
-			}}
-	case "trtllm":
-		return &realCmd{entrypoint: []string{"trtllm-serve"}, ready: "Application startup complete",
-			files: map[string]string{"extra-llm-api-options.yaml": TRTLLMExtraOptions},
-			args: func(s RealEngineSpec, model string, hp, _, _ int) []string {
-				return append([]string{model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--served_model_name", s.Model,
-					"--extra_llm_api_options", realConfigMount + "/extra-llm-api-options.yaml"}, s.Args...)
-			}}
-	case "llamacpp":
-		return &realCmd{entrypoint: []string{"/app/llama-server"}, ready: "server is listening on",
-			args: func(s RealEngineSpec, model string, hp, _, _ int) []string {
-				return append([]string{"--model", model, "--host", "127.0.0.1", "--port", strconv.Itoa(hp), "--alias", s.Model,
-					"--metrics", "--slots", "--n-gpu-layers", "999"}, s.Args...)
-			}}
-	}
-	return nil
+// family is the contract's engine family (nil when it is not registered).
+func family(ct *contracts.Contract) engines.Family {
+	f, _ := registry.Lookup(ct.Family)
+	return f
 }
 
 // RealEventsMissing says why the contract's engine gives the gateway no event stream the real-engine
 // scenarios can check ("" when it does).
 func RealEventsMissing(ct *contracts.Contract) string {
-	if ct.Family == "llamacpp" {
-		return "llama.cpp publishes no KV events (content affinity only)"
+	if !ct.HasEvents() {
+		return family(ct).Display() + " publishes no KV events (content affinity only)"
 	}
 	return ""
 }
@@ -162,29 +112,27 @@ func (h *Harness) StartRealEngine(ctx context.Context, s RealEngineSpec) (*Engin
 	if why := h.RealEngineMissing(ctx, s.Contract); len(why) > 0 {
 		return nil, fmt.Errorf("real engine %s: %v", s.Contract.ID, why)
 	}
-	rc := realCommand(s.Contract)
 	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	model := s.Model
+	ss := engines.ServeSpec{Model: s.Model, ModelFile: s.ModelFile, ServedName: s.Model, HTTPPort: ports[0], ZMQPort: ports[1], ReplayPort: ports[2],
+		ConfigDir: realConfigMount, Args: s.Args}
 	binds := map[string]string{}
 	if s.ModelDir != "" {
-		binds[s.ModelDir] = "/model"
-		model = "/model"
+		binds[s.ModelDir] = realModelMount
+		ss.Model, ss.ModelMount = realModelMount, realModelMount
 	}
-	if s.Contract.Family == "llamacpp" {
-		if s.ModelDir == "" || s.ModelFile == "" {
-			return nil, fmt.Errorf("real engine %s: llama-server loads one GGUF file: set ModelDir and ModelFile (KVEXACT_REAL_MODEL_DIR, KVEXACT_REAL_GGUF)", s.Contract.ID)
-		}
-		model = "/model/" + s.ModelFile
+	rc, err := family(s.Contract).ServeCommand(ss)
+	if err != nil {
+		return nil, fmt.Errorf("real engine %s: %w", s.Contract.ID, err)
 	}
 	var cfgDir string
-	if len(rc.files) > 0 {
+	if len(rc.Files) > 0 {
 		if cfgDir, err = os.MkdirTemp("", "kvexact-real-"); err != nil {
 			return nil, err
 		}
-		for name, body := range rc.files {
+		for name, body := range rc.Files {
 			if err := os.WriteFile(filepath.Join(cfgDir, name), []byte(body), 0o644); err != nil {
 				os.RemoveAll(cfgDir)
 				return nil, err
@@ -199,14 +147,12 @@ func (h *Harness) StartRealEngine(ctx context.Context, s RealEngineSpec) (*Engin
 	if s.Seed != nil {
 		env["PYTHONHASHSEED"] = *s.Seed
 	}
-	if s.Contract.Family == "vllm" {
-		env["VLLM_SERVER_DEV_MODE"] = "1" // /reset_prefix_cache, used by ctk's clear spec and the reset scenario
-	}
+	maps.Copy(env, rc.Env)
 	if s.ReadyTimeout == 0 {
 		s.ReadyTimeout = 15 * time.Minute
 	}
-	c, err := h.Start(ctx, Spec{Role: "engine", Name: s.Endpoint, Image: s.Contract.Pin.Image, Entrypoint: rc.entrypoint,
-		Args: rc.args(s, model, ports[0], ports[1], ports[2]), Env: env, Binds: binds, Ready: rc.ready,
+	c, err := h.Start(ctx, Spec{Role: "engine", Name: s.Endpoint, Image: s.Contract.Pin.Image, Entrypoint: rc.Entrypoint,
+		Args: rc.Args, Env: env, Binds: binds, Ready: rc.Ready,
 		ReadyTimeout: s.ReadyTimeout, GPU: true, StopGrace: 30 * time.Second, ShmSize: 8 << 30})
 	if err != nil {
 		if cfgDir != "" {
@@ -219,9 +165,9 @@ func (h *Harness) StartRealEngine(ctx context.Context, s RealEngineSpec) (*Engin
 	}
 	e := &Engine{Container: c, Spec: EngineSimSpec{Endpoint: s.Endpoint, Family: s.Contract.Family, Release: s.Contract.Pin.Release, Model: s.Model},
 		HTTPPort: ports[0], http: &http.Client{Timeout: 5 * time.Minute}}
-	if s.Contract.Family == "vllm" || s.Contract.Family == "sglang" {
+	if s.Contract.Published() {
 		e.ZMQPort = ports[1]
-		if rc.replay {
+		if rc.Replay {
 			e.ReplayPort = ports[2]
 			e.Spec.Replay = true
 		}

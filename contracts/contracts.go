@@ -3,7 +3,8 @@
 // bindings, seed and truncation rules), where the block size comes from, which request fields enter
 // the keys, its prefill/decode dialect, the HTTP probes certification uses, the OpenAI routes its server
 // mounts (the API surface the proxy forwards), and the vector folder that
-// defends the hashing facts. Contracts are embedded YAML files (data/), validated when first used.
+// defends the hashing facts. Contracts are embedded YAML files (data/), validated when first used
+// against the closed vocabularies of vocabulary.yaml (the family list among them).
 // Adding an engine release is adding one file here and its vectors; nothing else should change.
 //
 // This package imports nothing of the project: every other layer may depend on it.
@@ -27,17 +28,45 @@ import (
 //go:embed data/*.yaml
 var dataFS embed.FS
 
-// Closed vocabularies. A contract file using any other value fails validation.
+//go:embed vocabulary.yaml
+var vocabularyYAML []byte
+
+// Closed vocabularies, read from vocabulary.yaml. A contract file using any other value fails
+// validation.
 var (
-	Families    = []string{"vllm", "sglang", "trtllm", "llamacpp"}
-	Transports  = []string{"zmq-multipart-v1", "http-drain-v1", "none"}
-	WireSchemas = []string{"vllm-kv-tagged-array-v1", "vllm-kv-tagged-map-v2", "sglang-kv-tagged-array-rank-v1", "trtllm-kv-json-v1", "none"}
-	Bindings    = []string{"engine", "router"}
-	Algorithms  = []string{"sha256", "sha256_cbor", "sha256_msgpack", "xxhash", "xxhash_cbor", "xxhash_msgpack", "sglang_sha256", "kvexact-xxh3-v1"}
-	SeedRules   = []string{"pythonhashseed", "none"}
-	Truncations = []string{"last8-be-unsigned", "first8-be-signed", "none"}
-	PDDialects  = []string{"vllm-nixl-v1", "sglang-bootstrap-v1", "trtllm-ctx-first-v1", "none"}
+	vocab       = mustVocabulary()
+	Families    = vocab.Families // in the order messages list them
+	Transports  = vocab.Transports
+	WireSchemas = vocab.WireSchemas
+	Bindings    = vocab.Bindings
+	Algorithms  = vocab.Algorithms
+	SeedRules   = vocab.SeedRules
+	Truncations = vocab.Truncations
+	PDDialects  = vocab.PDDialects
 )
+
+type vocabulary struct {
+	Families    []string `yaml:"families"`
+	Transports  []string `yaml:"transports"`
+	WireSchemas []string `yaml:"wireSchemas"`
+	Bindings    []string `yaml:"bindings"`
+	Algorithms  []string `yaml:"algorithms"`
+	SeedRules   []string `yaml:"seedRules"`
+	Truncations []string `yaml:"truncations"`
+	PDDialects  []string `yaml:"pdDialects"`
+}
+
+// mustVocabulary parses the embedded vocabulary; it panics only on a broken embedded file, which
+// the package tests rule out.
+func mustVocabulary() vocabulary {
+	dec := yaml.NewDecoder(bytes.NewReader(vocabularyYAML))
+	dec.KnownFields(true)
+	var v vocabulary
+	if err := dec.Decode(&v); err != nil {
+		panic(fmt.Sprintf("contracts: vocabulary.yaml: %v", err))
+	}
+	return v
+}
 
 // Contract pins one engine family over a range of releases. Field comments say what each one
 // promises; the YAML keys are the camelCase names shown.
@@ -204,6 +233,18 @@ func (c *Contract) SupportsBinding(b string) bool { return slices.Contains(c.Has
 
 // SupportsAlgorithm reports whether the engine can be configured with algorithm a.
 func (c *Contract) SupportsAlgorithm(a string) bool { return slices.Contains(c.Hash.Algorithms, a) }
+
+// Seeded reports whether the engine roots its block hashes in a seed (PYTHONHASHSEED), so the
+// seed is part of what certification proves.
+func (c *Contract) Seeded() bool { return c.Hash.Seed == "pythonhashseed" }
+
+// Drained reports whether the engine's events are drained over HTTP (one consumer, event ids from
+// 0) rather than published over ZeroMQ.
+func (c *Contract) Drained() bool { return c.Transport == "http-drain-v1" }
+
+// Published reports whether the engine publishes its events over ZeroMQ (one socket per
+// data-parallel rank, replay where Events.Replay offers it).
+func (c *Contract) Published() bool { return c.Transport == "zmq-multipart-v1" }
 
 // HasEvents reports whether the family publishes KV events at all.
 func (c *Contract) HasEvents() bool { return c.Transport != "none" }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/probes"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -100,7 +100,7 @@ type Result struct {
 
 // NewProber returns the family's HTTP prober for an engine at address.
 func NewProber(family, address string, hc *http.Client) (engines.Prober, error) {
-	return probes.New(family, address, hc)
+	return registry.NewProber(family, address, hc)
 }
 
 // LoadTokenizer loads the pool's staged tokenizer the way the gateway does: the tokenizer folder

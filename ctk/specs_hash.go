@@ -15,8 +15,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/sglang"
-	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -82,8 +80,6 @@ func (r *endpointRun) newProbePrompt(bs int) (string, []uint32, error) {
 	}
 }
 
-const eventsHint = "enable prefix caching and KV events on the engine (vLLM --kv-events-config '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://*:5557\"}'; SGLang --kv-events-config '{\"publisher\":\"zmq\",…}'; TensorRT-LLM kv_cache_config event_buffer_max_size > 0 and enable_block_reuse) and give its publisher addresses as events.zmq, one per data-parallel rank in rank order (TensorRT-LLM: events.drain, with no other consumer draining it)"
-
 func (r *endpointRun) noEventsReason() string {
 	return fmt.Sprintf("%s publishes no KV-cache events: %s (certified for content affinity only)", r.ep.Family, r.st.Contract.Hash.NoneReason)
 }
@@ -121,7 +117,7 @@ func (r *endpointRun) specEvents(t *T) {
 		return
 	}
 	w := r.w
-	if r.ep.Family != "trtllm" {
+	if !r.st.Contract.Drained() {
 		r.warmUp(ctx)
 	}
 	prompt, want, err := r.newProbePrompt(r.st.BlockSize)
@@ -420,7 +416,7 @@ func (r *endpointRun) specBlockSize(t *T) {
 		if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.BlockSize > 0 {
 			stated = fmt.Sprintf(" (the engine's %s says %d)", cfg.Source, cfg.BlockSize)
 		}
-		t.Failf(LegBlockSize, fmt.Sprintf("set blockSize: %d in the pool and the rule, or start the engine with %d tokens per block (vLLM --block-size, SGLang --page-size, TensorRT-LLM kv_cache_config.tokens_per_block)", p.bs, r.st.BlockSize),
+		t.Failf(LegBlockSize, fmt.Sprintf("set blockSize: %d in the pool and the rule, or start the engine with %d tokens per block (%s)", p.bs, r.st.BlockSize, blockSizeFlags),
 			"the engine's probe events have block size %d%s; the pool stages %d", p.bs, stated, r.st.BlockSize)
 		return
 	}
@@ -590,16 +586,14 @@ func (r *endpointRun) specKeys(t *T) {
 	if cfg, err := r.pr.Config(t.Context()); err == nil && cfg.Algorithm != "" && cfg.Algorithm != r.st.Algorithm {
 		stated = fmt.Sprintf("; the engine's %s states algorithm %s", cfg.Source, cfg.Algorithm)
 	}
-	hint := "set PYTHONHASHSEED on the engine to the rule's seed (vLLM roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED"
+	hint := fmt.Sprintf("set PYTHONHASHSEED on the engine to the rule's seed (%s roots block hashes at H(PYTHONHASHSEED); unset means random per process), or set seed in the pool and the rule to the engine's PYTHONHASHSEED", r.family().Display())
 	if r.st.Seed == nil {
 		seed, _ := ct.EngineSeed(r.st.Algorithm, nil)
 		hint = fmt.Sprintf("the pool stages no seed, so the gateway used %s %s's default seed %q: unset PYTHONHASHSEED on the engine, or set seed in the pool and the rule to the engine's PYTHONHASHSEED", ct.Family, ct.Versions.String(), *seed)
 	}
 	t.Failf(LegSeed, hint,
-		"tokens and block size match, but no vLLM algorithm reproduces the engine's keys with the staged seed: %s%s", why, stated)
+		"tokens and block size match, but no %s algorithm reproduces the engine's keys with the staged seed: %s%s", r.family().Display(), why, stated)
 }
-
-const sequenceHint = "the gateway loses blocks on every gap: raise the publisher's hwm and max_queue_size, configure events.replay (replay_endpoint) so gaps can be refilled, and for TensorRT-LLM make the gateway the only consumer of /kv_cache_events and raise event_buffer_max_size"
 
 func (r *endpointRun) specSequence(t *T) {
 	if !r.st.Contract.HasEvents() {
@@ -690,16 +684,6 @@ func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeou
 	return fmt.Errorf("the replay ended after %d batch(es) without the probe's batch (seq %d)", n, seq)
 }
 
-func decodeReplayed(family string, payload []byte) (engines.Batch, error) {
-	switch family {
-	case "vllm":
-		return vllm.DecodeBatch(payload)
-	case "sglang":
-		return sglang.DecodeBatch(payload)
-	}
-	return engines.Batch{}, fmt.Errorf("no ZeroMQ decoder for %s", family)
-}
-
 // replayAll asks a replay socket for everything from start and hands each batch to fn until the
 // end marker or fn returns false.
 func replayAll(ctx context.Context, addr string, start uint64, timeout time.Duration, fn func(seq uint64, payload []byte) bool) error {
@@ -735,8 +719,6 @@ func replayAll(ctx context.Context, addr string, start uint64, timeout time.Dura
 		}
 	}
 }
-
-const clearHint = "the gateway learns of a cache reset only from the engine's event (vLLM and SGLang AllBlocksCleared): check the engine publishes it (events enabled, publisher reachable)"
 
 func (r *endpointRun) specClear(t *T) {
 	ct := r.st.Contract

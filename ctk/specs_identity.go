@@ -58,7 +58,7 @@ func (r *endpointRun) specModel(t *T) {
 		t.Failf(LegModel, "the engine must list its models on /v1/models", "%v", err)
 		return
 	}
-	hint := fmt.Sprintf("serve the model under the name the rule routes (%q; vLLM/SGLang --served-model-name), or set model in the pool and the rule to the served name", r.pool.Model)
+	hint := fmt.Sprintf("serve the model under the name the rule routes (%q; %s), or set model in the pool and the rule to the served name", r.pool.Model, servedModelFlags)
 	if !t.Expect(LegModel, hint, models).To(gomega.ContainElement(r.pool.Model), "the models /v1/models lists") {
 		return
 	}
@@ -74,7 +74,7 @@ const tokenizerHint = "stage the engine's own tokenizer.json and tokenizer_confi
 // stored event holding the nonce. A stream that is not (another engine's drain) would otherwise
 // lend its requests' ids to the probes; the events spec then names it.
 func (r *endpointRun) byEvents(ctx context.Context) bool {
-	if r.ep.Family != "trtllm" || !r.st.Contract.HasEvents() || r.ep.Events.Drain == "" {
+	if !r.st.Contract.Drained() || r.ep.Events.Drain == "" {
 		return false
 	}
 	if r.streamOwn != nil {
@@ -155,7 +155,7 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 	ctx := t.Context()
 	var diffs []string
 	corpus := Corpus(r.tok)
-	if r.ep.Family == "trtllm" {
+	if r.st.Contract.Drained() {
 		corpus = grouped(corpus, 16) // one completion and event round trip per probe
 	}
 	countOnly, events := false, false
@@ -204,8 +204,6 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 	}
 	t.Passf("%d probes: token ids equal", len(corpus))
 }
-
-const templateHint = "stage the chat template the engine uses: the engine's tokenizer_config.json chat_template (vLLM and SGLang --chat-template, llama.cpp --chat-template/--jinja override it)"
 
 func (r *endpointRun) specTemplate(t *T) {
 	ctx := t.Context()

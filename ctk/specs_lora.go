@@ -115,14 +115,15 @@ func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]
 
 func (r *endpointRun) specLoRA(t *T) {
 	ctx := t.Context()
-	if r.ep.Family != "vllm" {
+	fam := r.family()
+	if !fam.KeyRules().ExtraKeys {
 		t.Skipf("%s does not key blocks by LoRA adapter for the gateway: adapter requests are routed with miss lora", r.ep.Family)
 		return
 	}
 	a, skip, fail := r.loraAdapter(ctx)
 	switch {
 	case fail != "":
-		t.Failf(LegLoRA, "load the adapter on the engine (vLLM --lora-modules name=path) or remove it from the pool's and the rule's adapters", "%s", fail)
+		t.Failf(LegLoRA, fmt.Sprintf("load the adapter on the engine (%s %s) or remove it from the pool's and the rule's adapters", fam.Display(), fam.Hint(engines.HintLoRALoad)), "%s", fail)
 		return
 	case skip != "":
 		t.Skipf("%s", skip)
@@ -166,7 +167,7 @@ func (r *endpointRun) specLoRA(t *T) {
 		other = n
 	}
 	hint := func(n string) string {
-		return fmt.Sprintf("set loraName: %q for adapter %q in the pool and the rule (vLLM hashes the served adapter name)", n, a.Name)
+		return fmt.Sprintf("set loraName: %q for adapter %q in the pool and the rule (%s hashes the served adapter name)", n, a.Name, r.family().Display())
 	}
 	ct := r.st.Contract
 	seed, seedErr := ct.EngineSeed(r.st.Algorithm, r.st.Seed)
@@ -195,7 +196,7 @@ func (r *endpointRun) specLoRA(t *T) {
 			}
 		}
 		if ok, _ := lp.keysMatch(keysWith("")); ok {
-			t.Failf(LegLoRA, "check that the engine serves the adapter (vLLM --enable-lora --lora-modules): its blocks equal the base model's", "adapter %q: the engine's keys carry no LoRA name (%s)", a.Name, why)
+			t.Failf(LegLoRA, fmt.Sprintf("check that the engine serves the adapter (%s %s): its blocks equal the base model's", r.family().Display(), r.family().Hint(engines.HintLoRAServe)), "adapter %q: the engine's keys carry no LoRA name (%s)", a.Name, why)
 			return
 		}
 		t.Failf(LegLoRA, hint(a.LoRAName), "adapter %q: no LoRA name reproduces the engine's keys: %s", a.Name, why)

@@ -22,7 +22,7 @@ import (
 // draining before it sends anything, so a first event above 0 means events were drained by another
 // consumer or discarded by the engine before ctk saw them.
 func (r *endpointRun) startGaps(ctx context.Context, evs []seen) []string {
-	if r.ep.Family == "trtllm" {
+	if r.st.Contract.Drained() {
 		return trtStartGaps(evs)
 	}
 	var bad []string

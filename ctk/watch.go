@@ -76,7 +76,7 @@ func startWatcher(ctx context.Context, family, release string, st Staged, ev Eve
 	w := &watcher{done: make(chan struct{}), connected: map[int]bool{}, replayed: map[int]string{}, replaying: map[int]bool{}, live: map[int]bool{}, changed: make(chan struct{}, 1)}
 	cfg := ingest.Config{Endpoint: "ctk", Family: family, Release: release, BlockSize: st.BlockSize,
 		DialBackoffMin: 50 * time.Millisecond, DialBackoffMax: 500 * time.Millisecond, ReplayTimeout: 5 * time.Second, Trace: w.trace}
-	if family == "trtllm" {
+	if st.Contract.Drained() {
 		cfg.Binding, cfg.DrainURL, w.ranks = ingest.BindingRouter, ev.Drain, 1
 	} else {
 		cfg.Binding, cfg.Publish, cfg.Replay, w.ranks = ingest.BindingEngine, ev.ZMQ, ev.Replay, len(ev.ZMQ)

@@ -14,6 +14,9 @@ type Family interface {
 	Name() string
 	// Display is how messages name the engine (vLLM, SGLang, TensorRT-LLM, llama.cpp).
 	Display() string
-
+	Probes
+	Keys
+	Hints
+	Container
 	Events
 }

@@ -306,3 +306,10 @@ func clip(s string, n int) string {
 	}
 	return s
 }
+
+// Probes is the family's prober facet.
+type Probes interface {
+	// NewProber returns a prober for the server at address (e.g. http://127.0.0.1:8000); hc nil
+	// uses a client with a 30s timeout.
+	NewProber(address string, hc *http.Client) Prober
+}

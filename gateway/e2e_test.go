@@ -20,8 +20,8 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -178,39 +178,19 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if spec.gwMod != nil {
 		spec.gwMod(&opts)
 	}
-	g, err := gateway.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p.cleanup = append(p.cleanup, g.Close)
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.reg), Transport: p.transport,
-		Usage: func(u proxy.UsageReport) {
-			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
-			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)
-		}})
-	g.OnRuleRemoved(px.Forget)
-	handler := px.Handler
-	if spec.wrap != nil {
-		handler = func(l string) http.Handler { return spec.wrap(px.Handler(l)) }
-	}
-	srv, err := g.Serve(handler, proxy.ParseRequest)
+	gw, err := assemble.New(assemble.Config{Options: opts, Transport: p.transport, Wrap: spec.wrap})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.cleanup = append(p.cleanup, func() {
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
-		srv.Shutdown(sctx)
+		gw.Shutdown(sctx)
 	})
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, srv := gw.Runtime, gw.Servers
 	p.g, p.srv = g, srv
 	p.base = "http://" + srv.Client["127.0.0.1:0"]
 	if cfg.Server.TLS.Enabled() {

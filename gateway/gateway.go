@@ -1,9 +1,12 @@
-// Package gateway assembles the running gateway from its configuration: one runtime per rule (its
-// endpoints with health, its inventory fed by the endpoints' event streams, its keyer and router,
-// and the certificate verdict that decides whether KV-exact may run), the client listeners, the
-// admin listener and the health prober. Rules change live through the admin API; a change rebuilds
-// that rule's runtime and tears the old one down (sockets and goroutines included), except a change
-// of its endpoint list alone, which keeps the runtime (membership.go).
+// Package gateway owns the rule runtimes and their control: one runtime per rule (its endpoints
+// with health, its inventory fed by the endpoints' event streams, its keyer and router, and the
+// certificate verdict that decides whether KV-exact may run), the health prober, the per-endpoint
+// exactness checks, the status, and the client and admin listeners' servers (serve.go). Rules
+// change live through the admin API; a change rebuilds that rule's runtime and tears the old one
+// down (sockets and goroutines included), except a change of its endpoint list alone, which keeps
+// the runtime (membership.go). The front ends that ask it where a request goes (gateway/proxy,
+// gateway/epp) are wired to it by gateway/assemble, the one place a configuration becomes a
+// running gateway.
 package gateway
 
 import (
@@ -23,6 +26,7 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/ingest"
@@ -78,7 +82,8 @@ type Options struct {
 	ReprobeInterval time.Duration
 }
 
-// Gateway is the running gateway.
+// Gateway is the rule runtimes of a running gateway and their control (assemble.Gateway adds the
+// front ends and listeners).
 type Gateway struct {
 	opts    Options
 	cfg     *rules.Config
@@ -351,7 +356,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	certified, binding := g.certify(rt)
 	rt.binding = binding
 	if rt.exact.Enabled {
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: ct.Family == "vllm", SaltedRoot: ct.Family == "sglang"}
+		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
+		kr := fam.KeyRules()
+		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: kr.ExtraKeys, SaltedRoot: kr.SaltedRoot}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/contracts"
-	"github.com/kvexact/kvexact/engines/probes"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -73,7 +73,7 @@ func isCertified(s string) bool { return len(s) >= 9 && s[:9] == "certified" }
 func (g *Gateway) probeOnce(ctx context.Context, hc *http.Client, rt *ruleRuntime, e *route.Endpoint) (string, string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	p, err := probes.New(rt.contract.Family, e.Address, hc)
+	p, err := registry.NewProber(rt.contract.Family, e.Address, hc)
 	if err != nil {
 		return err.Error(), ""
 	}

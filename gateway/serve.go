@@ -47,7 +47,7 @@ type server interface {
 }
 
 // Serve binds every client listener and the admin listener and serves until Shutdown. handler
-// builds the client handler of a listener (the proxy). Both kinds of listener are net/http servers
+// builds the client handler of a listener (the proxy; assemble.Gateway.Start is the caller). Both kinds of listener are net/http servers
 // with the configured timeouts and header limits (rules.Server); with TLS configured, HTTP/2 is
 // offered by ALPN, and server.h2c accepts HTTP/2 with prior knowledge on a plain client listener.
 func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseFunc) (*Servers, error) {

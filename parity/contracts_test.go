@@ -50,14 +50,14 @@ func TestContractSeedRules(t *testing.T) {
 					}
 					continue
 				case err != nil:
-					t.Errorf("%s %s/%s: the engine rooted in %q, the contract refuses: %v", ct.ID, filepath.Base(path), c.Name, deref(c.NoneHashSeed), err)
+					t.Errorf("%s %s/%s: the engine rooted in %q, the contract refuses: %v", ct.ID, filepath.Base(path), c.Name, deref(c.RootSeed), err)
 					continue
-				case c.NoneHashSeed == nil || *seed != *c.NoneHashSeed:
-					t.Errorf("%s %s/%s: contract seed %q, engine seed %v", ct.ID, filepath.Base(path), c.Name, *seed, deref(c.NoneHashSeed))
+				case c.RootSeed == nil || *seed != *c.RootSeed:
+					t.Errorf("%s %s/%s: contract seed %q, engine seed %v", ct.ID, filepath.Base(path), c.Name, *seed, deref(c.RootSeed))
 					continue
 				}
 				cc := *c
-				cc.Seed, cc.NoneHashSeed = seed, nil
+				cc.Seed, cc.RootSeed = seed, nil
 				for _, impl := range []hashcore.Impl{hashcore.ImplGo, hashcore.ImplC} {
 					if !impl.Available() {
 						continue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -57,6 +58,38 @@ func TestLoadEngineFiles(t *testing.T) {
 		if c.Name == "salt_tenant_a_ps4" && (int64(c.Expected.Keys[0]) != 3718046898735569995 || c.Expected.Root == nil || c.Request.CacheSalt != "tenant-a") {
 			t.Errorf("salted SGLang case %+v", c)
 		}
+	}
+}
+
+// TestLoadProjectFile: a file the project made from vLLM's code, in the project's schema, reads into
+// the same cases as the original it was converted from would, with tcIds, flags and its provenance.
+func TestLoadProjectFile(t *testing.T) {
+	f, err := Load(filepath.Join(mustDir(t), "vllm/v0.28.0/sha256.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.Header
+	if h.Schema != SchemaName || h.Engine != "vllm" || h.Tag != "v0.28.0" || h.Algo != "sha256" || h.Source != SourceEngine ||
+		h.Generated() || h.KeyType != KeyUint64 || len(h.Generator) == 0 || len(f.Cases) != 74 {
+		t.Fatalf("header %+v, %d cases", h, len(f.Cases))
+	}
+	for i, c := range f.Cases {
+		if c.ID != i+1 || c.Index != i || c.Algo != "sha256" {
+			t.Fatalf("case %d: tcId %d, index %d, algorithm %q", i, c.ID, c.Index, c.Algo)
+		}
+	}
+	byName := map[string]*Case{}
+	for i := range f.Cases {
+		byName[f.Cases[i].Name] = &f.Cases[i]
+	}
+	if c := byName["seed_unset_bs16"]; c == nil || c.Seed != nil || c.RootSeed == nil || *c.RootSeed != "vllm-none-hash" || !c.Reproducible || !slices.Contains(c.Flags, "EngineRootSeed") {
+		t.Errorf("seed_unset_bs16 = %+v", c)
+	}
+	if c := byName["incremental_decode_mm_quirk_bs16"]; c.PromptLen != 40 || c.ExtraKeysOneShot == nil || c.Comment == "" || !slices.Contains(c.Flags, "ExtraKeysDiffer") {
+		t.Error("decode fields lost")
+	}
+	if f.Field(qKeys) != "keys" || f.Field(qRoot) != "root" {
+		t.Errorf("field names %s, %s", f.Field(qKeys), f.Field(qRoot))
 	}
 }
 
@@ -144,6 +177,9 @@ func FuzzParse(f *testing.F) {
 				f.Add(append(append([]byte{}, data[:i+j+2]...), "]}"...))
 			}
 		}
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "testdata", "valid-project.json")); err == nil {
+		f.Add(data) // the project's schema, whole
 	}
 	f.Add([]byte(`{"engine":"sglang","cases":[{"name":"x","page_size":1,"token_ids":[4294967295],"expected":{"page_hashes_hex":[],"page_hashes_i64":[],"num_full_pages":0}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -18,7 +18,7 @@ type Failure struct {
 	File  string
 	Case  string
 	Impl  string // "go" or "c"
-	Field string // the vector field, e.g. "block_hashes_u64"
+	Field string // the file's name for the field, e.g. "keys" (project schema) or "block_hashes_u64"
 	Block int    // block index, -1 when the field is not per block
 	// Expected and Got are short renderings of the two values.
 	Expected, Got string
@@ -89,8 +89,8 @@ func SkipReason(c *Case) string {
 	if c.Reproducible {
 		return ""
 	}
-	if c.Note != "" {
-		return "not reproducible: " + c.Note
+	if c.Comment != "" {
+		return "not reproducible: " + c.Comment
 	}
 	return "not reproducible (marked reproducible: false)"
 }
@@ -105,14 +105,11 @@ func (c *Case) Extras() *hashcore.Extras {
 	return ex
 }
 
-// Binding is the hash binding a case pins.
+// Binding is the hash binding a case pins: its seed, or with none the seed the engine resolved.
 func (c *Case) Binding() hashcore.Binding {
-	b := hashcore.Binding{Algorithm: hashcore.Algorithm(c.Algo), BlockSize: c.BlockSize, Bigram: c.Bigram}
-	if b.Algorithm.IsVLLM() {
-		b.Seed = c.Seed
-		if b.Seed == nil {
-			b.Seed = c.NoneHashSeed
-		}
+	b := hashcore.Binding{Algorithm: hashcore.Algorithm(c.Algo), BlockSize: c.BlockSize, Bigram: c.Bigram, Seed: c.Seed}
+	if b.Seed == nil {
+		b.Seed = c.RootSeed
 	}
 	return b
 }
@@ -140,15 +137,16 @@ func VerifyCase(f *File, c *Case, impl hashcore.Impl) []Failure {
 	}
 	ex := c.Extras()
 
-	// Root: vLLM NONE_HASH (router: le64(0)); SGLang salt root.
+	// Root: block 0's prior (a seeded root, le64(0) for router keys, a salt root), or none.
+	rootField := f.Field(qRoot)
 	root, err := h.RootFor(ex)
 	switch {
 	case err != nil:
-		k.fail(rootField(c), -1, hexOrNone(c.Expected.Root), "error: "+err.Error(), "")
+		k.fail(rootField, -1, hexOrNone(c.Expected.Root), "error: "+err.Error(), "")
 	case c.Expected.Root != nil && !bytes.Equal(root, c.Expected.Root):
-		k.fail(rootField(c), -1, hexOrNone(c.Expected.Root), hexOrNone(root), "")
-	case c.Expected.Root == nil && c.Algo == string(hashcore.SGLangSHA256) && root != nil:
-		k.fail(rootField(c), -1, "no prior (unsalted)", hexOrNone(root), "")
+		k.fail(rootField, -1, hexOrNone(c.Expected.Root), hexOrNone(root), "")
+	case c.Expected.Root == nil && root != nil:
+		k.fail(rootField, -1, "no prior (unsalted)", hexOrNone(root), "")
 	}
 
 	// Digests and keys: one shot, or through the incremental (decode) path.
@@ -166,40 +164,40 @@ func VerifyCase(f *File, c *Case, impl hashcore.Impl) []Failure {
 		digests, keys, err = h.Digests(c.Tokens, ex)
 	}
 	if err != nil {
-		k.fail("block_hashes_hex", -1, fmt.Sprintf("%d blocks", c.Expected.NumFullBlocks), "error: "+err.Error(), "")
+		k.fail(f.Field(qDigests), -1, fmt.Sprintf("%d blocks", c.Expected.NumFullBlocks), "error: "+err.Error(), "")
 		return k.fails
 	}
 	if len(keys) != c.Expected.NumFullBlocks {
-		k.fail(countField(c), -1, fmt.Sprint(c.Expected.NumFullBlocks), fmt.Sprint(len(keys)), "")
+		k.fail(f.Field(qNumFullBlocks), -1, fmt.Sprint(c.Expected.NumFullBlocks), fmt.Sprint(len(keys)), "")
 	}
 	var preDetail string
 	if len(c.Tokens) > 0 && h.NumBlocks(len(c.Tokens)) > 0 {
 		if pre, err := h.FirstPreimage(c.Tokens, ex); err != nil {
-			k.fail("first_block_preimage_hex", -1, hexOrNone(c.Expected.FirstPreimage), "error: "+err.Error(), "")
+			k.fail(f.Field(qFirstBlockPreimage), -1, hexOrNone(c.Expected.FirstPreimage), "error: "+err.Error(), "")
 		} else {
 			if c.Expected.FirstPreimage != nil && !bytes.Equal(pre, c.Expected.FirstPreimage) {
-				k.fail("first_block_preimage_hex", -1, short(c.Expected.FirstPreimage), short(pre),
+				k.fail(f.Field(qFirstBlockPreimage), -1, short(c.Expected.FirstPreimage), short(pre),
 					"pre-image of block 0 (-expected +got):\n"+cmp.Diff(hexLines(c.Expected.FirstPreimage), hexLines(pre)))
 			}
 			preDetail = "pre-image of block 0 (" + impl.String() + "):\n" + strings.Join(hexLines(pre), "\n")
 		}
 	}
-	k.digests(digestField(c), c.Expected.Digests, digests, preDetail)
-	k.keys(keyField(c), c.Expected.Keys, keys)
+	k.digests(f.Field(qDigests), c.Expected.Digests, digests, preDetail)
+	k.keys(f.Field(qKeys), c.Expected.Keys, keys)
 
-	// Extra keys rebuilt from the request (vLLM schema).
+	// Extra keys rebuilt from the request (cases that pin them).
 	if c.HasExtraKeys {
 		oneShot, err := hashcore.ExtraKeys(ex, len(c.Tokens), c.BlockSize)
 		if err != nil {
-			k.fail("extra_keys", -1, "extra keys", "error: "+err.Error(), "")
+			k.fail(f.Field(qExtraKeys), -1, "extra keys", "error: "+err.Error(), "")
 		} else {
 			used := oneShot
 			if c.PromptLen > 0 {
 				used = usedExtras
 			}
-			k.extras("extra_keys", c.ExtraKeys, used)
+			k.extras(f.Field(qExtraKeys), c.ExtraKeys, used)
 			if c.ExtraKeysOneShot != nil {
-				k.extras("extra_keys_one_shot", c.ExtraKeysOneShot, oneShot)
+				k.extras(f.Field(qExtraKeysOneShot), c.ExtraKeysOneShot, oneShot)
 			}
 		}
 	}
@@ -208,21 +206,21 @@ func VerifyCase(f *File, c *Case, impl hashcore.Impl) []Failure {
 	if c.GroupBlockSize > 0 {
 		gd, err := hashcore.GroupDigests(digests, c.GroupBlockSize, c.BlockSize)
 		if err != nil {
-			k.fail("group_block_hashes_hex", -1, "group hashes", "error: "+err.Error(), "")
+			k.fail(f.Field(qGroupDigests), -1, "group hashes", "error: "+err.Error(), "")
 		} else {
 			gk, _ := hashcore.GroupKeys(keys, c.GroupBlockSize, c.BlockSize)
-			k.digests("group_block_hashes_hex", c.Expected.GroupDigests, gd, "")
-			k.keys("group_block_hashes_u64", c.Expected.GroupKeys, gk)
+			k.digests(f.Field(qGroupDigests), c.Expected.GroupDigests, gd, "")
+			k.keys(f.Field(qGroupKeys), c.Expected.GroupKeys, gk)
 		}
 	}
 
-	// SGLang's internal unsalted hashes of salted cases.
+	// The engine's internal unsalted hashes of salted cases.
 	if c.Expected.UnsaltedDigests != nil {
 		ud, _, err := h.Digests(c.Tokens, nil)
 		if err != nil {
-			k.fail("unsalted_page_hashes_hex", -1, "digests", "error: "+err.Error(), "")
+			k.fail(f.Field(qUnsaltedDigests), -1, "digests", "error: "+err.Error(), "")
 		} else {
-			k.digests("unsalted_page_hashes_hex", c.Expected.UnsaltedDigests, ud, "")
+			k.digests(f.Field(qUnsaltedDigests), c.Expected.UnsaltedDigests, ud, "")
 		}
 	}
 	return k.fails
@@ -249,7 +247,7 @@ func (k *checker) keys(field string, exp, got []uint64) {
 	for i := 0; i < len(exp) && i < len(got); i++ {
 		if exp[i] != got[i] {
 			e, g := fmt.Sprint(exp[i]), fmt.Sprint(got[i])
-			if k.c.Algo == string(hashcore.SGLangSHA256) {
+			if k.f.Header.KeyType == KeyInt64 {
 				e, g = fmt.Sprint(int64(exp[i])), fmt.Sprint(int64(got[i]))
 			}
 			k.fail(field, i, e, g, "")
@@ -271,34 +269,6 @@ func (k *checker) extras(field string, exp, got [][]any) {
 	if len(exp) != len(got) {
 		k.fail(field, -1, fmt.Sprintf("%d blocks", len(exp)), fmt.Sprintf("%d blocks", len(got)), "")
 	}
-}
-
-func rootField(c *Case) string {
-	if c.Algo == string(hashcore.SGLangSHA256) {
-		return "salt_root_hex"
-	}
-	return "none_hash_hex"
-}
-
-func countField(c *Case) string {
-	if c.Algo == string(hashcore.SGLangSHA256) {
-		return "num_full_pages"
-	}
-	return "num_full_blocks"
-}
-
-func digestField(c *Case) string {
-	if c.Algo == string(hashcore.SGLangSHA256) {
-		return "page_hashes_hex"
-	}
-	return "block_hashes_hex"
-}
-
-func keyField(c *Case) string {
-	if c.Algo == string(hashcore.SGLangSHA256) {
-		return "page_hashes_i64"
-	}
-	return "block_hashes_u64"
 }
 
 func hexOrNone(b []byte) string {

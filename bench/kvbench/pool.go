@@ -17,6 +17,7 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -182,43 +183,32 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		certs = append(certs, Certificate(cfg.Rules[0], ct, tok, model))
 	}
 	p.Reg = prometheus.NewRegistry()
-	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.Reg, ProbeInterval: -1, Log: quiet})
-	if err != nil {
-		return nil, err
-	}
-	if err := g.Start(ctx); err != nil {
-		return nil, err
-	}
-	p.cleanup = append(p.cleanup, g.Close)
-	p.G = g
 	transport := proxy.DefaultTransport()
 	transport.MaxIdleConnsPerHost = 512
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(p.Reg), Transport: transport})
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.Reg, ProbeInterval: -1, Log: quiet},
+		Transport: transport})
 	if err != nil {
 		return nil, err
 	}
 	p.cleanup = append(p.cleanup, func() {
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
-		srv.Shutdown(sctx)
+		gw.Shutdown(sctx)
 		transport.CloseIdleConnections()
 	})
+	if err := gw.Start(ctx); err != nil {
+		return nil, err
+	}
+	p.G = gw.Runtime
 	if pol.clientSide() {
 		for _, r := range cfg.Rules {
-			p.URLs = append(p.URLs, "http://"+srv.Client[r.Listener])
+			p.URLs = append(p.URLs, "http://"+gw.Servers.Client[r.Listener])
 		}
 	} else {
-		p.URL = "http://" + srv.Client["127.0.0.1:0"]
+		p.URL = "http://" + gw.Servers.Client["127.0.0.1:0"]
 	}
 	if pol.Exact {
-		if st := g.Status().Rules[0].Exact; !st.Enabled || st.Binding != rule.Binding {
+		if st := p.G.Status().Rules[0].Exact; !st.Enabled || st.Binding != rule.Binding {
 			return nil, fmt.Errorf("KV-exact not enabled by the certificate: %+v", st)
 		}
 		if err := p.waitSubscribed(ctx, model); err != nil {

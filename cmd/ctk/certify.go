@@ -28,7 +28,7 @@ func init() {
 		func(args []string) int { return keygen(args, os.Stdout, os.Stderr) })
 }
 
-const certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
+var certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
                    [--event-timeout 15s] [-v]
 
 Runs the certification specs against every endpoint of the pool — identity, tokenizer parity,
@@ -38,7 +38,7 @@ gateway enforces, bound to the endpoints that proved it), report.txt (one line p
 leg that differs and a fix for each failure), junit.xml and report.json.
 
 The engines must be otherwise idle: the probe clears caches where the family allows it, and a
-TensorRT-LLM drain must have no other consumer while ctk reads it.
+` + drainedEngines + ` drain must have no other consumer while ctk reads it.
 
 Exit status: 0 every endpoint is certified for what the pool asks of it, 1 otherwise, 2 unusable
 input (the message names the field).

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register("events tail", "print one endpoint's decoded KV-cache events as JSON lines (ZeroMQ or TensorRT-LLM drain)",
+	register("events tail", "print one endpoint's decoded KV-cache events as JSON lines (ZeroMQ or "+drainedEngines+" drain)",
 		func(args []string) int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -34,12 +34,12 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
-const eventsTailUsage = `usage: ctk events tail --family F [--release R] (--zmq ADDR [--replay ADDR])... [--binding engine|router] [--block-size N]
-       ctk events tail --family trtllm [--release R] --drain BASE_URL --block-size N
+var eventsTailUsage = `usage: ctk events tail --family F [--release R] (--zmq ADDR [--replay ADDR])... [--binding engine|router] [--block-size N]
+       ctk events tail --family ` + drainedFamilies + ` [--release R] --drain BASE_URL --block-size N
        [--duration D] [--inventory]
 
 Connects (never binds) to one endpoint's event stream: --zmq (and --replay) once per data-parallel
-rank, in rank order; --drain is a TensorRT-LLM server's base URL (its /kv_cache_events is drained:
+rank, in rank order; --drain is a ` + drainedEngines + ` server's base URL (its /kv_cache_events is drained:
 nothing else may poll it meanwhile). Subscribes to every topic, asks for replay from sequence 0 on
 connect, and prints every decoded event, gap, reject and replay notice as one JSON line. With
 --duration it stops after D (exit 0); with --inventory its last line is the resulting inventory.
@@ -51,13 +51,13 @@ func eventsTail(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("ctk events tail", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var zmqs, replays repeated
-	family := fs.String("family", "", "engine family: vllm, sglang, trtllm")
+	family := fs.String("family", "", "engine family: "+eventFamilies)
 	release := fs.String("release", "", "engine release as tagged (v0.25.1, v0.5.18, 1.2)")
 	fs.Var(&zmqs, "zmq", "publisher address of one rank (repeat per rank, in rank order)")
 	fs.Var(&replays, "replay", "replay address of one rank (repeat per rank, in rank order)")
-	drain := fs.String("drain", "", "TensorRT-LLM server base URL")
-	blockSize := fs.Int("block-size", 0, "tokens per block (router binding, trtllm)")
-	binding := fs.String("binding", "", "engine (default for vllm, sglang) or router")
+	drain := fs.String("drain", "", drainedEngines+" server base URL")
+	blockSize := fs.Int("block-size", 0, "tokens per block (router binding, "+drainedFamilies+")")
+	binding := fs.String("binding", "", "engine (default for "+publishedFamilies+") or router")
 	duration := fs.Duration("duration", 0, "stop after this long (e.g. 14s); 0 runs until interrupted")
 	withInv := fs.Bool("inventory", false, "print the resulting inventory as the last line")
 	bad := func(format string, a ...any) int {
@@ -75,7 +75,7 @@ func eventsTail(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case fs.NArg() > 0:
 		return bad("unexpected argument %q", fs.Arg(0))
 	case *family == "":
-		return bad("--family is required (vllm, sglang, trtllm)")
+		return bad("--family is required (%s)", eventFamilies)
 	case len(zmqs) > 0 && *drain != "":
 		return bad("--zmq and --drain exclude each other")
 	case len(zmqs) == 0 && *drain == "":

@@ -16,7 +16,9 @@ func init() {
 		})
 }
 
-// vectorsVerify checks every case of every file against every implementation in impls. It prints one
+// vectorsVerify checks every case of every file against every implementation in impls. A file is
+// either in the project's schema (validated against vectors/schema/kvexact_vectors_v1.schema.json on
+// load) or an engine-produced original in its engine's own layout; vectors.Load reads both. It prints one
 // line per failing case and per skipped (not reproducible) case, then "N passed, M failed" over all
 // files. Exit status: 2 when a file is unreadable or not a vector file, or an implementation is
 // missing from this build; else 1 when a case failed; else 0.

@@ -10,19 +10,16 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/epp"
-	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // eppFlags are the Endpoint Picker mode's flags (docs/epp.md): with --epp the gateway also serves
@@ -43,96 +40,45 @@ func (f *eppFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --discover-pool (default: the in-cluster service account)")
 }
 
-// start runs discovery (when asked) and the picker; stop ends both. The picker turns ready once
+// start turns the flags into the picker's setup (its listener, TLS and, when asked, discovery) and
+// starts it on the assembled gateway, which stops it on Shutdown. The picker turns ready once
 // discovery has synced (at once without discovery).
-func (f *eppFlags) start(ctx context.Context, g *gateway.Gateway, cfg *rules.Config, log *slog.Logger) (stop func(), err error) {
+func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Logger) error {
 	if f.addr == "" {
 		if f.pool != "" || f.rule != "" {
-			return nil, errors.New("--discover-pool and --discover-rule need --epp")
+			return errors.New("--discover-pool and --discover-rule need --epp")
 		}
-		return func() {}, nil
+		return nil
 	}
 	if (f.certFile == "") != (f.keyFile == "") {
-		return nil, errors.New("--epp-tls-cert and --epp-tls-key go together")
+		return errors.New("--epp-tls-cert and --epp-tls-key go together")
 	}
 	if f.fallbacks < 0 || f.fallbacks > epp.MaxFallbacks {
-		return nil, fmt.Errorf("--epp-fallbacks: %d is outside 0..%d", f.fallbacks, epp.MaxFallbacks)
+		return fmt.Errorf("--epp-fallbacks: %d is outside 0..%d", f.fallbacks, epp.MaxFallbacks)
 	}
-	fb := f.fallbacks
-	if fb == 0 {
-		fb = -1 // epp.Config: negative lists none, 0 takes the default
+	pk := assemble.Picker{Fallbacks: f.fallbacks}
+	if pk.Fallbacks == 0 {
+		pk.Fallbacks = -1 // epp.Config: negative lists none, 0 takes the default
 	}
-	var d *discovery.Discovery
+	var err error
 	if f.pool != "" || f.rule != "" {
-		if d, err = f.discovery(g, log); err != nil {
-			return nil, err
+		if pk.Discovery, err = f.discovery(gw.Runtime, log); err != nil {
+			return err
 		}
-	}
-	m, err := epp.NewMetrics(g.Registry())
-	if err != nil {
-		return nil, err
-	}
-	picker, err := epp.New(epp.Config{Decider: g, Parse: proxy.ParseRequest, Listener: cfg.Listen, MaxBodyBytes: cfg.MaxBodyBytes, Fallbacks: fb, DebugHeader: cfg.DebugHeader, Metrics: m, Log: log})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	ready := make(chan struct{})
-	if d != nil {
-		go func() {
-			if err := d.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("discovery stopped", "err", err)
-			}
-		}()
-		go func() {
-			select {
-			case <-d.Synced():
-				close(ready)
-			case <-ctx.Done():
-			}
-		}()
-	} else {
-		close(ready)
-	}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(4 << 20), // Envoy streams the body in chunks far below this
-		grpc.MaxConcurrentStreams(100_000),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
 	if f.certFile != "" {
-		creds, err := credentials.NewServerTLSFromFile(f.certFile, f.keyFile)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("--epp-tls-cert/--epp-tls-key: %w", err)
+		if pk.Creds, err = credentials.NewServerTLSFromFile(f.certFile, f.keyFile); err != nil {
+			return fmt.Errorf("--epp-tls-cert/--epp-tls-key: %w", err)
 		}
-		opts = append(opts, grpc.Creds(creds))
 	}
-	gs := grpc.NewServer(opts...)
-	picker.Register(gs)
-	l, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("--epp %s: %w", f.addr, err)
+	if pk.Listener, err = net.Listen("tcp", f.addr); err != nil {
+		return fmt.Errorf("--epp %s: %w", f.addr, err)
 	}
-	go func() {
-		if err := gs.Serve(l); err != nil {
-			log.Error("endpoint picker stopped", "err", err)
-		}
-	}()
-	go func() {
-		select {
-		case <-ready:
-			picker.SetReady(true)
-			log.Info("endpoint picker ready", "addr", l.Addr().String())
-		case <-ctx.Done():
-		}
-	}()
-	log.Info("endpoint picker listening", "addr", l.Addr().String())
-	return func() {
-		picker.Shutdown()
-		cancel()
-		gs.GracefulStop()
-	}, nil
+	if err := gw.StartPicker(ctx, pk); err != nil {
+		pk.Listener.Close()
+		return err
+	}
+	return nil
 }
 
 func (f *eppFlags) discovery(g *gateway.Gateway, log *slog.Logger) (*discovery.Discovery, error) {

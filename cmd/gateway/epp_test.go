@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -33,30 +34,27 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, Registry: prometheus.NewRegistry(), ProbeInterval: -1, ReprobeInterval: -1})
+	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Registry: prometheus.NewRegistry(), ProbeInterval: -1, ReprobeInterval: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := g.Start(ctx); err != nil {
+	defer gw.Shutdown(context.Background())
+	if err := gw.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
 	for _, f := range []eppFlags{{pool: "ns/p"}, {addr: "127.0.0.1:0", pool: "ns/p"}, {addr: "127.0.0.1:0", rule: "chat", pool: "nons"}, {addr: "127.0.0.1:0", fallbacks: 9}, {addr: "127.0.0.1:0", certFile: "x"}} {
-		if stop, err := f.start(ctx, g, cfg, slog.Default()); err == nil {
-			stop()
+		if err := f.start(ctx, gw, slog.Default()); err == nil {
 			t.Fatalf("%+v: want an error", f)
 		}
 	}
 	// A fixed free port is not needed: the picker's bound address is only logged, so listen on a
 	// port found here.
 	f := eppFlags{addr: freeAddr(t), fallbacks: 2}
-	stop, err := f.start(ctx, g, cfg, slog.Default())
-	if err != nil {
+	if err := f.start(ctx, gw, slog.Default()); err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
 	conn, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

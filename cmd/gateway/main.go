@@ -4,11 +4,13 @@
 //
 // Exact routing is enabled per rule only where a certificate covers the rule's staged profile;
 // everywhere else the rule's selector routes and /admin/status says why.
+//
+// The command owns its flags, the files they name, signals, the ready line and the shutdown grace;
+// gateway/assemble builds and runs the gateway itself (docs/assembly.md).
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,8 +22,7 @@ import (
 
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/gateway"
-	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/watch"
 )
@@ -109,65 +110,22 @@ func run(args []string) int {
 			log.Warn("certificate origin not verified: anyone who could write the file could have edited it", "file", certs[i], "verification", v)
 		}
 	}
-	g, err := gateway.New(opts)
+	gw, err := assemble.New(assemble.Config{Options: opts})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := g.Start(ctx); err != nil {
+	if err := gw.Start(ctx); err != nil {
+		gw.Shutdown(context.Background())
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
 	}
-	defer g.Close()
-
-	p := proxy.New(proxy.Config{
-		Resolve: func(listener, model string) (*route.Router, error) {
-			r, err := g.Resolve(listener, model)
-			if err == nil {
-				return r, nil
-			}
-			var unknown *gateway.UnknownModelError
-			if errors.As(err, &unknown) {
-				return nil, &proxy.ModelNotFound{Listener: listener, Model: model}
-			}
-			return r, err
-		},
-		Routers:         g.Routers,
-		MaxBodyBytes:    cfg.MaxBodyBytes,
-		MaxHeaderFields: cfg.Server.MaxHeaderFields,
-		BodyTimeout:     time.Duration(cfg.Server.BodyTimeout),
-		DebugHeader:     cfg.DebugHeader,
-		Log:             log,
-		Metrics:         proxy.NewMetrics(g.Registry()),
-		Usage: func(u proxy.UsageReport) {
-			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)
-			g.CheckRoutedPrompt(u.Rule, u.Endpoint, u.LastBlockKey, u.Blocks)
-		},
-	})
-	g.OnRuleRemoved(p.Forget)
-	srv, err := g.Serve(p.Handler, proxy.ParseRequest)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
-		return 1
-	}
-	stopEPP, err := eppf.start(ctx, g, cfg, log)
-	if err != nil {
+	if err := eppf.start(ctx, gw, log); err != nil {
+		gw.Shutdown(context.Background())
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 2
-	}
-	defer stopEPP()
-	for l, bound := range srv.Client {
-		log.Info("gateway listening", "listener", l, "addr", bound)
-	}
-	log.Info("admin listening", "addr", srv.Admin)
-	for _, rs := range g.Status().Rules {
-		if rs.Exact.Mode != 0 && !rs.Exact.Enabled {
-			log.Warn("KV-exact is off for this rule", "rule", rs.Name, "reason", rs.Exact.Reason)
-		} else if rs.Exact.Enabled {
-			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)
-		}
 	}
 	// SIGHUP re-reads the certificate files; a file that fails leaves the ones in force.
 	hup := make(chan os.Signal, 1)
@@ -175,22 +133,22 @@ func run(args []string) int {
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			if _, err := g.ReloadCertificates(); err != nil {
+			if _, err := gw.Runtime.ReloadCertificates(); err != nil {
 				log.Error("SIGHUP: certificate reload failed", "err", err)
 			}
 		}
 	}()
 	// One line a harness can wait for.
-	fmt.Printf("gateway ready admin=%s listeners=%s\n", srv.Admin, strings.Join(boundList(srv), ","))
+	fmt.Printf("gateway ready admin=%s listeners=%s\n", gw.Servers.Admin, strings.Join(boundList(gw.Servers), ","))
 	select {
 	case <-ctx.Done():
-	case err := <-srv.Err():
+	case err := <-gw.Err():
 		log.Error("server failed", "err", err)
 	}
 	log.Info("shutting down: finishing in-flight requests", "grace", *grace)
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := gw.Shutdown(sctx); err != nil {
 		log.Warn("shutdown grace ran out", "err", err)
 	}
 	return 0

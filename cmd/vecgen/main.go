@@ -1,5 +1,6 @@
 // Command vecgen writes additional block-hash vector cases computed by the hash core's Go reference,
-// in the shared vector schema, one file per binding, under vectors/generated/. Every file is labelled
+// in the project's vector schema (vectors/schema/kvexact_vectors_v1.schema.json), one file per
+// binding, under vectors/generated/. Every file is labelled
 // origin "kvexact-vecgen (Go reference)": these cases are NOT engine truth. They pin agreement
 // between the C core and the Go reference (and guard against regressions) on inputs the engine
 // vectors do not cover: odd block sizes, LONG1-sized token ids, one-character strings that pickle
@@ -7,13 +8,16 @@
 //
 // Output is a pure function of -seed: the same seed writes the same bytes.
 //
+// With -convert it instead rewrites each FILE, a file the project made by running an engine's own
+// hashing code but laid out in that engine's original case schema, into the project's schema in
+// place: the cases and the header's provenance are kept, and the header records the conversion.
+//
 //	vecgen [-seed N] [-out DIR]
+//	vecgen -convert FILE...
 package main
 
 import (
 	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -27,7 +31,18 @@ import (
 func main() {
 	seed := flag.Uint64("seed", 1, "random seed; the output is a pure function of it")
 	out := flag.String("out", "", "output folder (default: the repository's vectors/generated)")
+	conv := flag.Bool("convert", false, "rewrite each FILE argument from its engine's original case schema into the project's schema, in place")
 	flag.Parse()
+	if *conv {
+		for _, path := range flag.Args() {
+			if err := Convert(path); err != nil {
+				fmt.Fprintln(os.Stderr, "vecgen:", err)
+				os.Exit(1)
+			}
+			fmt.Println(path)
+		}
+		return
+	}
 	dir := *out
 	if dir == "" {
 		root, err := vectors.Dir()
@@ -53,6 +68,37 @@ func main() {
 		}
 		fmt.Println(filepath.Join(dir, name))
 	}
+}
+
+// Convert rewrites the file at path into the project's schema. Only engine-produced files are
+// converted (generated ones are regenerated), and a file already in the project's schema is refused.
+func Convert(path string) error {
+	f, err := vectors.Load(path)
+	if err != nil {
+		return err
+	}
+	if f.Header.Schema == vectors.SchemaName {
+		return fmt.Errorf("%s is already in %s", path, vectors.SchemaName)
+	}
+	if f.Header.Generated() {
+		return fmt.Errorf("%s is generated: run vecgen to regenerate it instead", path)
+	}
+	if f.Header.KeyType == "" || f.Header.Algo == "" {
+		info, err := vectors.Algorithm(f.Cases[0].Algo)
+		if err != nil {
+			return err
+		}
+		f.Header.KeyType, f.Header.Algo = info.KeyType, f.Cases[0].Algo
+	}
+	f.Header.Notes = append(f.Header.Notes, "Converted by cmd/vecgen -convert from "+f.Header.Schema+" into vectors/schema/"+vectors.SchemaName+": the same cases and values, in the project's field names (docs/vectors.md).")
+	data, err := vectors.Encode(f)
+	if err != nil {
+		return err
+	}
+	if _, err := vectors.Parse(path, data); err != nil {
+		return fmt.Errorf("the converted file does not load: %w", err)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // FileNames maps each binding to its output file.
@@ -111,12 +157,13 @@ func randTokens(r *rand.Rand, n int, max uint32) []uint32 {
 	return t
 }
 
-// inputs draws the cases of one binding.
-func inputs(a hashcore.Algorithm, r *rand.Rand) []input {
+// inputs draws the cases of one binding: seeds where the algorithm has them; salt, bigram and
+// decode cases where it hashes no extra keys; LoRA, multimodal, prompt-embedding, decode and group
+// cases where it does.
+func inputs(a hashcore.Algorithm, info vectors.AlgorithmInfo, r *rand.Rand) []input {
 	var in []input
-	vllm := a.IsVLLM()
 	sd := func() *string {
-		if !vllm {
+		if !info.Seeded {
 			return nil
 		}
 		return str([]string{"0", "42", "", "7", "random"}[r.IntN(5)])
@@ -128,13 +175,15 @@ func inputs(a hashcore.Algorithm, r *rand.Rand) []input {
 		in = append(in, input{name: fmt.Sprintf("random_%d_bs%d_n%d", i, bs, n), blockSize: bs, seed: sd(), tokens: randTokens(r, n, max)})
 	}
 	in = append(in, input{name: "top_ids_bs4", blockSize: 4, seed: sd(), tokens: []uint32{0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x10000, 0xFFFF, 0x100, 0xFF, 0}})
-	if a == hashcore.SGLangSHA256 {
-		in = append(in,
-			input{name: "salted_bs4", blockSize: 4, tokens: randTokens(r, 13, 150000), ex: &hashcore.Extras{CacheSalt: "gen-tenant"}},
-			input{name: "bigram_salted_bs3", blockSize: 3, bigram: true, tokens: randTokens(r, 11, 150000), ex: &hashcore.Extras{CacheSalt: "é"}},
-			input{name: "bigram_decode_bs2", blockSize: 2, bigram: true, tokens: randTokens(r, 9, 1000), promptLen: 4},
-			input{name: "decode_bs4", blockSize: 4, tokens: randTokens(r, 19, 1000), promptLen: 6},
-		)
+	if !info.ExtraKeys {
+		in = append(in, input{name: "salted_bs4", blockSize: 4, tokens: randTokens(r, 13, 150000), ex: &hashcore.Extras{CacheSalt: "gen-tenant"}})
+		if info.Bigram {
+			in = append(in,
+				input{name: "bigram_salted_bs3", blockSize: 3, bigram: true, tokens: randTokens(r, 11, 150000), ex: &hashcore.Extras{CacheSalt: "é"}},
+				input{name: "bigram_decode_bs2", blockSize: 2, bigram: true, tokens: randTokens(r, 9, 1000), promptLen: 4},
+			)
+		}
+		in = append(in, input{name: "decode_bs4", blockSize: 4, tokens: randTokens(r, 19, 1000), promptLen: 6})
 		return in
 	}
 	embeds := make([][]byte, 20)
@@ -166,110 +215,35 @@ func randBytes(r *rand.Rand, n int) []byte {
 	return b
 }
 
-// header is the file header, in the shared schema plus origin.
-type header struct {
-	Engine    string          `json:"engine"`
-	Tag       string          `json:"tag"`
-	Commit    string          `json:"commit"`
-	HashAlgo  string          `json:"hash_algo,omitempty"`
-	Origin    string          `json:"origin"`
-	Generator string          `json:"generator"`
-	Notes     []string        `json:"notes"`
-	Cases     json.RawMessage `json:"cases"`
-}
-
-type vllmCase struct {
-	Name             string         `json:"name"`
-	HashAlgo         string         `json:"hash_algo"`
-	BlockSize        int            `json:"block_size"`
-	HashSeed         *string        `json:"hash_seed"`
-	Reproducible     bool           `json:"reproducible"`
-	TokenIDs         []uint32       `json:"token_ids"`
-	PromptLen        int            `json:"prompt_len,omitempty"`
-	GroupBlockSize   int            `json:"group_block_size,omitempty"`
-	Request          map[string]any `json:"request"`
-	ExtraKeys        []any          `json:"extra_keys"`
-	ExtraKeysOneShot []any          `json:"extra_keys_one_shot,omitempty"`
-	Expected         vllmExpected   `json:"expected"`
-}
-
-type vllmExpected struct {
-	NoneHashHex         string   `json:"none_hash_hex"`
-	NumFullBlocks       int      `json:"num_full_blocks"`
-	BlockHashesHex      []string `json:"block_hashes_hex"`
-	BlockHashesU64      []uint64 `json:"block_hashes_u64"`
-	FirstBlockPreimage  string   `json:"first_block_preimage_hex,omitempty"`
-	GroupBlockHashesHex []string `json:"group_block_hashes_hex,omitempty"`
-	GroupBlockHashesU64 []uint64 `json:"group_block_hashes_u64,omitempty"`
-}
-
-type sglangCase struct {
-	Name      string         `json:"name"`
-	PageSize  int            `json:"page_size"`
-	Bigram    bool           `json:"bigram,omitempty"`
-	TokenIDs  []uint32       `json:"token_ids"`
-	CacheSalt string         `json:"cache_salt,omitempty"`
-	Expected  sglangExpected `json:"expected"`
-}
-
-type sglangExpected struct {
-	PageHashesHex    []string `json:"page_hashes_hex"`
-	PageHashesI64    []int64  `json:"page_hashes_i64"`
-	NumFullPages     int      `json:"num_full_pages"`
-	SaltRootHex      string   `json:"salt_root_hex,omitempty"`
-	UnsaltedPagesHex []string `json:"unsalted_page_hashes_hex,omitempty"`
-}
-
-func hexes(ds [][]byte) []string {
-	out := make([]string, len(ds))
-	for i, d := range ds {
-		out[i] = hex.EncodeToString(d)
-	}
-	return out
-}
-
 func generateFile(a hashcore.Algorithm, seed uint64, r *rand.Rand) ([]byte, error) {
-	var cases []any
-	for _, in := range inputs(a, r) {
-		c, err := compute(a, in)
-		if err != nil {
-			return nil, fmt.Errorf("case %s: %w", in.name, err)
-		}
-		cases = append(cases, c)
-	}
-	raw, err := json.Marshal(cases)
+	info, err := vectors.Algorithm(string(a))
 	if err != nil {
 		return nil, err
 	}
-	h := header{
-		Engine: vectors.EngineVLLM, Tag: "generated", Commit: "", HashAlgo: string(a),
-		Origin:    vectors.GeneratedOrigin,
-		Generator: fmt.Sprintf("kvexact cmd/vecgen -seed %d: gateway/hashcore Go reference (hashcore.ImplGo)", seed),
+	f := &vectors.File{Header: vectors.Header{
+		Engine: info.Engine, Tag: "generated", Commit: "", Algo: string(a), KeyType: info.KeyType,
+		Source: vectors.SourceGenerated, Origin: vectors.GeneratedOrigin,
+		Generator: []string{fmt.Sprintf("kvexact cmd/vecgen -seed %d: gateway/hashcore Go reference (hashcore.ImplGo)", seed)},
 		Notes: []string{
 			"GENERATED by kvexact's own Go reference, NOT by the engine: these cases pin C/Go agreement and guard regressions; they are never engine truth.",
-			"Schema: the engine vector schema of the same family (vllm/*/README.md, sglang/*/README.md).",
+			"Schema: vectors/schema/" + vectors.SchemaName + " (docs/vectors.md).",
 		},
-		Cases: raw,
+	}}
+	if a == hashcore.RouterXXH3V1 {
+		f.Header.Notes = append(f.Header.Notes, "Router keys kvexact-xxh3-v1: key_i = XXH3-64(le64(key_{i-1}) || le32 tokens || canonical CBOR(extra keys) when any), key_{-1} = 0; digests are le64(key); root is le64(0). Extra keys follow vLLM's one-shot (BlockStored) values, also on the decode path.")
 	}
-	switch a {
-	case hashcore.SGLangSHA256:
-		h.Engine, h.HashAlgo = vectors.EngineSGLang, ""
-	case hashcore.RouterXXH3V1:
-		h.Engine = vectors.EngineKVExact
-		h.Notes = append(h.Notes, "Router keys kvexact-xxh3-v1: key_i = XXH3-64(le64(key_{i-1}) || le32 tokens || canonical CBOR(extra keys) when any), key_{-1} = 0; digests are le64(key); none_hash_hex is le64(0). Extra keys follow vLLM's one-shot (BlockStored) values, also on the decode path.")
+	for _, in := range inputs(a, info, r) {
+		c, err := compute(a, info, in)
+		if err != nil {
+			return nil, fmt.Errorf("case %s: %w", in.name, err)
+		}
+		f.Cases = append(f.Cases, *c)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", " ")
-	if err := enc.Encode(h); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return vectors.Encode(f)
 }
 
-// compute runs one input through the Go reference and renders the case.
-func compute(a hashcore.Algorithm, in input) (any, error) {
+// compute runs one input through the Go reference and records the case.
+func compute(a hashcore.Algorithm, info vectors.AlgorithmInfo, in input) (*vectors.Case, error) {
 	h, err := hashcore.New(hashcore.Binding{Algorithm: a, BlockSize: in.blockSize, Seed: in.seed, Bigram: in.bigram}, hashcore.ImplGo)
 	if err != nil {
 		return nil, err
@@ -291,111 +265,60 @@ func compute(a hashcore.Algorithm, in input) (any, error) {
 	} else if digests, keys, err = h.Digests(in.tokens, in.ex); err != nil {
 		return nil, err
 	}
-	var pre []byte
+	c := &vectors.Case{
+		Name: in.name, Algo: string(a), BlockSize: in.blockSize, Seed: in.seed, Reproducible: true, Bigram: in.bigram,
+		Tokens: in.tokens, PromptLen: in.promptLen, GroupBlockSize: in.groupBlockSize, Request: request(in.ex),
+	}
+	if c.Tokens == nil {
+		c.Tokens = []uint32{}
+	}
+	e := &c.Expected
+	e.NumFullBlocks, e.Digests, e.Keys = len(keys), digests, keys
+	if e.Root, err = h.RootFor(in.ex); err != nil {
+		return nil, err
+	}
 	if len(keys) > 0 {
-		if pre, err = h.FirstPreimage(in.tokens, in.ex); err != nil {
+		if e.FirstPreimage, err = h.FirstPreimage(in.tokens, in.ex); err != nil {
 			return nil, err
 		}
 	}
-	if a == hashcore.SGLangSHA256 {
-		c := sglangCase{Name: in.name, PageSize: in.blockSize, Bigram: in.bigram, TokenIDs: in.tokens}
-		c.Expected = sglangExpected{PageHashesHex: hexes(digests), NumFullPages: len(keys), PageHashesI64: make([]int64, len(keys))}
-		for i, k := range keys {
-			c.Expected.PageHashesI64[i] = hashcore.SGLangInt64(k)
+	if info.SaltInRoot && in.ex != nil && in.ex.CacheSalt != "" {
+		if e.UnsaltedDigests, _, err = h.Digests(in.tokens, nil); err != nil {
+			return nil, err
 		}
-		if in.ex != nil && in.ex.CacheSalt != "" {
-			c.CacheSalt = in.ex.CacheSalt
-			root, err := h.RootFor(in.ex)
-			if err != nil {
-				return nil, err
-			}
-			c.Expected.SaltRootHex = hex.EncodeToString(root)
-			ud, _, err := h.Digests(in.tokens, nil)
-			if err != nil {
-				return nil, err
-			}
-			c.Expected.UnsaltedPagesHex = hexes(ud)
-		}
-		return c, nil
 	}
-	oneShot, err := hashcore.ExtraKeys(in.ex, len(in.tokens), in.blockSize)
-	if err != nil {
-		return nil, err
-	}
-	if in.promptLen == 0 {
-		used = oneShot
-	}
-	c := vllmCase{
-		Name: in.name, HashAlgo: string(a), BlockSize: in.blockSize, HashSeed: in.seed, Reproducible: true,
-		TokenIDs: in.tokens, PromptLen: in.promptLen, GroupBlockSize: in.groupBlockSize,
-		Request: request(in.ex), ExtraKeys: jsonExtras(used),
-		Expected: vllmExpected{
-			NoneHashHex: hex.EncodeToString(h.Root()), NumFullBlocks: len(keys),
-			BlockHashesHex: hexes(digests), BlockHashesU64: keys, FirstBlockPreimage: hex.EncodeToString(pre),
-		},
-	}
-	if c.TokenIDs == nil {
-		c.TokenIDs = []uint32{}
-	}
-	if in.promptLen > 0 && fmt.Sprint(used) != fmt.Sprint(oneShot) {
-		c.ExtraKeysOneShot = jsonExtras(oneShot)
-	}
-	if in.groupBlockSize > 0 {
-		gd, err := hashcore.GroupDigests(digests, in.groupBlockSize, in.blockSize)
+	if info.ExtraKeys {
+		oneShot, err := hashcore.ExtraKeys(in.ex, len(in.tokens), in.blockSize)
 		if err != nil {
 			return nil, err
 		}
-		gk, _ := hashcore.GroupKeys(keys, in.groupBlockSize, in.blockSize)
-		c.Expected.GroupBlockHashesHex, c.Expected.GroupBlockHashesU64 = hexes(gd), gk
+		if in.promptLen == 0 {
+			used = oneShot
+		}
+		c.ExtraKeys, c.HasExtraKeys = used, true
+		if in.promptLen > 0 && fmt.Sprint(used) != fmt.Sprint(oneShot) {
+			c.ExtraKeysOneShot = oneShot
+		}
 	}
+	if in.groupBlockSize > 0 {
+		if e.GroupDigests, err = hashcore.GroupDigests(digests, in.groupBlockSize, in.blockSize); err != nil {
+			return nil, err
+		}
+		e.GroupKeys, _ = hashcore.GroupKeys(keys, in.groupBlockSize, in.blockSize)
+	}
+	c.Flags = vectors.Flags(c)
 	return c, nil
 }
 
-func request(ex *hashcore.Extras) map[string]any {
-	m := map[string]any{}
+// request records the request fields the extras came from.
+func request(ex *hashcore.Extras) vectors.Request {
+	var r vectors.Request
 	if ex == nil {
-		return m
+		return r
 	}
-	if ex.LoRAName != "" {
-		m["lora_name"] = ex.LoRAName
+	r.LoRAName, r.CacheSalt, r.PromptEmbedsRows = ex.LoRAName, ex.CacheSalt, ex.PromptEmbeds
+	for _, f := range ex.MM {
+		r.MM = append(r.MM, vectors.MMFeature{Identifier: f.Identifier, Offset: f.Offset, Length: f.Length})
 	}
-	if ex.CacheSalt != "" {
-		m["cache_salt"] = ex.CacheSalt
-	}
-	if len(ex.MM) > 0 {
-		var mm []map[string]any
-		for _, f := range ex.MM {
-			mm = append(mm, map[string]any{"identifier": f.Identifier, "offset": f.Offset, "length": f.Length})
-		}
-		m["mm_features"] = mm
-	}
-	if ex.PromptEmbeds != nil {
-		m["prompt_embeds_rows_hex"] = hexes(ex.PromptEmbeds)
-	}
-	return m
-}
-
-// jsonExtras renders per-block extra keys in the vectors' notation ({"$bytes": hex} for bytes).
-func jsonExtras(blocks [][]any) []any {
-	out := make([]any, len(blocks))
-	for i, b := range blocks {
-		if b != nil {
-			out[i] = jsonValue(b)
-		}
-	}
-	return out
-}
-
-func jsonValue(v any) any {
-	switch x := v.(type) {
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = jsonValue(e)
-		}
-		return out
-	case []byte:
-		return map[string]string{"$bytes": hex.EncodeToString(x)}
-	}
-	return v
+	return r
 }

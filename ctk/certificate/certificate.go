@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kvexact/kvexact/contracts"
 )
 
 // FormatVersion is the certificate schema version.
@@ -326,7 +328,7 @@ func NewProfile(family, contract, model, tokenizerSHA256, configSHA256, template
 		sum := sha256.Sum256([]byte(templateText))
 		p.TemplateSHA256 = hex.EncodeToString(sum[:])
 	}
-	if family == "vllm" {
+	if c, err := contracts.ByID(contract); err == nil && c.Seeded() {
 		p.SeedFingerprint = SeedFingerprint(seed)
 	}
 	return p

@@ -1,6 +1,8 @@
 // Package registry maps a family name, as rules, pool files and contracts spell it, to the engine
-// family that implements it. It is the one place that lists the families: adding one means adding
-// its package here.
+// family that implements it, and builds a family's HTTP prober (NewProber). It is the one place
+// that lists the families: adding one means adding its package here, and its name to
+// contracts/vocabulary.yaml (TestRegistryMatchesContracts). Code outside engines/ names no family
+// (TestNoFamilyNamesOutsideEngines); docs/families.md says what each facet covers.
 package registry
 
 import (

@@ -27,6 +27,12 @@ const (
 	RoleDecode  Role = "decode"
 )
 
+// DefaultFamily and DefaultRelease are the engine a harness simulates when it names none.
+const (
+	DefaultFamily  = "vllm"
+	DefaultRelease = "v0.25.1"
+)
+
 // Config describes one simulated engine. Zero values take the defaults documented per field.
 type Config struct {
 	// Family is vllm, sglang, trtllm or llamacpp; Release a tag of that family ("v0.25.1", "v0.5.18",

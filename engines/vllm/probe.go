@@ -125,3 +125,8 @@ func (p *Prober) Complete(ctx context.Context, req engines.CompletionRequest) (*
 func (p *Prober) Chat(ctx context.Context, body []byte, maxTokens int) (*engines.Completion, error) {
 	return p.c.Chat(ctx, body, maxTokens)
 }
+
+// NewProber is the family's prober facet (engines.Probes).
+func (family) NewProber(address string, hc *http.Client) engines.Prober {
+	return NewProber(address, hc)
+}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -90,14 +91,34 @@ func TestPickerDecidesAsTheGateway(t *testing.T) {
 	if kvExact < 20 {
 		t.Fatalf("only %d of 24 decisions were KV-exact: the workload does not test exact routing", kvExact)
 	}
-	// The standalone proxy here has no Usage hook: whatever the gateway's accounting holds came
-	// through the picker's response path.
-	var pred, real float64
-	for ep := range 3 {
-		l := map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)}
-		pred += promtest.Value(t, w.reg, "kvexact_predicted_cached_tokens_total", l)
-		real += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", l)
+	// The standalone proxy accounts its responses too (as in production): what the picker's
+	// response path accounts is the counters' growth over picker-only requests, once the proxy's
+	// last report has landed.
+	usage := func() (pred, real float64) {
+		for ep := range 3 {
+			l := map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)}
+			pred += promtest.Value(t, w.reg, "kvexact_predicted_cached_tokens_total", l)
+			real += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", l)
+		}
+		return pred, real
 	}
+	p0, r0 := usage()
+	eventually(t, 5*time.Second, "the standalone proxy's usage reports to settle", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		p1, r1 := usage()
+		settled := p1 == p0 && r1 == r0
+		p0, r0 = p1, r1
+		return settled
+	})
+	for i, g := range groups {
+		res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(g + fmt.Sprintf(" picker question %d?", i)), chunk: 700})
+		if res.immediate != nil {
+			t.Fatalf("picker-only request %d: immediate response %v", i, res.immediate)
+		}
+		w.forward(res, "/v1/completions", "")
+	}
+	pred, real := usage()
+	pred, real = pred-p0, real-r0
 	if pred <= 0 || real < pred {
 		t.Fatalf("predicted %v, realized %v cached tokens: the response stream's usage was not accounted (a healthy pool realizes what was predicted)", pred, real)
 	}
@@ -148,7 +169,7 @@ func TestSubsetHint(t *testing.T) {
 }
 
 func TestFallbackList(t *testing.T) {
-	w := startWorld(t, worldSpec{n: 4, epp: func(c *epp.Config) { c.Fallbacks = 2 }})
+	w := startWorld(t, worldSpec{n: 4, picker: func(p *assemble.Picker) { p.Fallbacks = 2 }})
 	res := w.request(envoyRequest{path: "/v1/completions", body: completionBody("fallback prompt")})
 	list := strings.Split(res.header, ",")
 	if len(list) != 3 || list[0] == list[1] || list[1] == list[2] || list[0] == list[2] {
@@ -213,7 +234,7 @@ func TestNothingEligible503(t *testing.T) {
 }
 
 func TestBodyLimit413(t *testing.T) {
-	w := startWorld(t, worldSpec{n: 1, epp: func(c *epp.Config) { c.MaxBodyBytes = 1000 }})
+	w := startWorld(t, worldSpec{n: 1, cfg: func(c *rules.Config) { c.MaxBodyBytes = 1000 }})
 	res := w.request(envoyRequest{path: "/v1/completions", body: completionBody(strings.Repeat("long ", 400)), chunk: 300})
 	if res.immediate == nil || res.immediate.Status.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("want 413, got %+v", res)

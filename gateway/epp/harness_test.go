@@ -24,9 +24,9 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
@@ -48,11 +48,12 @@ type world struct {
 }
 
 type worldSpec struct {
-	n     int
-	roles []string
-	mod   func(r *rules.Rule)
-	epp   func(c *epp.Config)
-	sim   func(i int, c *sim.Config) // changes endpoint i's simulator
+	n      int
+	roles  []string
+	mod    func(r *rules.Rule)
+	cfg    func(c *rules.Config)      // changes the configuration (after the rule's mod)
+	picker func(p *assemble.Picker)   // changes the picker's setup
+	sim    func(i int, c *sim.Config) // changes endpoint i's simulator
 }
 
 func startWorld(t testing.TB, spec worldSpec) *world {
@@ -100,6 +101,9 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 		spec.mod(&rule)
 	}
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "t"}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if spec.cfg != nil {
+		spec.cfg(cfg)
+	}
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
@@ -114,53 +118,33 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 			Certified: []certificate.Coverage{certificate.CoverEngine, certificate.CoverRouter}})
 	}
 	w.reg = prometheus.NewRegistry()
-	g, err := gateway.New(gateway.Options{Config: cfg, Certificates: []*certificate.Certificate{c}, Tokenizers: toks, Registry: w.reg, ProbeInterval: -1, ReprobeInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	w.g = g
-	px := proxy.New(proxy.Config{Resolve: func(l, m string) (*route.Router, error) {
-		r, err := g.Resolve(l, m)
-		if err != nil {
-			return nil, &proxy.ModelNotFound{Listener: l, Model: m}
-		}
-		return r, nil
-	}, Routers: g.Routers, DebugHeader: true, Metrics: proxy.NewMetrics(w.reg)})
-	srv, err := g.Serve(px.Handler, proxy.ParseRequest)
+	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: []*certificate.Certificate{c}, Tokenizers: toks, Registry: w.reg, ProbeInterval: -1, ReprobeInterval: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 		defer c()
-		srv.Shutdown(sctx)
+		gw.Shutdown(sctx)
 	})
-	w.base = "http://" + srv.Client["127.0.0.1:0"]
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.g = gw.Runtime
+	w.base = "http://" + gw.Servers.Client["127.0.0.1:0"]
 
-	m, err := epp.NewMetrics(w.reg)
-	if err != nil {
+	pk := assemble.Picker{}
+	if spec.picker != nil {
+		spec.picker(&pk)
+	}
+	if pk.Listener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	ec := epp.Config{Decider: g, Parse: proxy.ParseRequest, Listener: cfg.Listen, Metrics: m, DebugHeader: true}
-	if spec.epp != nil {
-		spec.epp(&ec)
-	}
-	if w.picker, err = epp.New(ec); err != nil {
+	if err := gw.StartPicker(ctx, pk); err != nil {
 		t.Fatal(err)
 	}
-	w.picker.SetReady(true)
-	gs := grpc.NewServer()
-	w.picker.Register(gs)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
+	w.picker = gw.Picker()
+	l := pk.Listener
 	if w.conn, err = grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,70 @@ type cSGLangFile struct {
 	} `json:"cases"`
 }
 
+// cProjectFile is a file in the project's vector schema (vectors/schema/kvexact_vectors_v1.schema.json):
+// the same quantities in test groups, under the project's names.
+type cProjectFile struct {
+	Schema     string `json:"schema"`
+	Algorithm  string `json:"algorithm"`
+	TestGroups []struct {
+		BlockSize int     `json:"blockSize"`
+		Seed      *string `json:"seed"`
+		Tests     []struct {
+			Name           string   `json:"name"`
+			Result         string   `json:"result"`
+			Tokens         []uint32 `json:"tokens"`
+			PromptLength   *int     `json:"promptLength"`
+			GroupBlockSize *int     `json:"groupBlockSize"`
+			Request        struct {
+				LoRAName   string `json:"loraName"`
+				CacheSalt  string `json:"cacheSalt"`
+				MMFeatures []struct {
+					Identifier string `json:"identifier"`
+					Offset     int    `json:"offset"`
+					Length     int    `json:"length"`
+				} `json:"mmFeatures"`
+				PromptEmbedsRows []string `json:"promptEmbedsRows"`
+			} `json:"request"`
+			Expected struct {
+				Root               string        `json:"root"`
+				NumFullBlocks      int           `json:"numFullBlocks"`
+				Digests            []string      `json:"digests"`
+				Keys               []json.Number `json:"keys"`
+				FirstBlockPreimage string        `json:"firstBlockPreimage"`
+				GroupDigests       []string      `json:"groupDigests"`
+				GroupKeys          []json.Number `json:"groupKeys"`
+			} `json:"expected"`
+		} `json:"tests"`
+	} `json:"testGroups"`
+}
+
+// readVLLMFile reads a vLLM block-hash file in either schema: vLLM's own case layout (the
+// engine-produced originals) or the project's (files the project made from vLLM's code).
+func readVLLMFile(t *testing.T, path string) cVLLMFile {
+	t.Helper()
+	var p cProjectFile
+	readJSON(t, path, &p)
+	var f cVLLMFile
+	if p.Schema == "" {
+		readJSON(t, path, &f)
+		return f
+	}
+	f.HashAlgo = p.Algorithm
+	for _, g := range p.TestGroups {
+		for _, x := range g.Tests {
+			c := cVLLMCase{Name: x.Name, BlockSize: g.BlockSize, HashSeed: g.Seed, Reproducible: x.Result == "valid",
+				TokenIDs: x.Tokens, PromptLen: x.PromptLength, GroupBlockSize: x.GroupBlockSize}
+			c.Request.LoRAName, c.Request.CacheSalt, c.Request.PromptEmbedsRowsHex = x.Request.LoRAName, x.Request.CacheSalt, x.Request.PromptEmbedsRows
+			c.Request.MMFeatures = x.Request.MMFeatures
+			e := x.Expected
+			c.Expected.NoneHashHex, c.Expected.NumFullBlocks, c.Expected.BlockHashesHex, c.Expected.BlockHashesU64 = e.Root, e.NumFullBlocks, e.Digests, e.Keys
+			c.Expected.FirstBlockPreimage, c.Expected.GroupBlockHashesHex, c.Expected.GroupBlockHashesU64 = e.FirstBlockPreimage, e.GroupDigests, e.GroupKeys
+			f.Cases = append(f.Cases, c)
+		}
+	}
+	return f
+}
+
 func readJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
@@ -147,8 +211,7 @@ func TestCCoreVLLMVectors(t *testing.T) {
 		}{{"v0.25.1", VLLMSHA256}, {"v0.25.1", VLLMSHA256CBOR}, {"v0.25.1", VLLMXXHash}, {"v0.25.1", VLLMXXHashCBOR},
 			{"main-msgpack", VLLMSHA256MsgPack}, {"main-msgpack", VLLMXXHashMsgPack}} {
 			algo := v.algo
-			var f cVLLMFile
-			readJSON(t, filepath.Join(vectorsRoot, "vllm", v.dir, string(algo)+".json"), &f)
+			f := readVLLMFile(t, filepath.Join(vectorsRoot, "vllm", v.dir, string(algo)+".json"))
 			if f.HashAlgo != string(algo) || len(f.Cases) == 0 {
 				t.Fatalf("%s: file says hash_algo %q with %d cases", algo, f.HashAlgo, len(f.Cases))
 			}

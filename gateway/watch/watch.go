@@ -13,8 +13,10 @@ package watch
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 )
 
@@ -32,7 +34,8 @@ const (
 type Config struct {
 	// Hasher is the rule's engine binding.
 	Hasher *hashcore.Hasher
-	// Family is vllm or sglang (the families whose engine keys the gateway reproduces).
+	// Family names the engine family; its key rules (engines.KeyRules) must say its keys are
+	// reproducible.
 	Family string
 	// CheckFirst, SampleEvery, MaxDigests: zero takes the defaults above; SampleEvery 1 checks
 	// every event.
@@ -72,8 +75,9 @@ type Outcome struct {
 // Watch is one endpoint's watch; it is not safe for concurrent use (ingest calls it in stream
 // order, under the stream's lock).
 type Watch struct {
-	cfg  Config
-	seen int // events since the last reset
+	cfg   Config
+	rules engines.KeyRules // the family's
+	seen  int              // events since the last reset
 	// digests are full digests of verified blocks by published key, retired FIFO beyond MaxDigests.
 	digests map[uint64][]byte
 	ring    []uint64
@@ -86,8 +90,9 @@ func New(cfg Config) (*Watch, error) {
 	if cfg.Hasher == nil {
 		return nil, fmt.Errorf("watch: no hasher")
 	}
-	if cfg.Family != "vllm" && cfg.Family != "sglang" {
-		return nil, fmt.Errorf("watch: family %q: only vllm and sglang publish reproducible engine keys", cfg.Family)
+	fam, err := registry.Lookup(cfg.Family)
+	if err != nil || !fam.KeyRules().Reproducible {
+		return nil, fmt.Errorf("watch: family %q: only %s publish reproducible engine keys", cfg.Family, reproducible())
 	}
 	if cfg.CheckFirst <= 0 {
 		cfg.CheckFirst = DefaultCheckFirst
@@ -98,7 +103,21 @@ func New(cfg Config) (*Watch, error) {
 	if cfg.MaxDigests <= 0 {
 		cfg.MaxDigests = DefaultMaxDigests
 	}
-	return &Watch{cfg: cfg, digests: make(map[uint64][]byte)}, nil
+	return &Watch{cfg: cfg, rules: fam.KeyRules(), digests: make(map[uint64][]byte)}, nil
+}
+
+// reproducible lists the families whose engine keys the watch can recompute ("a and b").
+func reproducible() string {
+	var names []string
+	for _, f := range registry.All() {
+		if f.KeyRules().Reproducible {
+			names = append(names, f.Name())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // Reset forgets the verified digests and checks every event again for CheckFirst events: after a
@@ -151,7 +170,7 @@ func (w *Watch) Event(ev *engines.Event) Outcome {
 	root := !ev.HasParent
 	if root {
 		var ex *hashcore.Extras
-		if ev.CacheSalt != "" && w.cfg.Family == "sglang" {
+		if ev.CacheSalt != "" && w.rules.SaltedRoot {
 			ex = &hashcore.Extras{CacheSalt: ev.CacheSalt}
 		}
 		p, err := h.RootFor(ex)
@@ -182,7 +201,7 @@ func (w *Watch) Event(ev *engines.Event) Outcome {
 // release does not publish them, so a LoRA, salt or multimodal block cannot be reproduced); none for
 // SGLang, which hashes no extra keys (its salt is the root).
 func (w *Watch) eventExtras(ev *engines.Event, n int) ([][]any, bool) {
-	if w.cfg.Family != "vllm" {
+	if !w.rules.ExtraKeys {
 		return nil, true
 	}
 	if !ev.HasExtraKeys {
@@ -208,8 +227,9 @@ func (w *Watch) diagnose(ev *engines.Event, i int, root bool, keys []uint64, ext
 	}
 	// Block 0 from the root: another algorithm with the same seed, or else the seed.
 	bs := b.BlockSize
-	if b.Algorithm.IsVLLM() {
-		for _, a := range []hashcore.Algorithm{hashcore.VLLMSHA256, hashcore.VLLMSHA256CBOR, hashcore.VLLMXXHash, hashcore.VLLMXXHashCBOR} {
+	if suspects := w.rules.AlgorithmSuspects; len(suspects) > 0 { // a family of several algorithms, seeded roots
+		for _, name := range suspects {
+			a := hashcore.Algorithm(name)
 			if a == b.Algorithm {
 				continue
 			}

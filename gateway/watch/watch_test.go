@@ -186,3 +186,20 @@ func FuzzWatchEvent(f *testing.F) {
 		}
 	})
 }
+
+// The watch runs only for families whose engine keys the gateway reproduces (engines.KeyRules).
+func TestFamilyWithoutReproducibleKeysRefused(t *testing.T) {
+	h := hasher(t, hashcore.VLLMSHA256, 16, strp("0"))
+	for _, fam := range []string{"trtllm", "llamacpp", "nosuch"} {
+		_, err := New(Config{Hasher: h, Family: fam})
+		want := `watch: family "` + fam + `": only vllm and sglang publish reproducible engine keys`
+		if err == nil || err.Error() != want {
+			t.Errorf("New(%s) error = %v, want %q", fam, err, want)
+		}
+	}
+	for _, fam := range []string{"vllm", "sglang"} {
+		if _, err := New(Config{Hasher: h, Family: fam}); err != nil {
+			t.Errorf("New(%s): %v", fam, err)
+		}
+	}
+}
