@@ -37,12 +37,10 @@ var familyNameExempt = []struct {
 // familyNamePending lists code other issue-18 work is moving into engines/<family> right now. The
 // lead empties it when merging that work; nothing may be added to it.
 var familyNamePending = []string{
-	"gateway/ingest",      // event facets: decoders, event source kind, drain, router binding (ingest)
-	"ctk/replaydecode.go", // becomes the family's EventDecoder (ingest)
-	"gateway/proxy",       // P/D dialects (request)
-	"gateway/route",       // PromptKeyer's family-named fields, SGLang's algorithm check (route)
-	"vectors",             // vector schema and loader (vectors)
-	"cmd/vecgen",          // vector generation (vectors)
+	"gateway/proxy", // P/D dialects (request)
+	"gateway/route", // PromptKeyer's family-named fields, SGLang's algorithm check (route)
+	"vectors",       // vector schema and loader (vectors)
+	"cmd/vecgen",    // vector generation (vectors)
 	// One identifier in a file (path#identifier):
 	"gateway/gateway.go#VLLMExtras", // route.PromptKeyer's field, renamed by the route work
 }
