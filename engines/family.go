@@ -19,4 +19,5 @@ type Family interface {
 	Hints
 	Container
 	Events
+	PD
 }

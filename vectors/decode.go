@@ -346,8 +346,9 @@ func (p *parser) projectFile(m map[string]any) (*File, error) {
 	return f, nil
 }
 
-// source finds quantity q of one case: in the case object, else (project schema) in its group.
-type source struct {
+// caseFields finds the quantities of one case: in the case object, else (project schema) in its
+// test group.
+type caseFields struct {
 	l         *layout
 	path      string // the case's JSON path
 	m         map[string]any
@@ -358,7 +359,7 @@ type source struct {
 }
 
 // get returns q's value (nil when absent or null), its JSON path, and whether it is present.
-func (s *source) get(q string) (any, string, bool, error) {
+func (s *caseFields) get(q string) (any, string, bool, error) {
 	base, obj, rel := s.path, s.m, s.l.Fields[q]
 	if rel == "" {
 		if rel = s.l.Group[q]; rel == "" {
@@ -398,7 +399,7 @@ func (s *source) get(q string) (any, string, bool, error) {
 
 // caseOf decodes one case of layout l at path (m), with its test group (gm) for the project schema.
 func (p *parser) caseOf(l *layout, h *Header, path string, m map[string]any, gpath string, gm map[string]any) (*Case, error) {
-	s := &source{l: l, path: path, m: m, groupPath: gpath, group: gm, p: p}
+	s := &caseFields{l: l, path: path, m: m, groupPath: gpath, group: gm, p: p}
 	c := &Case{}
 	v, vp, _, err := s.get(qName)
 	if err != nil {
@@ -550,7 +551,7 @@ func (p *parser) caseOf(l *layout, h *Header, path string, m map[string]any, gpa
 	return c, nil
 }
 
-func (p *parser) expected(s *source, c *Case, keyType string) error {
+func (p *parser) expected(s *caseFields, c *Case, keyType string) error {
 	e := &c.Expected
 	v, vp, _, err := s.get(qNumFullBlocks)
 	if err != nil {
@@ -635,7 +636,7 @@ func (p *parser) tokens(path string, v any) ([]uint32, error) {
 	return out, nil
 }
 
-func (p *parser) request(s *source) (Request, error) {
+func (p *parser) request(s *caseFields) (Request, error) {
 	var r Request
 	if rel, ok := s.l.Fields[qRequest]; ok {
 		if v := s.m[rel]; v != nil {

@@ -142,6 +142,8 @@ type AlgorithmInfo struct {
 	SaltInRoot bool `json:"saltInRoot"`
 	// Bigram: the engine can hash EAGLE bigram units.
 	Bigram bool `json:"bigram"`
+	// GeneratedFile is the file cmd/vecgen writes for the algorithm under generated/.
+	GeneratedFile string `json:"generatedFile"`
 }
 
 var engines = func() (e struct {
@@ -158,7 +160,7 @@ var engines = func() (e struct {
 		}
 	}
 	for name, a := range e.Algorithms {
-		if a.KeyType != KeyUint64 && a.KeyType != KeyInt64 || a.Engine == "" {
+		if a.KeyType != KeyUint64 && a.KeyType != KeyInt64 || a.Engine == "" || a.GeneratedFile == "" {
 			panic(fmt.Sprintf("vectors: schema/engines.json: algorithm %s: engine %q, keyType %q", name, a.Engine, a.KeyType))
 		}
 	}

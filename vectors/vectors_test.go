@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/gateway/hashcore"
 )
 
 func mustDir(t testing.TB) string {
@@ -193,4 +196,38 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEnginesAreContractFamilies ties schema/engines.json to the contracts: every engine it names
+// (bar the router's own keys) is a contract family, and every algorithm a contract's engine binding
+// offers is listed under that contract's family, so a family or algorithm added on one side only fails.
+func TestEnginesAreContractFamilies(t *testing.T) {
+	families := map[string]bool{}
+	for _, ct := range contracts.All() {
+		families[ct.Family] = true
+		if !ct.SupportsBinding("engine") {
+			continue
+		}
+		for _, a := range ct.Hash.Algorithms {
+			info, err := Algorithm(a)
+			if err != nil || info.Engine != ct.Family {
+				t.Errorf("%s: algorithm %s: engines.json says %+v (%v), want engine %s", ct.ID, a, info, err, ct.Family)
+			}
+		}
+	}
+	for name := range engines.Originals {
+		if !families[name] {
+			t.Errorf("engines.json: original layout for %q, which no contract names", name)
+		}
+	}
+	for a, info := range engines.Algorithms {
+		if info.Engine != EngineKVExact && !families[info.Engine] {
+			t.Errorf("engines.json: algorithm %s belongs to %q, which no contract names", a, info.Engine)
+		}
+	}
+	for _, a := range hashcore.Algorithms {
+		if _, err := Algorithm(string(a)); err != nil {
+			t.Errorf("hash core algorithm %s: %v", a, err)
+		}
+	}
 }

@@ -101,18 +101,6 @@ func Convert(path string) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-// FileNames maps each binding to its output file.
-var FileNames = map[hashcore.Algorithm]string{
-	hashcore.VLLMSHA256:        "vllm-sha256.json",
-	hashcore.VLLMSHA256CBOR:    "vllm-sha256_cbor.json",
-	hashcore.VLLMXXHash:        "vllm-xxhash.json",
-	hashcore.VLLMXXHashCBOR:    "vllm-xxhash_cbor.json",
-	hashcore.VLLMSHA256MsgPack: "vllm-sha256_msgpack.json",
-	hashcore.VLLMXXHashMsgPack: "vllm-xxhash_msgpack.json",
-	hashcore.SGLangSHA256:      "sglang-sha256.json",
-	hashcore.RouterXXH3V1:      "router-kvexact-xxh3-v1.json",
-}
-
 // input is one generated case's inputs.
 type input struct {
 	name           string
@@ -134,7 +122,8 @@ func Generate(seed uint64) (map[string][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", a, err)
 		}
-		out[FileNames[a]] = data
+		info, _ := vectors.Algorithm(string(a)) // generateFile has checked it
+		out[info.GeneratedFile] = data
 	}
 	return out, nil
 }
@@ -230,7 +219,7 @@ func generateFile(a hashcore.Algorithm, seed uint64, r *rand.Rand) ([]byte, erro
 		},
 	}}
 	if a == hashcore.RouterXXH3V1 {
-		f.Header.Notes = append(f.Header.Notes, "Router keys kvexact-xxh3-v1: key_i = XXH3-64(le64(key_{i-1}) || le32 tokens || canonical CBOR(extra keys) when any), key_{-1} = 0; digests are le64(key); root is le64(0). Extra keys follow vLLM's one-shot (BlockStored) values, also on the decode path.")
+		f.Header.Notes = append(f.Header.Notes, "Router keys kvexact-xxh3-v1: key_i = XXH3-64(le64(key_{i-1}) || le32 tokens || canonical CBOR(extra keys) when any), key_{-1} = 0; digests are le64(key); root is le64(0). Extra keys are the one-shot values (those BlockStored events carry), also on the decode path.")
 	}
 	for _, in := range inputs(a, info, r) {
 		c, err := compute(a, info, in)
