@@ -12,9 +12,12 @@ import (
 // Pool hands out tokenizers by model slug: loaded lazily, once per model however many callers ask
 // at the same time, at most MaxLoaded kept (least recently used dropped first). A load failure is
 // remembered with its reason and retried only after RetryAfter, so a broken model costs one load
-// attempt per interval, not one per request.
+// attempt per interval, not one per request. Its tokenizers share one segment cache
+// (segment_cache.go; WithSegmentCacheBytes).
 type Pool struct {
 	roots      []string
+	segBytes   int64
+	segs       *SegmentCache
 	folders    map[string]string
 	maxLoaded  int
 	retryAfter time.Duration
@@ -52,6 +55,10 @@ func WithMaxLoaded(n int) PoolOption {
 	}
 }
 
+// WithSegmentCacheBytes bounds the segment cache the pool's tokenizers share (default
+// DefaultSegmentCacheBytes); 0 or less turns it off.
+func WithSegmentCacheBytes(n int64) PoolOption { return func(p *Pool) { p.segBytes = n } }
+
 // WithRetryAfter sets how long a load failure is remembered before the next attempt (default 1m).
 func WithRetryAfter(d time.Duration) PoolOption { return func(p *Pool) { p.retryAfter = d } }
 
@@ -69,7 +76,7 @@ func withLoader(load func(string) (*Tokenizer, error)) PoolOption {
 // NewPool returns a pool reading tokenizer folders under root ("" means DefaultRoots()).
 func NewPool(root string, opts ...PoolOption) *Pool {
 	p := &Pool{
-		folders: map[string]string{}, maxLoaded: 8, retryAfter: time.Minute, now: time.Now, load: Load,
+		folders: map[string]string{}, maxLoaded: 8, retryAfter: time.Minute, now: time.Now, load: Load, segBytes: DefaultSegmentCacheBytes,
 		entries: map[string]*poolEntry{}, lru: list.New(),
 	}
 	if root == "" {
@@ -80,8 +87,12 @@ func NewPool(root string, opts ...PoolOption) *Pool {
 	for _, o := range opts {
 		o(p)
 	}
+	p.segs = NewSegmentCache(p.segBytes)
 	return p
 }
+
+// SegmentCacheStats returns the counters of the pool's segment cache (zero when it has none).
+func (p *Pool) SegmentCacheStats() SegmentCacheStats { return p.segs.Stats() }
 
 // PoolLoadError is a remembered load failure.
 type PoolLoadError struct {
@@ -123,6 +134,9 @@ func (p *Pool) Get(model string) (*Tokenizer, error) {
 	p.mu.Unlock()
 
 	tok, dir, err := p.loadModel(model)
+	if tok != nil && p.segs != nil {
+		tok = tok.WithSegmentCache(p.segs)
+	}
 	p.mu.Lock()
 	e.tok, e.dir = tok, dir
 	if err != nil {
