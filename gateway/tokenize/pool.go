@@ -55,8 +55,9 @@ func WithMaxLoaded(n int) PoolOption {
 	}
 }
 
-// WithSegmentCacheBytes bounds the segment cache the pool's tokenizers share (default
-// DefaultSegmentCacheBytes); 0 or less turns it off.
+// WithSegmentCacheBytes gives the pool's tokenizers a shared segment cache of n bytes (the gateway
+// uses DefaultSegmentCacheBytes unless configured). Without it, or with n ≤ 0, there is none: a
+// library caller, a benchmark or ctk gets cold encodes unless it asks.
 func WithSegmentCacheBytes(n int64) PoolOption { return func(p *Pool) { p.segBytes = n } }
 
 // WithRetryAfter sets how long a load failure is remembered before the next attempt (default 1m).
@@ -76,7 +77,7 @@ func withLoader(load func(string) (*Tokenizer, error)) PoolOption {
 // NewPool returns a pool reading tokenizer folders under root ("" means DefaultRoots()).
 func NewPool(root string, opts ...PoolOption) *Pool {
 	p := &Pool{
-		folders: map[string]string{}, maxLoaded: 8, retryAfter: time.Minute, now: time.Now, load: Load, segBytes: DefaultSegmentCacheBytes,
+		folders: map[string]string{}, maxLoaded: 8, retryAfter: time.Minute, now: time.Now, load: Load,
 		entries: map[string]*poolEntry{}, lru: list.New(),
 	}
 	if root == "" {

@@ -250,22 +250,35 @@ func TestSegmentCacheBound(t *testing.T) {
 	}
 }
 
-// TestPoolSegmentCache: a pool's tokenizers share its cache by default; WithSegmentCacheBytes(0)
-// turns it off.
+// TestPoolSegmentCache: a pool's tokenizers have no cache unless WithSegmentCacheBytes gives one
+// (benchmarks and ctk stay cold), and then share it.
 func TestPoolSegmentCache(t *testing.T) {
 	if _, err := FindModelDir(DefaultRoots(), "qwen3"); err != nil {
 		t.Skip(err)
 	}
-	on, err := NewPool("").Get("qwen3")
+	p := NewPool("", WithSegmentCacheBytes(DefaultSegmentCacheBytes))
+	on, err := p.Get("qwen3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, err := NewPool("", WithSegmentCacheBytes(0)).Get("qwen3")
-	if err != nil {
+	for _, opts := range [][]PoolOption{nil, {WithSegmentCacheBytes(0)}} {
+		off, err := NewPool("", opts...).Get("qwen3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off.SegmentCached() {
+			t.Fatalf("pool options %d: a tokenizer with a segment cache nobody asked for", len(opts))
+		}
+	}
+	if !on.SegmentCached() {
+		t.Fatal("WithSegmentCacheBytes gave no cache")
+	}
+	text := strings.Repeat("a long enough turn of a conversation, ", 8)
+	if _, err := on.Encode(text+"<|im_end|>"+text, false); err != nil {
 		t.Fatal(err)
 	}
-	if !on.SegmentCached() || off.SegmentCached() {
-		t.Fatalf("cached: default pool %v, WithSegmentCacheBytes(0) %v", on.SegmentCached(), off.SegmentCached())
+	if st := p.SegmentCacheStats(); st.Hits != 1 || st.Misses != 1 || st.Entries != 1 {
+		t.Fatalf("pool stats %+v, want the repeated turn served once from the cache", st)
 	}
 }
 
