@@ -1,7 +1,10 @@
 // Package tokenize turns text into the token ids an inference engine computes for it, from the
 // model's own tokenizer.json and tokenizer_config.json (the HuggingFace tokenizers format, with
 // transformers' BOS/EOS rule on top). It is a pure-Go implementation of the subset the reference
-// tokenizers use; anything else is refused at load with the component named. See docs/tokenizer.md.
+// tokenizers use; anything else is refused at load with the component named. It also owns the
+// segment cache, which memoizes the ids of the text between added tokens — exact because each such
+// segment is encoded from its own text alone (segment_cache.go) — so a multi-turn prompt pays only for
+// its new turn. See docs/tokenizer.md.
 package tokenize
 
 import (
