@@ -31,6 +31,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
@@ -98,6 +99,7 @@ type Gateway struct {
 
 	mu        sync.RWMutex
 	runtimes  map[string]*ruleRuntime // by rule name
+	routes    resolver.Table          // the runtimes' routers by listener and model, for the front ends
 	certs     []*certificate.Certificate
 	certPaths []string
 	removed   []func(rule string) // OnRuleRemoved hooks
@@ -116,7 +118,6 @@ type ruleRuntime struct {
 	eps      []*route.Endpoint
 	keyer    *route.PromptKeyer
 	exact    ExactStatus
-	models   map[string]bool
 	binding  string             // the ingest binding its sources run with
 	sources  map[string]*source // by endpoint: each event source runs and stops on its own
 	errs     sync.Map           // endpoint → last ingest error
@@ -266,6 +267,7 @@ func (g *Gateway) Close() {
 	g.mu.Lock()
 	rts := g.runtimes
 	g.runtimes = map[string]*ruleRuntime{}
+	g.routes.Clear()
 	g.mu.Unlock()
 	for _, rt := range rts {
 		rt.stop()
@@ -291,6 +293,7 @@ func (g *Gateway) apply(r *rules.Rule) error {
 	g.mu.Lock()
 	old := g.runtimes[r.Name]
 	g.runtimes[r.Name] = rt
+	g.routes.Set(g.listenerOf(r), rt.router)
 	g.mu.Unlock()
 	if old != nil {
 		old.stop()
@@ -303,6 +306,7 @@ func (g *Gateway) remove(name string) {
 	g.mu.Lock()
 	old := g.runtimes[name]
 	delete(g.runtimes, name)
+	g.routes.Remove(name)
 	g.mu.Unlock()
 	if old != nil {
 		old.stop()
@@ -344,13 +348,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if ct == nil {
 		return nil, fmt.Errorf("no contract for %s %s", r.Engine.Family, r.Engine.Release)
 	}
-	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), models: map[string]bool{}}
-	for _, m := range r.Models {
-		rt.models[m] = true
-	}
-	for _, a := range r.Adapters {
-		rt.models[a.Name] = true
-	}
+	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
@@ -366,7 +364,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: kr.ExtraKeys, SaltedRoot: kr.SaltedRoot}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -432,7 +430,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		fallback = r.Binding
 	}
 	switch {
-	case r.KVExactMode == 0:
+	case r.KVExactMode == rules.KVExactOff:
 		st.Reason = "kvExactMode is 0"
 		return inventory.Mask{}, fallback
 	case !ct.HasEvents():
@@ -546,7 +544,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	}
 	for i, e := range r.Endpoints {
 		ep := rt.eps[i]
-		if r.KVExactMode == 1 && ep.Role != route.RolePrefill {
+		if r.KVExactMode == rules.KVExactPD && ep.Role != route.RolePrefill {
 			continue
 		}
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {
@@ -595,58 +593,9 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	return nil
 }
 
-// UnknownModelError: no rule on the listener serves the model (404).
-type UnknownModelError struct {
-	Listener, Model string
-	Served          []string
-}
-
-func (e *UnknownModelError) Error() string {
-	if len(e.Served) == 0 {
-		return fmt.Sprintf("the model %q does not exist on this gateway", e.Model)
-	}
-	return fmt.Sprintf("the model %q does not exist; this listener serves %s", e.Model, strings.Join(e.Served, ", "))
-}
-
-// Resolve finds the router serving model on listener: an exact model match first, then a wildcard
-// rule (no models listed).
-func (g *Gateway) Resolve(listener, model string) (*route.Router, error) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	var wildcard *route.Router
-	var served []string
-	for _, rt := range g.runtimes {
-		if g.listenerOf(rt.rule) != listener {
-			continue
-		}
-		if rt.models[model] || rt.router.ServesAdapter(model) {
-			return rt.router, nil
-		}
-		if len(rt.models) == 0 {
-			wildcard = rt.router
-		}
-		served = append(served, rt.rule.Models...)
-	}
-	if wildcard != nil {
-		return wildcard, nil
-	}
-	sort.Strings(served)
-	return nil, &UnknownModelError{Listener: listener, Model: model, Served: served}
-}
-
-// Models lists the models a listener serves (for /v1/models).
-func (g *Gateway) Models(listener string) []string {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	var out []string
-	for _, rt := range g.runtimes {
-		if g.listenerOf(rt.rule) == listener {
-			out = append(out, rt.rule.Models...)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+// Routes is the table the front ends resolve a request's rule with (the proxy, the Endpoint
+// Picker): the gateway keeps it in step with the rules it runs.
+func (g *Gateway) Routes() *resolver.Table { return &g.routes }
 
 func (g *Gateway) listenerOf(r *rules.Rule) string {
 	if r.Listener != "" {
@@ -693,17 +642,3 @@ func (g *Gateway) runtime(name string) (*ruleRuntime, bool) {
 
 // listen opens a TCP listener (split out so tests can use port 0).
 func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
-
-// Routers lists the routers of every rule on a listener (for /v1/models).
-func (g *Gateway) Routers(listener string) []*route.Router {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	var out []*route.Router
-	for _, rt := range g.runtimes {
-		if g.listenerOf(rt.rule) == listener {
-			out = append(out, rt.router)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rule().Name < out[j].Rule().Name })
-	return out
-}

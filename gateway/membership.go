@@ -34,7 +34,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			return false, nil // same name, another endpoint: rebuild
 		}
 	}
-	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, keyer: old.keyer, models: old.models, sources: map[string]*source{}}
+	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, keyer: old.keyer, sources: map[string]*source{}}
 	var added []inventory.EndpointID
 	undo := func() {
 		for _, id := range added {
@@ -103,6 +103,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 	g.carryAdapters(old, rt)
 	g.mu.Lock()
 	g.runtimes[r.Name] = rt
+	g.routes.Set(g.listenerOf(r), rt.router)
 	g.mu.Unlock()
 	// What left: its subscription, its keys and its series.
 	for i, e := range old.rule.Endpoints {

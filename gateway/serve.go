@@ -225,7 +225,7 @@ func (a *adminBackend) Explain(ctx context.Context, listener string, r *http.Req
 	if err != nil {
 		return nil, err // the data path's status (StatusCode), else 400
 	}
-	router, err := a.g.Resolve(listener, req.Model)
+	router, err := a.g.routes.Resolve(listener, req.Model)
 	if err != nil {
 		return nil, &statusError{http.StatusNotFound, err}
 	}

@@ -123,7 +123,7 @@ func newDecisionRig(ctx context.Context, toks *tokenize.Pool, model string, prom
 	ep := resp.Header.Get(proxy.HeaderEndpoint)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if rig.router, err = pool.G.Resolve("127.0.0.1:0", model); err != nil {
+	if rig.router, err = pool.G.Routes().Resolve("127.0.0.1:0", model); err != nil {
 		pool.Close()
 		return nil, err
 	}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
-	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // Config is everything a gateway is assembled from.
@@ -80,8 +80,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	rc := cfg.Options.Config
 	p := proxy.New(proxy.Config{
-		Resolve:         resolver(g),
-		Routers:         g.Routers,
+		Routes:          g.Routes(),
 		MaxBodyBytes:    rc.MaxBodyBytes,
 		MaxHeaderFields: rc.Server.MaxHeaderFields,
 		BodyTimeout:     time.Duration(rc.Server.BodyTimeout),
@@ -96,22 +95,6 @@ func New(cfg Config) (*Gateway, error) {
 	})
 	g.OnRuleRemoved(p.Forget)
 	return &Gateway{Runtime: g, Proxy: p, cfg: cfg}, nil
-}
-
-// resolver is the proxy's view of the runtimes' model resolution: an unknown model is the proxy's
-// ModelNotFound (404 model_not_found); any other failure passes as it is (503).
-func resolver(g *gateway.Gateway) func(listener, model string) (*route.Router, error) {
-	return func(listener, model string) (*route.Router, error) {
-		r, err := g.Resolve(listener, model)
-		if err == nil {
-			return r, nil
-		}
-		var unknown *gateway.UnknownModelError
-		if errors.As(err, &unknown) {
-			return nil, &proxy.ModelNotFound{Listener: listener, Model: model}
-		}
-		return r, err
-	}
 }
 
 // Start builds every rule's runtime (event subscribers dial with retry, so engines may come up
@@ -140,7 +123,7 @@ func (a *Gateway) Start(ctx context.Context) error {
 	}
 	log.Info("admin listening", "addr", srv.Admin)
 	for _, rs := range a.Runtime.Status().Rules {
-		if rs.Exact.Mode != 0 && !rs.Exact.Enabled {
+		if rs.Exact.Mode != rules.KVExactOff && !rs.Exact.Enabled {
 			log.Warn("KV-exact is off for this rule", "rule", rs.Name, "reason", rs.Exact.Reason)
 		} else if rs.Exact.Enabled {
 			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)

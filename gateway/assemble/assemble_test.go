@@ -41,7 +41,7 @@ rules:
 }
 
 // TestAssembledGatewayServesAndStops: the assembled gateway binds its listeners, answers an unknown
-// model as the proxy's model_not_found (the runtimes' UnknownModelError, mapped once here), runs
+// model as the proxy's model_not_found (the runtimes' resolver.UnknownModelError), runs
 // every client request through Wrap, serves the admin API with its token, and Shutdown closes the
 // listeners (a second Shutdown does nothing).
 func TestAssembledGatewayServesAndStops(t *testing.T) {

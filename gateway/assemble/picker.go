@@ -55,7 +55,7 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 	if err != nil {
 		return err
 	}
-	srv, err := epp.New(epp.Config{Decider: a.Runtime, Parse: proxy.ParseRequest, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
+	srv, err := epp.New(epp.Config{Routes: a.Runtime.Routes(), RecordUsage: a.Runtime.RecordUsage, Parse: proxy.ParseRequest, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
 		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log})
 	if err != nil {
 		return err

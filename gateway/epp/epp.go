@@ -1,7 +1,8 @@
 // Package epp is the gateway's second front end: a Gateway API Inference Extension Endpoint Picker
 // (protocol v1 of proposal 004) over Envoy's ext_proc. Envoy carries the bytes; the picker reads
 // each request's headers and body from the ext_proc stream, decides with the very routers the
-// standalone gateway uses (same inventory, ingest, certificate verdict, load counts and metrics),
+// standalone gateway uses, found through the same resolver table (same inventory, ingest,
+// certificate verdict, load counts and metrics),
 // and answers with the chosen endpoint as the x-gateway-destination-endpoint header and, identically,
 // in the envoy.lb dynamic metadata. On the response path it reads which endpoint served
 // (x-gateway-destination-endpoint-served) and the usage the response body carries, so receipts and
@@ -20,6 +21,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -60,27 +62,19 @@ const (
 	maxSubset = 4096
 )
 
-// Decider is the decision core the picker shares with the standalone gateway (*gateway.Gateway
-// satisfies it).
-type Decider interface {
-	// Resolve finds the router serving model on listener.
-	Resolve(listener, model string) (*route.Router, error)
-	// Routers lists the routers of a listener (a request without a body is routed by the only one).
-	Routers(listener string) []*route.Router
-	// RecordUsage takes one served response's cached-token account, as from the standalone proxy's
-	// Usage hook: the predicted-vs-realized counters and the shortfall suspension are the gateway's,
-	// whichever front end relayed the response.
-	RecordUsage(rule, endpoint string, kvExact bool, predicted, realized, blockSize int)
-}
-
 // ParseFunc turns a request (headers as an *http.Request) and its body into the router's request:
 // the standalone proxy's parser, so that both front ends read a body the same way.
 type ParseFunc func(r *http.Request, body []byte) (*route.Request, error)
 
 // Config configures a Server.
 type Config struct {
-	// Decider resolves models to routers; required.
-	Decider Decider
+	// Routes resolves a request's rule to its router: the gateway's table, the one the standalone
+	// proxy reads (Gateway.Routes); required.
+	Routes *resolver.Table
+	// RecordUsage takes one served response's cached-token account, as from the standalone proxy's
+	// Usage hook: the predicted-vs-realized counters and the shortfall suspension are the gateway's
+	// (Gateway.RecordUsage), whichever front end relayed the response. Nil records none.
+	RecordUsage func(rule, endpoint string, kvExact bool, predicted, realized, blockSize int)
 	// Parse is the proxy's request parser (proxy.ParseRequest); required.
 	Parse ParseFunc
 	// Listener is the gateway listener whose rules the picker serves (the config's listen address
@@ -99,8 +93,8 @@ type Config struct {
 }
 
 func (c *Config) normalize() error {
-	if c.Decider == nil || c.Parse == nil {
-		return errors.New("epp: Decider and Parse are required")
+	if c.Routes == nil || c.Parse == nil {
+		return errors.New("epp: Routes and Parse are required")
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

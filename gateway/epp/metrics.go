@@ -90,7 +90,7 @@ func (m *Metrics) servedUnknown(rule string) {
 }
 
 // served counts one finished request by rule, served endpoint and origin status. The cached-token
-// account is the gateway's (Decider.RecordUsage), shared with the standalone proxy.
+// account is the gateway's (Config.RecordUsage), shared with the standalone proxy.
 func (m *Metrics) served(rule, endpoint string, code int) {
 	if m == nil {
 		return

@@ -32,7 +32,7 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 	if body == nil {
 		// A request without a body (GET /v1/models, say) has no model: the listener's only rule
 		// serves it, through its selector.
-		rs := s.cfg.Decider.Routers(s.cfg.Listener)
+		rs := s.cfg.Routes.Routers(s.cfg.Listener)
 		if len(rs) != 1 {
 			return nil, invalid(http.StatusBadRequest, "missing_body", "a request without a body cannot be routed: %d rules serve this picker, and only the body's model chooses between them", len(rs))
 		}
@@ -48,7 +48,7 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 			}
 			return nil, invalid(code, "invalid_request", "%v", err)
 		}
-		if router, err = s.cfg.Decider.Resolve(s.cfg.Listener, req.Model); err != nil {
+		if router, err = s.cfg.Routes.Resolve(s.cfg.Listener, req.Model); err != nil {
 			return nil, invalid(http.StatusNotFound, "model_not_found", "%v", err)
 		}
 	}

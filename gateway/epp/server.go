@@ -422,7 +422,10 @@ func (st *stream) account() {
 		}
 	}
 	kvExact := d.Tier == route.TierKVExact && d.Target == served
-	st.s.cfg.Decider.RecordUsage(rt.Rule().Name, name, kvExact, predicted, u.CachedTokens, blockSize)
+	if st.s.cfg.RecordUsage == nil {
+		return
+	}
+	st.s.cfg.RecordUsage(rt.Rule().Name, name, kvExact, predicted, u.CachedTokens, blockSize)
 }
 
 // finish gives back the decision's load units, whatever ended the stream.

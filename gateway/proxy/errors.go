@@ -2,27 +2,10 @@ package proxy
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-
-	"github.com/kvexact/kvexact/gateway/route"
 )
-
-// ModelNotFound is what Config.Resolve returns when no rule of the listener serves the model. The
-// proxy answers it with 404 model_not_found before any routing tier runs.
-type ModelNotFound struct {
-	Listener string
-	Model    string
-}
-
-func (e *ModelNotFound) Error() string {
-	if e.Model == "" {
-		return fmt.Sprintf("no rule on %s serves requests without a model", e.Listener)
-	}
-	return fmt.Sprintf("the model `%s` does not exist", e.Model)
-}
 
 // apiError is an error the proxy answers itself, in OpenAI's shape.
 type apiError struct {
@@ -86,19 +69,4 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(b)
-}
-
-// routeError maps the router's errors to client answers.
-func routeError(err error, lastConnect error) *apiError {
-	switch {
-	case errors.Is(err, route.ErrShed):
-		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error() + "; retry later", Type: typeRateLimit, Code: "overloaded"}
-	case errors.Is(err, route.ErrParkTimeout):
-		return serverError(http.StatusGatewayTimeout, "park_timeout", "%v", err)
-	case errors.Is(err, route.ErrNoEndpoint) && lastConnect != nil:
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", lastConnect)
-	case errors.Is(err, route.ErrNoEndpoint):
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
-	}
-	return serverError(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
 }

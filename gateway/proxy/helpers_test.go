@@ -21,6 +21,7 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
@@ -153,17 +154,11 @@ func newPool(t testing.TB, family string, mode int, specs []epSpec, keyer route.
 	if err != nil {
 		t.Fatal(err)
 	}
+	routes := new(resolver.Table)
+	routes.Set("test", rt)
 	reg := prometheus.NewRegistry()
 	cfg := Config{
-		Resolve: func(listener, model string) (*route.Router, error) {
-			for _, m := range r.Models {
-				if m == model {
-					return rt, nil
-				}
-			}
-			return nil, &ModelNotFound{Listener: listener, Model: model}
-		},
-		Routers: func(string) []*route.Router { return []*route.Router{rt} },
+		Routes:  routes,
 		Metrics: NewMetrics(reg),
 		Log:     quietLog(),
 	}

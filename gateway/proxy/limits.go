@@ -16,7 +16,7 @@ func (c *call) limit() *apiError {
 	}
 	if fields > c.p.cfg.MaxHeaderFields {
 		c.w.Header().Set("Connection", "close")
-		c.p.cfg.Metrics.clientError(c.rule, clientHeaderFields)
+		c.p.cfg.Metrics.clientError(c.rule.name, clientHeaderFields)
 		return &apiError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: typeInvalid, Code: "request_header_fields_too_large",
 			Message: "the request has " + strconv.Itoa(fields) + " header fields; at most " + strconv.Itoa(c.p.cfg.MaxHeaderFields) + " are accepted"}
 	}
@@ -44,26 +44,4 @@ func (c *call) endBodyDeadline() {
 		c.bodyDeadline = false
 		_ = http.NewResponseController(c.w).SetReadDeadline(time.Time{})
 	}
-}
-
-// end gives the request its defined outcome when it did not get a complete response: the
-// connection is cut (HTTP/1.1: closed without the final chunk; HTTP/2: the stream reset), never a
-// default 200 with an empty body nor a truncated body framed as complete. A client that
-// half-closes its side after the request is indistinguishable from one that left (net/http
-// cancels the request's context on EOF), so it gets the same.
-func (c *call) end() {
-	switch {
-	case !c.committed:
-		c.p.cfg.Metrics.clientError(c.rule, clientGoneEarly)
-		c.p.log.Info("client left before the response; connection closed", "rule", c.rule, "request_id", c.id, "after", time.Since(c.start))
-	case c.truncated && c.gone:
-		c.p.cfg.Metrics.clientError(c.rule, clientGoneMidway)
-		c.p.log.Info("client left during the response; connection closed", "rule", c.rule, "endpoint", c.serverName(), "request_id", c.id)
-	case c.truncated: // the upstream broke off: relay logged it and counted it
-	default:
-		return
-	}
-	// net/http recovers this sentinel without logging and closes the connection (resets the
-	// HTTP/2 stream) without finishing the response.
-	panic(http.ErrAbortHandler)
 }

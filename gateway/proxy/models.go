@@ -19,12 +19,7 @@ const modelsTimeout = 5 * time.Second
 // and for wildcard rules the union of their healthy endpoints' own lists, de-duplicated by id in
 // rule then endpoint order.
 func (c *call) models(id string) {
-	var routers []*route.Router
-	if c.p.cfg.Routers != nil {
-		routers = c.p.cfg.Routers(c.listener)
-	} else if rt, err := c.p.cfg.Resolve(c.listener, ""); err == nil && rt != nil {
-		routers = []*route.Router{rt}
-	}
+	routers := c.p.cfg.Routes.Routers(c.listener)
 	seen := map[string]bool{}
 	var data []json.RawMessage
 	add := func(mid string, entry json.RawMessage) {
@@ -85,6 +80,11 @@ func (c *call) models(id string) {
 	h.Set("Content-Length", strconv.Itoa(len(out)))
 	c.commitHeaders(http.StatusOK, h)
 	_, _ = c.w.Write(out)
+}
+
+func rawJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v) // only called with plain values
+	return b
 }
 
 type modelEntry struct {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -407,14 +409,6 @@ func TestSGLangDecodeUnreachableRetriesPair(t *testing.T) {
 	p.allReleased(t)
 }
 
-func TestBootstrapHost(t *testing.T) {
-	for in, want := range map[string]string{"http://10.0.0.5:30000": "10.0.0.5", "http://[fd00::5]:30000": "[fd00::5]", "http://pf-0.svc:8000/v1": "pf-0.svc"} {
-		if got := bootstrapHost(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
-}
-
 // ---- TensorRT-LLM (trtllm-ctx-first-v1) ----
 
 const trtParams = `{"request_type":"context_only","first_gen_tokens":[42],"ctx_request_id":77,"encoded_opaque_state":"b3BhcXVl","draft_tokens":null}`
@@ -555,5 +549,23 @@ func TestTRTLLMBadContextDegrades(t *testing.T) {
 	}
 	if got := p.metric(t, "kvexact_proxy_pd_params_total", map[string]string{"dialect": "trtllm-ctx-first-v1", "result": "missing"}); got != 1 {
 		t.Fatalf("missing %v", got)
+	}
+}
+
+// TestDialectsMatchContracts: the dialect every contract names is its own family's, under that
+// name (the metric label); a contract saying none belongs to a family without one.
+func TestDialectsMatchContracts(t *testing.T) {
+	for _, ct := range contracts.All() {
+		f, err := registry.Lookup(ct.Family)
+		if err != nil {
+			t.Fatalf("%s: %v", ct.ID, err)
+		}
+		d := f.PDDialect()
+		switch {
+		case ct.PD == "none" && d != nil:
+			t.Errorf("%s: contract says pd none, family %s has dialect %s", ct.ID, ct.Family, d.Name())
+		case ct.PD != "none" && (d == nil || d.Name() != ct.PD || dialects[ct.PD] != d):
+			t.Errorf("%s: contract names %s, family %s has %v", ct.ID, ct.PD, ct.Family, d)
+		}
 	}
 }

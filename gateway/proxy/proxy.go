@@ -1,29 +1,31 @@
-// Package proxy owns the gateway's client-facing HTTP surface: the OpenAI full proxy. It parses each
-// body once (model, prompt or messages, user, stream), asks the rule's router where the request goes,
-// forwards it — as one request, or as the two legs of the rule's prefill/decode dialect — and relays
-// the answer (SSE flushed chunk by chunk), with a receipt naming the endpoint that served. A connect
-// failure excludes the endpoint and re-runs the whole selection, so the second-best overlap serves;
-// every outcome feeds the endpoint's circuit breaker.
+// Package proxy owns the gateway's client-facing HTTP surface: the OpenAI full proxy. A request
+// goes down one path, each step in the file named after it:
 //
-// Like httputil.ReverseProxy it is a small core with a few named hooks (Config.Resolve, Rewrite,
-// OnDecision, BootstrapPort); the gateway assembly supplies rules and routers.
+//	proxy.go    ServeHTTP: the request id, the limits (limits.go), then by path
+//	parse.go    the body read once (size, deadline) and parsed into the typed request
+//	resolve.go  the rule serving (listener, model), from the gateway's table (Config.Routes)
+//	route.go    the rule's router decides; a connect failure excludes the endpoint and re-runs
+//	            the whole selection, so the second-best overlap serves
+//	forward.go  the upstream request (one, or the two legs of the rule's P/D dialect: pd.go)
+//	relay.go    the answer relayed (SSE flushed event by event), with the receipts
+//	account.go  metrics, the cached-token account (Config.Usage), the request's defined end
+//
+// Each step keeps its state in its own part of the call. Every outcome feeds the endpoint's
+// circuit breaker. Like httputil.ReverseProxy it is a small core with a few named hooks (Rewrite,
+// OnDecision, Usage); the P/D choreographies are the engine families' (engines.PDDialect), driven
+// through the leg runner in pd.go.
 package proxy
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/cowmap"
@@ -45,13 +47,9 @@ const (
 
 // Config configures a Proxy.
 type Config struct {
-	// Resolve returns the router of the rule serving model on listener. For an unknown model it must
-	// return a *ModelNotFound (answered 404 model_not_found before any tier runs); any other error is
-	// answered 503.
-	Resolve func(listener, model string) (*route.Router, error)
-	// Routers lists the routers of every rule on a listener, for /v1/models. Nil: only the
-	// listener's wildcard rule (Resolve(listener, "")) is listed.
-	Routers func(listener string) []*route.Router
+	// Routes resolves each request's rule: (listener, model) → router. An unknown model is
+	// answered 404 model_not_found before any tier runs.
+	Routes *resolver.Table
 	// MaxBodyBytes caps request bodies (413 above it). 0 means 16 MiB.
 	MaxBodyBytes int64
 	// MaxHeaderFields caps a request's header field lines (431 above it). 0 means 100.
@@ -76,9 +74,6 @@ type Config struct {
 	// OnDecision, when set, sees the decision that served each request (after failovers), before it
 	// is released — for /admin/explain and access logs.
 	OnDecision func(r *http.Request, d *route.Decision)
-	// BootstrapPort returns an SGLang prefill endpoint's bootstrap port. Nil: the rule's endpoint
-	// field bootstrapPort, else SGLang's default 8998.
-	BootstrapPort func(rule *rules.Rule, ep *route.Endpoint) int
 	// Usage, when set, receives the cached-token account of every relayed single-pool response
 	// whose engine reported usage (predicted vs realized; see UsageReport), and of every P/D
 	// request's prefill leg (reportPrefillUsage says why not the decode leg). The client's bytes
@@ -86,7 +81,7 @@ type Config struct {
 	Usage func(UsageReport)
 }
 
-// Proxy serves OpenAI requests for the rules Config.Resolve knows.
+// Proxy serves OpenAI requests for the rules in Config.Routes.
 type Proxy struct {
 	cfg Config
 	log *slog.Logger
@@ -126,39 +121,111 @@ type handler struct {
 	listener string
 }
 
+// ServeHTTP is the request path, top to bottom.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), start: time.Now(), listener: h.listener, rule: "none"}
-	id := header(r.Header, HeaderRequestID)
-	if id == "" || len(id) > 256 {
-		id = newRequestID()
-	}
-	c.id = id
-	w.Header()[HeaderRequestID] = c.value(valRequestID, id)
+	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), start: time.Now(), listener: h.listener, id: requestID(r)}
+	c.rule.name = "none"
+	w.Header()[HeaderRequestID] = c.value(valRequestID, c.id)
 	if e := c.limit(); e != nil {
 		c.fail(e)
-		c.finish()
-		return
-	}
-	switch path := r.URL.Path; {
-	case path == "/v1/completions" || path == "/v1/chat/completions":
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: r.Method + " is not allowed on " + path + "; use POST"})
-			break
-		}
-		c.generate(path == "/v1/chat/completions")
-	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
-		if r.Method != http.MethodGet {
-			w.Header().Set("Allow", http.MethodGet)
-			c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: r.Method + " is not allowed on " + path + "; use GET"})
-			break
-		}
-		c.models(strings.TrimPrefix(strings.TrimPrefix(path, "/v1/models"), "/"))
-	default:
-		c.passThrough()
+	} else {
+		c.serve()
 	}
 	c.finish()
 	c.end()
+}
+
+// serve dispatches on the path: the two generation paths, the models listing, or a path forwarded
+// as it is.
+func (c *call) serve() {
+	switch path := c.r.URL.Path; {
+	case path == "/v1/completions" || path == "/v1/chat/completions":
+		if c.allow(http.MethodPost) {
+			c.generate(path == "/v1/chat/completions")
+		}
+	case path == "/v1/models" || strings.HasPrefix(path, "/v1/models/"):
+		if c.allow(http.MethodGet) {
+			c.models(strings.TrimPrefix(strings.TrimPrefix(path, "/v1/models"), "/"))
+		}
+	default:
+		c.passThrough()
+	}
+}
+
+// allow answers 405 unless the request's method is method.
+func (c *call) allow(method string) bool {
+	if c.r.Method == method {
+		return true
+	}
+	c.w.Header().Set("Allow", method)
+	c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: c.r.Method + " is not allowed on " + c.r.URL.Path + "; use " + method})
+	return false
+}
+
+// generate serves /v1/completions and /v1/chat/completions: parse, resolve, then route, forward
+// and relay (run).
+func (c *call) generate(chat bool) {
+	if e := c.parse(chat); e != nil {
+		c.fail(e)
+		return
+	}
+	if e := c.resolve(c.in.body.model); e != nil {
+		c.fail(e)
+		return
+	}
+	c.run()
+}
+
+// passThrough forwards another path of the family's API surface, or a passthrough path, to one
+// endpoint of the rule serving the request's model (the body's "model", else X-Model, else the
+// listener's wildcard rule).
+func (c *call) passThrough() {
+	if !c.anyForwards(c.r.URL.Path) {
+		c.fail(unknownPath(c.r))
+		return
+	}
+	if e := c.parseForwarded(); e != nil {
+		c.fail(e)
+		return
+	}
+	if e := c.resolve(c.in.route.Model); e != nil {
+		c.fail(e)
+		return
+	}
+	if !forwardable(c.rule.rt, c.r) {
+		c.fail(unknownPath(c.r))
+		return
+	}
+	c.run()
+}
+
+// call is one client request in flight: the exchange's own facts, then each step's state in its
+// own part (values, so that a request costs one allocation for all of them).
+type call struct {
+	p        *Proxy
+	w        http.ResponseWriter
+	r        *http.Request
+	ctx      context.Context
+	id       string
+	start    time.Time
+	listener string
+	// bodyDeadline: the body read deadline is armed (limit) and not yet cleared.
+	bodyDeadline bool
+
+	in   request         // parse.go
+	rule resolved        // resolve.go
+	d    *route.Decision // route.go: the decision serving now
+	tier string          // route.go: the tier that decided it
+	out  outbound        // forward.go: the upstream request of a single (non-P/D) attempt
+	resp response        // relay.go: what the client has been sent
+}
+
+// requestID is the client's X-Request-Id (at most 256 bytes), else a new one.
+func requestID(r *http.Request) string {
+	if id := header(r.Header, HeaderRequestID); id != "" && len(id) <= 256 {
+		return id
+	}
+	return newRequestID()
 }
 
 func newRequestID() string {
@@ -169,305 +236,3 @@ func newRequestID() string {
 	hex.Encode(out[4:], b[:])
 	return string(out[:])
 }
-
-// call is one client request in flight.
-type call struct {
-	p        *Proxy
-	w        http.ResponseWriter
-	r        *http.Request
-	ctx      context.Context
-	id       string
-	start    time.Time
-	listener string
-
-	rule   string
-	rt     *route.Router
-	body   *parsed // nil on pass-through paths; else &pb
-	raw    []byte
-	req    *route.Request  // &rreq
-	d      *route.Decision // the decision serving now
-	tier   string
-	status int // status sent to the client (499: the client left first)
-
-	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
-	server    *route.Endpoint // receipt: the endpoint whose response is relayed
-	committed bool
-	// truncated: the response started but did not reach its end (the client left, or the upstream
-	// broke off); the connection must be cut so that the client cannot take it for complete.
-	truncated bool
-	gone      bool // the client left (context canceled by net/http) while the relay ran
-	inflight  bool
-	// bodyDeadline: the body read deadline is armed (limit) and not yet cleared.
-	bodyDeadline bool
-
-	// Storage of the request's own objects, so that a request costs one allocation for them.
-	pb   parsed
-	rreq route.Request
-	out  outbound        // the upstream request of a single (non-P/D) attempt
-	vals [numVals]string // single header values, handed out by value
-}
-
-// Header values the proxy sets, each a one-element slice of call.vals: a slice literal per
-// header would be an allocation each.
-const (
-	valRequestID = iota
-	valRule
-	valEndpoint
-	valPrefill
-	numVals
-)
-
-// value stores v in slot i and returns it as a header value ([]string{v}, capacity 1 so that an
-// append copies rather than writes into the next slot).
-func (c *call) value(i int, v string) []string {
-	c.vals[i] = v
-	return c.vals[i : i+1 : i+1]
-}
-
-// fail answers with an OpenAI-shaped error unless the response has started.
-func (c *call) fail(e *apiError) {
-	if c.committed {
-		return
-	}
-	c.committed, c.status = true, e.Status
-	writeError(c.w, e)
-}
-
-// finish records the request's metrics.
-func (c *call) finish() {
-	if c.status == 0 {
-		c.status = 499 // the client went away before any answer
-	}
-	if c.inflight {
-		c.p.cfg.Metrics.inflightAdd(c.rule, -1)
-	}
-	c.p.cfg.Metrics.done(c.rule, c.status, c.tier, time.Since(c.start))
-}
-
-// readBody reads the whole body within the size limit and the body deadline, as it arrives: the
-// buffer grows with the bytes received, never to a declared Content-Length up front (a client
-// declaring 16 MiB and sending one byte costs 16 KiB, not 16 MiB).
-func (c *call) readBody() ([]byte, *apiError) {
-	limit := c.p.cfg.MaxBodyBytes
-	tooBig := func() *apiError {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
-			Message: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
-	}
-	n := c.r.ContentLength
-	switch {
-	case n > limit:
-		return nil, tooBig()
-	case n == 0 || c.r.Body == nil || c.r.Body == http.NoBody:
-		return nil, nil
-	}
-	const firstChunk = 16 << 10
-	b := make([]byte, 0, min(limit, firstChunk, max(n, 512)))
-	b, err := readAll(b, http.MaxBytesReader(c.w, c.r.Body, limit))
-	if err != nil {
-		// The deadline stays armed: net/http discards an unread rest of the body after the
-		// handler, and must not wait for it.
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooBig()
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			c.w.Header().Set("Connection", "close")
-			c.p.cfg.Metrics.clientError(c.rule, clientBodyTimeout)
-			c.p.log.Info("client body too slow", "timeout", c.p.cfg.BodyTimeout, "received", len(b), "request_id", c.id)
-			return nil, &apiError{Status: http.StatusRequestTimeout, Type: typeInvalid, Code: "request_timeout",
-				Message: "the request body did not arrive within " + c.p.cfg.BodyTimeout.String()}
-		}
-		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
-	}
-	c.endBodyDeadline()
-	return b, nil
-}
-
-// readAll appends r's bytes to b until EOF, growing b as data arrives (io.ReadAll, from a buffer).
-func readAll(b []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-}
-
-// resolve finds the model's router.
-func (c *call) resolve(model string) *apiError {
-	rt, err := c.p.cfg.Resolve(c.listener, model)
-	if err != nil || rt == nil {
-		var nf *ModelNotFound
-		if errors.As(err, &nf) || err == nil {
-			msg := "the model `" + model + "` does not exist"
-			if model == "" {
-				msg = "you must provide a model parameter"
-				return badRequest("model", "missing_model", "%s", msg)
-			}
-			return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: msg}
-		}
-		return serverError(http.StatusServiceUnavailable, "model_unavailable", "no rule can serve model %s: %v", quote(model), err)
-	}
-	c.rt, c.rule = rt, rt.Rule().Name
-	c.inflight = true
-	c.p.cfg.Metrics.inflightAdd(c.rule, 1)
-	return nil
-}
-
-// generate serves /v1/completions and /v1/chat/completions.
-func (c *call) generate(chat bool) {
-	if e := checkJSONType(c.r); e != nil {
-		c.fail(e)
-		return
-	}
-	raw, e := c.readBody()
-	if e != nil {
-		c.fail(e)
-		return
-	}
-	pb := &c.pb
-	if e := pb.parse(raw, chat); e != nil {
-		c.fail(e)
-		return
-	}
-	// One source for the model: the body. A header that disagrees is rejected rather than letting
-	// routing and the engine read different models (routing-semantics §7.3).
-	if hm := header(c.r.Header, "X-Model"); hm != "" && hm != pb.model {
-		c.fail(badRequest("model", "model_mismatch", "the X-Model header %s and the body's model %s disagree", quote(hm), quote(pb.model)))
-		return
-	}
-	if e := c.resolve(pb.model); e != nil {
-		c.fail(e)
-		return
-	}
-	pb.fillRouteRequest(&c.rreq, c.r)
-	c.body, c.raw, c.req = pb, raw, &c.rreq
-	c.run()
-}
-
-// passThrough forwards another path of the family's API surface or a passthrough path to one endpoint of the rule serving the request's model (the
-// body's "model", else X-Model, else the listener's wildcard rule).
-func (c *call) passThrough() {
-	if !c.anyForwards(c.r.URL.Path) {
-		c.fail(unknownPath(c.r))
-		return
-	}
-	raw, e := c.readBody()
-	if e != nil {
-		c.fail(e)
-		return
-	}
-	model := sniffModel(c.r, raw)
-	if model == "" {
-		model = header(c.r.Header, "X-Model")
-	}
-	if e := c.resolve(model); e != nil {
-		c.fail(e)
-		return
-	}
-	if !forwardable(c.rt, c.r) {
-		c.fail(unknownPath(c.r))
-		return
-	}
-	c.raw = raw
-	c.rreq = route.Request{Model: model, ConversationID: header(c.r.Header, "X-Conversation-Id")}
-	c.req = &c.rreq
-	c.run()
-}
-
-// attempt is one try at serving the request on decision d. It returns the endpoint whose connect
-// failed (nil when the request was answered, well or badly) and the failure.
-type attempt func(d *route.Decision) (failed *route.Endpoint, err error)
-
-// run is the retry loop: route, try, and on a connect failure exclude the endpoint and re-run the
-// whole selection (so the second-best overlap serves), at most once per endpoint of the rule.
-func (c *call) run() {
-	var retry inventory.Mask
-	var last error
-	n := len(c.rt.Endpoints())
-	for i := 0; i < n; i++ {
-		d, err := c.rt.Route(c.ctx, c.req, retry)
-		if err != nil {
-			if c.ctx.Err() != nil {
-				return
-			}
-			c.fail(routeError(err, last))
-			return
-		}
-		c.d, c.tier = d, d.Tier
-		failed, ferr := c.try(d)
-		if failed == nil {
-			if c.p.cfg.OnDecision != nil {
-				c.p.cfg.OnDecision(c.r, d)
-			}
-			d.Release()
-			return
-		}
-		d.Release()
-		last = ferr
-		retry.Set(failed.ID)
-		c.p.cfg.Metrics.failover(c.rule)
-		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
-	}
-	c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
-}
-
-// try dispatches one attempt: a single request for role-less decisions and pass-through paths, else
-// the rule's P/D dialect.
-func (c *call) try(d *route.Decision) (*route.Endpoint, error) {
-	if d.Decode == nil || c.body == nil {
-		return c.single(d.Target)
-	}
-	switch c.dialect() {
-	case dialectSGLang:
-		return c.sglang(d)
-	case dialectTRTLLM:
-		return c.trtllm(d)
-	default:
-		return c.vllm(d)
-	}
-}
-
-// single forwards the request unchanged to ep and relays the answer.
-func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
-	// The first attempt's request lives in the call. A retry gets its own: a transport may still
-	// hold a failed request's body for a moment after RoundTrip returned (net/http's does).
-	o := &c.out
-	if o.leg.ep != nil {
-		o = new(outbound)
-	}
-	resp, l, err := c.sendOn(o, c.ctx, ep, c.raw, false)
-	if err != nil {
-		return c.sendFailed(ep, err)
-	}
-	c.server = ep
-	tap := c.tapUsage(resp)
-	if c.relayLeg(resp, l, nil, "upstream_died") == relayed {
-		c.reportUsage(tap)
-	}
-	return nil, nil
-}
-
-// sendFailed turns a send error into the attempt's result: a connect failure or an open breaker is
-// retried elsewhere; a client that left ends the request.
-func (c *call) sendFailed(ep *route.Endpoint, err error) (*route.Endpoint, error) {
-	var ce *connectError
-	if errors.As(err, &ce) {
-		return ep, err
-	}
-	if c.ctx.Err() == nil {
-		c.fail(serverError(http.StatusBadGateway, "upstream_failed", "the request to %s failed: %v", ep.Name, err))
-	}
-	return nil, nil
-}
-
-// sync.Pool of relay buffers.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -25,16 +25,12 @@ func forwardable(rt *route.Router, r *http.Request) bool {
 // anyForwards reports whether some rule of the listener forwards path (its family serves it or it
 // lists it under passthrough), before the body is read: an unknown path is refused without reading it.
 func (c *call) anyForwards(path string) bool {
-	if c.p.cfg.Routers != nil {
-		for _, rt := range c.p.cfg.Routers(c.listener) {
-			if rt.Rule().Forwards(path) {
-				return true
-			}
+	for _, rt := range c.p.cfg.Routes.Routers(c.listener) {
+		if rt.Rule().Forwards(path) {
+			return true
 		}
-		return false
 	}
-	rt, err := c.p.cfg.Resolve(c.listener, "")
-	return err == nil && rt != nil && rt.Rule().Forwards(path)
+	return false
 }
 
 // unknownPath is OpenAI's answer to a path it does not serve.

@@ -92,10 +92,10 @@ func (p *Proxy) transportOf(rule *rules.Rule) (http.RoundTripper, error) {
 
 // transport is the transport of the call's rule.
 func (c *call) transport() (http.RoundTripper, error) {
-	if c.rt == nil {
+	if c.rule.rt == nil {
 		return nil, errors.New("no rule")
 	}
-	return c.p.transportOf(c.rt.Rule())
+	return c.p.transportOf(c.rule.rt.Rule())
 }
 
 // routerTransport is the transport of rt's rule.

@@ -9,7 +9,9 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -17,6 +19,111 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
+
+// request is the parse step's result: the body as received and its typed reading.
+type request struct {
+	raw  []byte
+	body *parsed // the generation paths' parsed body (&pb); nil on forwarded paths
+	pb   parsed
+	// route is what the router sees.
+	route route.Request
+}
+
+// parse reads the body of a generation request and parses it, once, into the typed request.
+func (c *call) parse(chat bool) *apiError {
+	if e := checkJSONType(c.r); e != nil {
+		return e
+	}
+	raw, e := c.readBody()
+	if e != nil {
+		return e
+	}
+	pb := &c.in.pb
+	if e := pb.parse(raw, chat); e != nil {
+		return e
+	}
+	// One source for the model: the body. A header that disagrees is rejected rather than letting
+	// routing and the engine read different models (routing-semantics §7.3).
+	if hm := header(c.r.Header, "X-Model"); hm != "" && hm != pb.model {
+		return badRequest("model", "model_mismatch", "the X-Model header %s and the body's model %s disagree", quote(hm), quote(pb.model))
+	}
+	pb.fillRouteRequest(&c.in.route, c.r)
+	c.in.body, c.in.raw = pb, raw
+	return nil
+}
+
+// parseForwarded reads the body of a forwarded path; of it only its model is read (the body's
+// "model", else X-Model).
+func (c *call) parseForwarded() *apiError {
+	raw, e := c.readBody()
+	if e != nil {
+		return e
+	}
+	model := sniffModel(c.r, raw)
+	if model == "" {
+		model = header(c.r.Header, "X-Model")
+	}
+	c.in.raw = raw
+	c.in.route = route.Request{Model: model, ConversationID: header(c.r.Header, "X-Conversation-Id")}
+	return nil
+}
+
+// readBody reads the whole body within the size limit and the body deadline, as it arrives: the
+// buffer grows with the bytes received, never to a declared Content-Length up front (a client
+// declaring 16 MiB and sending one byte costs 16 KiB, not 16 MiB).
+func (c *call) readBody() ([]byte, *apiError) {
+	limit := c.p.cfg.MaxBodyBytes
+	tooBig := func() *apiError {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
+			Message: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
+	}
+	n := c.r.ContentLength
+	switch {
+	case n > limit:
+		return nil, tooBig()
+	case n == 0 || c.r.Body == nil || c.r.Body == http.NoBody:
+		return nil, nil
+	}
+	const firstChunk = 16 << 10
+	b := make([]byte, 0, min(limit, firstChunk, max(n, 512)))
+	b, err := readAll(b, http.MaxBytesReader(c.w, c.r.Body, limit))
+	if err != nil {
+		// The deadline stays armed: net/http discards an unread rest of the body after the
+		// handler, and must not wait for it.
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooBig()
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.w.Header().Set("Connection", "close")
+			c.p.cfg.Metrics.clientError(c.rule.name, clientBodyTimeout)
+			c.p.log.Info("client body too slow", "timeout", c.p.cfg.BodyTimeout, "received", len(b), "request_id", c.id)
+			return nil, &apiError{Status: http.StatusRequestTimeout, Type: typeInvalid, Code: "request_timeout",
+				Message: "the request body did not arrive within " + c.p.cfg.BodyTimeout.String()}
+		}
+		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
+	}
+	c.endBodyDeadline()
+	return b, nil
+}
+
+// readAll appends r's bytes to b until EOF, growing b as data arrives (io.ReadAll, from a buffer).
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
 
 // parsed is the one typed request the proxy reads from an OpenAI body, once: what routing and the
 // keys depend on (docs/request-fields.md). The raw bytes stay the source of what is forwarded; only

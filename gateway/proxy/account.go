@@ -4,9 +4,44 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"time"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/route"
 )
+
+// finish records the request's metrics.
+func (c *call) finish() {
+	if c.resp.status == 0 {
+		c.resp.status = 499 // the client went away before any answer
+	}
+	if c.rule.inflight {
+		c.p.cfg.Metrics.inflightAdd(c.rule.name, -1)
+	}
+	c.p.cfg.Metrics.done(c.rule.name, c.resp.status, c.tier, time.Since(c.start))
+}
+
+// end gives the request its defined outcome when it did not get a complete response: the
+// connection is cut (HTTP/1.1: closed without the final chunk; HTTP/2: the stream reset), never a
+// default 200 with an empty body nor a truncated body framed as complete. A client that
+// half-closes its side after the request is indistinguishable from one that left (net/http
+// cancels the request's context on EOF), so it gets the same.
+func (c *call) end() {
+	switch {
+	case !c.resp.committed:
+		c.p.cfg.Metrics.clientError(c.rule.name, clientGoneEarly)
+		c.p.log.Info("client left before the response; connection closed", "rule", c.rule.name, "request_id", c.id, "after", time.Since(c.start))
+	case c.resp.truncated && c.resp.gone:
+		c.p.cfg.Metrics.clientError(c.rule.name, clientGoneMidway)
+		c.p.log.Info("client left during the response; connection closed", "rule", c.rule.name, "endpoint", c.serverName(), "request_id", c.id)
+	case c.resp.truncated: // the upstream broke off: relay logged it and counted it
+	default:
+		return
+	}
+	// net/http recovers this sentinel without logging and closes the connection (resets the
+	// HTTP/2 stream) without finishing the response.
+	panic(http.ErrAbortHandler)
+}
 
 // UsageReport is one relayed response's cached-token account: what the routing decision predicted
 // the serving endpoint would reuse, beside what the engine reports it reused
@@ -59,7 +94,7 @@ func (t *usageTap) Read(p []byte) (int, error) {
 // tapUsage wraps resp's body when the proxy reports usage and the answer can carry it (a 200 of a
 // parsed completion or chat request). It returns nil otherwise.
 func (c *call) tapUsage(resp *http.Response) *usageTap {
-	if c.p.cfg.Usage == nil || c.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
+	if c.p.cfg.Usage == nil || c.in.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
 		return nil
 	}
 	t := &usageTap{ReadCloser: resp.Body} // the tail grows to at most usageTail
@@ -69,10 +104,10 @@ func (c *call) tapUsage(resp *http.Response) *usageTap {
 
 // reportUsage hands the tapped response's usage to Config.Usage (nothing when the engine sent none).
 func (c *call) reportUsage(t *usageTap) {
-	if t == nil || c.server == nil {
+	if t == nil || c.resp.server == nil {
 		return
 	}
-	c.reportUsageOf(c.server, t.tail)
+	c.reportUsageOf(c.resp.server, t.tail)
 }
 
 // reportPrefillUsage accounts a P/D request on its prefill endpoint, the one KV-exact chose: the
@@ -80,11 +115,16 @@ func (c *call) reportUsage(t *usageTap) {
 // cached_tokens. The decode leg's usage is not the account of a prediction: vLLM counts the KV it
 // pulled from the prefill engine as cached (num_cached_tokens includes the connector's external
 // tokens), so its cached_tokens would "realize" any prediction, right or wrong.
-func (c *call) reportPrefillUsage(ep *route.Endpoint, a legAnswer) {
-	if c.p.cfg.Usage == nil || c.body == nil || a.err != nil || a.status != http.StatusOK || !a.whole || header(a.header, "Content-Encoding") != "" {
+func (c *call) reportPrefillUsage(ep *route.Endpoint, a engines.LegAnswer) {
+	if c.p.cfg.Usage == nil || c.in.body == nil || a.Err != nil || a.Status != http.StatusOK || header(a.Header, "Content-Encoding") != "" {
 		return
 	}
-	c.reportUsageOf(ep, a.body[max(0, len(a.body)-usageTail):])
+	switch {
+	case a.Tail != nil: // a drained answer
+		c.reportUsageOf(ep, a.Tail)
+	case a.Whole:
+		c.reportUsageOf(ep, a.Body[max(0, len(a.Body)-usageTail):])
+	}
 }
 
 // reportUsageOf hands the usage at the end of tail, served by ep, to Config.Usage.
@@ -96,12 +136,12 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
 	if !ok {
 		return
 	}
-	rep := UsageReport{Rule: c.rule, Endpoint: ep.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
+	rep := UsageReport{Rule: c.rule.name, Endpoint: ep.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
 	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == ep
 	if k, ok := c.d.LastKey(); ok {
 		rep.LastBlockKey, rep.Blocks = k, c.d.Blocks
 	}
-	if r := c.rt.Rule(); r != nil {
+	if r := c.rule.rt.Rule(); r != nil {
 		rep.BlockSize = r.BlockSize
 	}
 	for _, ev := range c.d.Endpoints {
