@@ -356,7 +356,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, VLLMExtras: kr.ExtraKeys, SaltedRoot: kr.SaltedRoot}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -422,7 +422,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		fallback = r.Binding
 	}
 	switch {
-	case r.KVExactMode == 0:
+	case r.KVExactMode == rules.KVExactOff:
 		st.Reason = "kvExactMode is 0"
 		return inventory.Mask{}, fallback
 	case !ct.HasEvents():
@@ -536,7 +536,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	}
 	for i, e := range r.Endpoints {
 		ep := rt.eps[i]
-		if r.KVExactMode == 1 && ep.Role != route.RolePrefill {
+		if r.KVExactMode == rules.KVExactPD && ep.Role != route.RolePrefill {
 			continue
 		}
 		if len(e.Events.ZMQ) == 0 && e.Events.Drain == "" {

@@ -50,7 +50,7 @@ func TestRequestExtrasVectors(t *testing.T) {
 				t.Fatalf("%s %s: %v", rel, c.Name, err)
 			}
 			req.LoRAName = r.LoRAName
-			k := &route.PromptKeyer{Hasher: h, VLLMExtras: b.Algorithm.IsVLLM()}
+			k := &route.PromptKeyer{Hasher: h, BlockExtras: b.Algorithm.IsVLLM()}
 			keys, miss, reason := k.Keys(context.Background(), req)
 			if miss != route.MissNone {
 				if !b.Algorithm.IsVLLM() && r.LoRAName != "" && miss == route.MissLoRA {

@@ -121,7 +121,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	rule := rules.Rule{Name: ruleName, Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release},
 		Selector: pol.Selector, Seed: &seed0}
 	if pol.Exact {
-		rule.KVExactMode = 3
+		rule.KVExactMode = rules.KVExactPool
 		rule.Binding = "engine"
 		rule.PredictOnRoute = rules.Duration(pol.Predict)
 		if pol.Binding != "" {
@@ -232,7 +232,7 @@ func lawOf(r *rules.Rule) route.Law {
 	}
 	l.Lambda = r.LoadLaw.Lambda
 	l.SpillRelief = true // mode 3's default
-	if r.LoadLaw.SpillRelief != nil && r.KVExactMode == 3 {
+	if r.LoadLaw.SpillRelief != nil && r.KVExactMode == rules.KVExactPool {
 		l.SpillRelief = *r.LoadLaw.SpillRelief
 	}
 	return l

@@ -145,7 +145,7 @@ type scaleRig struct {
 }
 
 func newScaleRig(toks *tokenize.Pool, model string, ct *contracts.Contract, n, resident int) (*scaleRig, ScaleInventory, error) {
-	r := &rules.Rule{Name: "scale", Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release}, KVExactMode: 3,
+	r := &rules.Rule{Name: "scale", Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release}, KVExactMode: rules.KVExactPool,
 		Binding: "engine", Seed: &seed0}
 	for i := 0; i < n; i++ {
 		r.Endpoints = append(r.Endpoints, rules.Endpoint{Name: fmt.Sprintf("e%d", i), Address: fmt.Sprintf("http://127.0.0.1:%d", 20000+i)})

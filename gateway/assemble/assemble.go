@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // Config is everything a gateway is assembled from.
@@ -122,7 +123,7 @@ func (a *Gateway) Start(ctx context.Context) error {
 	}
 	log.Info("admin listening", "addr", srv.Admin)
 	for _, rs := range a.Runtime.Status().Rules {
-		if rs.Exact.Mode != 0 && !rs.Exact.Enabled {
+		if rs.Exact.Mode != rules.KVExactOff && !rs.Exact.Enabled {
 			log.Warn("KV-exact is off for this rule", "rule", rs.Name, "reason", rs.Exact.Reason)
 		} else if rs.Exact.Enabled {
 			log.Info("KV-exact enabled", "rule", rs.Name, "binding", rs.Exact.Binding, "profile", rs.Exact.ProfileDigest)

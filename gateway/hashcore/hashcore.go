@@ -50,6 +50,10 @@ func (a Algorithm) IsVLLM() bool {
 	return false
 }
 
+// SaltedRoot reports whether a roots a salted request's chain at its cache_salt (RootFor) instead of
+// carrying the salt in block 0's extra keys.
+func (a Algorithm) SaltedRoot() bool { return a == SGLangSHA256 }
+
 // pickle reports whether a serializes with pickle protocol 5 (else CBOR or raw bytes).
 func (a Algorithm) pickle() bool { return a == VLLMSHA256 || a == VLLMXXHash }
 

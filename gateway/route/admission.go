@@ -94,3 +94,30 @@ func (a *admission) released() {
 	a.wake = make(chan struct{})
 	a.mu.Unlock()
 }
+
+// admissionTier is the P/D ladder's gate: it waits (Route only, never Explain) until some prefill
+// candidate is under its in-flight cap, then narrows the candidates to those that are. It never
+// picks; shed and park timeout end the decision.
+type admissionTier struct{ rt *Router }
+
+func (t admissionTier) pick(ctx context.Context, c *choice) (pick, error) {
+	a := t.rt.admission
+	if !c.d.dry {
+		// Each check re-reads the candidates: health and retry exclusions hold while parked.
+		refresh := func() []*Endpoint {
+			c.cands = t.rt.appendCandidates(c.cands[:0], c.retry, RolePrefill)
+			return c.cands
+		}
+		if err := a.wait(ctx, refresh); err != nil {
+			return pick{}, err
+		}
+	}
+	open := c.cands[:0]
+	for _, p := range c.cands {
+		if p.Active() < a.maxInflight {
+			open = append(open, p)
+		}
+	}
+	c.cands = open
+	return pick{}, nil
+}

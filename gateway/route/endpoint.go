@@ -1,9 +1,3 @@
-// Package route owns the routing decision: which endpoint (and, for prefill/decode rules, which
-// pair) serves a request, and why. A rule's router runs tiers in a fixed order — the single-pool
-// ladder (KV-exact, then the rule's selector) or the P/D ladder (admission, session, prefix trie,
-// KV-exact, min-load, decode pick, rescue) — over the endpoints health has not excluded. Every
-// decision carries its evidence: per-endpoint overlap and prefix depth, the tier that decided, and
-// the reason KV-exact missed when it did.
 package route
 
 import (

@@ -10,6 +10,37 @@ import (
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
+// Keyer turns a request into the block keys the rule's inventory holds (tokenize, render, hash).
+// A failure is a Miss with a human reason, never a guess.
+type Keyer interface {
+	Keys(ctx context.Context, r *Request) (keys []uint64, miss Miss, reason string)
+}
+
+// promptKeys is KV-exact's guard ladder up to the keys: a certificate covers the rule, the request
+// has a shape keys can be had for, a keyer is configured, it keys the prompt (a LoRA adapter's
+// request as its base model), and the prompt fills at least one block. The keys go on d for
+// predict-on-route and the token-side check.
+func (rt *Router) promptKeys(ctx context.Context, req *Request, d *Decision) ([]uint64, Miss, string) {
+	if rt.cfg.CertReason != "" {
+		return nil, MissNoCertificate, rt.cfg.CertReason
+	}
+	if m, reason := req.unkeyable(); m != MissNone {
+		return nil, m, reason
+	}
+	if rt.cfg.Keyer == nil {
+		return nil, MissTokenizer, "no tokenizer configured for this rule"
+	}
+	keys, m, reason := rt.cfg.Keyer.Keys(ctx, rt.adapt(req))
+	if m != MissNone {
+		return nil, m, reason
+	}
+	d.Blocks, d.keys = len(keys), keys
+	if len(keys) == 0 {
+		return nil, MissHashes, "the prompt is shorter than one block"
+	}
+	return keys, MissNone, ""
+}
+
 // PromptKeyer computes a request's block keys exactly as the engine does: tokenize the prompt with
 // the model's tokenizer (chat rendered through its template first, without special tokens, as vLLM
 // does), then hash full blocks with the rule's binding, with the request's extra keys (LoRA name,
@@ -24,10 +55,10 @@ type PromptKeyer struct {
 	// RouterBlockSize, when Hasher is nil, selects the router binding (kvexact-xxh3-v1) at this
 	// block size.
 	RouterBlockSize int
-	// VLLMExtras: the engine is vLLM, whose events carry per-block extra keys (LoRA name in every
-	// block, cache_salt in block 0); router keys then hash the same extra-key arrays so that both
-	// sides agree.
-	VLLMExtras bool
+	// BlockExtras: the engine's events carry per-block extra keys (vLLM: LoRA name in every block,
+	// cache_salt in block 0); router keys then hash the same extra-key arrays so that both sides
+	// agree.
+	BlockExtras bool
 	// SaltedRoot: the engine roots a salted request's chain at its cache_salt (SGLang), and its
 	// events say so; router keys then carry the salt in block 0's extras, as ingest does.
 	SaltedRoot bool
@@ -133,11 +164,12 @@ func chatReason(err error) string {
 // Keys implements Keyer.
 func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, string) {
 	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt}
-	sglang := k.Hasher != nil && k.Hasher.Binding().Algorithm == hashcore.SGLangSHA256
+	// An engine binding that roots a salted chain at the salt separates the namespaces by itself.
+	saltedKeys := k.Hasher != nil && k.Hasher.Binding().Algorithm.SaltedRoot()
 	switch {
-	case ex.LoRAName != "" && !k.VLLMExtras:
+	case ex.LoRAName != "" && !k.BlockExtras:
 		return nil, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
-	case ex.CacheSalt != "" && !k.VLLMExtras && !k.SaltedRoot && !sglang:
+	case ex.CacheSalt != "" && !k.BlockExtras && !k.SaltedRoot && !saltedKeys:
 		return nil, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
 	}
 	ids, m, reason := k.Tokens(r)
@@ -153,7 +185,7 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, strin
 	}
 	var extras [][]any
 	switch {
-	case k.VLLMExtras && (ex.LoRAName != "" || ex.CacheSalt != ""):
+	case k.BlockExtras && (ex.LoRAName != "" || ex.CacheSalt != ""):
 		var err error
 		if extras, err = hashcore.ExtraKeys(ex, len(ids), k.RouterBlockSize); err != nil {
 			return nil, MissHashes, err.Error()

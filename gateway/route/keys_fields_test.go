@@ -67,7 +67,7 @@ func TestKeyerExtrasPerFamily(t *testing.T) {
 	if _, m, _ := trt.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"}); m != MissCacheSalt {
 		t.Fatalf("trtllm salt: %v", m)
 	}
-	vr := &PromptKeyer{Pool: pool, RouterBlockSize: 4, VLLMExtras: true}
+	vr := &PromptKeyer{Pool: pool, RouterBlockSize: 4, BlockExtras: true}
 	got, m, _ = vr.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a", CacheSalt: "s"})
 	ex, _ := hashcore.ExtraKeys(&hashcore.Extras{LoRAName: "a", CacheSalt: "s"}, len(ids), 4)
 	wantV, _ := hashcore.RouterKeys(0, ids, 4, ex, nil)

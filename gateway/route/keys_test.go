@@ -30,7 +30,7 @@ func TestPromptKeyerMatchesEngineBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &PromptKeyer{Pool: pool, Hasher: h, VLLMExtras: true}
+	k := &PromptKeyer{Pool: pool, Hasher: h, BlockExtras: true}
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
 	ids, _ := tok.Encode(prompt, true)
 	want, _ := h.Keys(ids, nil, nil)

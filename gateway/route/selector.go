@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sort"
@@ -8,6 +9,16 @@ import (
 
 	"github.com/zeebo/xxh3"
 )
+
+// selectorTier is the single pool's last rung: the rule's selector picks among the candidates.
+type selectorTier struct {
+	sel  Selector
+	name string // TierSelector + ":" + sel.Name(), built once
+}
+
+func (t selectorTier) pick(_ context.Context, c *choice) (pick, error) {
+	return pick{ep: t.sel.Pick(c.req, c.cands), tier: t.name}, nil
+}
 
 // A Selector is a rule's load-balancing policy: the whole decision when KV-exact is off or misses
 // in a single pool. It picks among candidates already filtered by health, in endpoint order.
@@ -85,32 +96,6 @@ func (s *leastLoad) Name() string { return "least-load" }
 
 func (s *leastLoad) Pick(_ *Request, cands []*Endpoint) *Endpoint {
 	return minLoad(cands, &s.tie)
-}
-
-// minLoad returns the least-loaded candidate, breaking genuine ties round-robin.
-func minLoad(cands []*Endpoint, tie *atomic.Uint64) *Endpoint {
-	if len(cands) == 0 {
-		return nil
-	}
-	best, n := cands[0].Load(), 0
-	for _, c := range cands {
-		switch l := c.Load(); {
-		case l < best:
-			best, n = l, 1
-		case l == best:
-			n++
-		}
-	}
-	k := int((tie.Add(1) - 1) % uint64(n))
-	for _, c := range cands {
-		if c.Load() == best {
-			if k == 0 {
-				return c
-			}
-			k--
-		}
-	}
-	return cands[0]
 }
 
 // chwbl is consistent hashing with bounded loads: a ring of virtual nodes per endpoint (weight ×

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -68,4 +69,17 @@ func (s *sessions) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.pins)
+}
+
+// sessionTier picks the prefill endpoint a conversation is pinned to, while it is a candidate.
+type sessionTier struct{ s *sessions }
+
+func (t sessionTier) pick(_ context.Context, c *choice) (pick, error) {
+	c.pin, c.pinned = t.s.get(c.req.sessionKey())
+	if c.pinned {
+		if p := byIndex(c.cands, c.pin.prefill); p != nil {
+			return pick{ep: p, tier: TierSession}, nil
+		}
+	}
+	return pick{}, nil
 }

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"sync"
 
 	"github.com/zeebo/xxh3"
@@ -80,4 +81,37 @@ func (t *prefixTrie) insert(text string, ep int) {
 	if len(t.cur) >= t.maxNodes {
 		t.prev, t.cur = t.cur, map[uint64][]int{}
 	}
+}
+
+// trieTier picks the deepest candidate that served the prompt's text prefix, when the match covers
+// at least thresholdPct of the text and the candidates' loads differ by at most balanceAbs (an
+// imbalanced pool goes to min-load instead).
+type trieTier struct {
+	t            *prefixTrie
+	thresholdPct int
+	balanceAbs   int
+}
+
+func (t trieTier) pick(_ context.Context, c *choice) (pick, error) {
+	if len(c.cands) == 0 || c.req.AffinityText == "" || t.imbalanced(c.cands) {
+		return pick{}, nil
+	}
+	eps, pct := t.t.match(c.req.AffinityText)
+	if pct < t.thresholdPct {
+		return pick{}, nil
+	}
+	for i := len(eps) - 1; i >= 0; i-- {
+		if p := byIndex(c.cands, eps[i]); p != nil {
+			return pick{ep: p, tier: TierTrie}, nil
+		}
+	}
+	return pick{}, nil
+}
+
+func (t trieTier) imbalanced(ps []*Endpoint) bool {
+	lo, hi := ps[0].Active(), ps[0].Active()
+	for _, p := range ps {
+		lo, hi = min(lo, p.Active()), max(hi, p.Active())
+	}
+	return hi-lo > t.balanceAbs
 }

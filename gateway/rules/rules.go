@@ -183,7 +183,7 @@ type Rule struct {
 	Engine EngineRef `yaml:"engine" json:"engine"`
 	// Selector is the fallback (and mode-3 default) policy: rr, wrr, least-load or chwbl.
 	Selector string `yaml:"selector" json:"selector"`
-	// KVExactMode: 0 off, 1 KV-exact inside the P/D ladder, 3 single pool.
+	// KVExactMode: 0 off, 1 KV-exact inside the P/D ladder, 3 single pool (modes.go).
 	KVExactMode int `yaml:"kvExactMode" json:"kvExactMode"`
 	// BlockSize is the engine's block size in tokens; 0 takes the contract's default.
 	BlockSize int `yaml:"blockSize" json:"blockSize,omitempty"`
@@ -437,7 +437,7 @@ var (
 	Bindings  = []string{"auto", "engine", "router"}
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off"}
-	Modes     = []int{0, 1, 3}
+	Modes     = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
 // Load reads and validates a gateway.yaml. Unknown keys are errors.
@@ -592,7 +592,7 @@ func (r *Rule) Normalize() error {
 	}
 	if !slices.Contains(Modes, r.KVExactMode) {
 		hint := ""
-		if r.KVExactMode == 2 {
+		if r.KVExactMode == kvExactReserved {
 			hint = " (2 is reserved)"
 		}
 		return fieldErr("kvExactMode", "%d is not one of 0 (off), 1 (P/D ladder), 3 (single pool)%s", r.KVExactMode, hint)
@@ -627,15 +627,15 @@ func (r *Rule) Normalize() error {
 	}
 	pd := roles["prefill"] > 0 || roles["decode"] > 0
 	switch r.KVExactMode {
-	case 1:
+	case KVExactPD:
 		if roles["prefill"] == 0 || roles["decode"] == 0 {
 			return fieldErr("kvExactMode", "1 (P/D ladder) needs at least one prefill and one decode endpoint (use 3 for a single pool)")
 		}
-	case 3:
+	case KVExactPool:
 		if pd {
 			return fieldErr("kvExactMode", "3 (single pool) needs role-less endpoints; this rule has prefill/decode roles (use 1 for P/D)")
 		}
-	case 0:
+	case KVExactOff:
 		if pd && (roles["prefill"] == 0 || roles["decode"] == 0) {
 			return fieldErr("endpoints", "a P/D rule needs at least one prefill and one decode endpoint")
 		}
@@ -646,7 +646,7 @@ func (r *Rule) Normalize() error {
 	if !ct.HasEvents() {
 		// llama.cpp: every KV control is refused, with the contract's reason.
 		switch {
-		case r.KVExactMode != 0:
+		case r.KVExactMode != KVExactOff:
 			return fieldErr("kvExactMode", "%d refused for %s: %s", r.KVExactMode, ct.Family, ct.Hash.NoneReason)
 		case r.BlockSize != 0:
 			return fieldErr("blockSize", "refused for %s: %s", ct.Family, ct.Hash.NoneReason)
@@ -862,7 +862,7 @@ func (l *LoadLaw) normalize(mode int) error {
 		return fieldErr("lambda", "%d is outside 1..100000", l.Lambda)
 	}
 	if l.SpillRelief == nil {
-		on := mode == 3
+		on := mode == KVExactPool
 		l.SpillRelief = &on
 	}
 	if l.ColdStartSeedN == nil {

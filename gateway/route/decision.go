@@ -1,0 +1,96 @@
+package route
+
+import "sync/atomic"
+
+// Tier names in decisions.
+const (
+	TierKVExact  = "kv-exact"
+	TierSession  = "session"
+	TierTrie     = "trie"
+	TierMinLoad  = "min-load"
+	TierRescue   = "rescue"
+	TierSelector = "selector" // followed by ":" + selector name
+)
+
+// Miss says why KV-exact did not decide a request. Each miss counts exactly one reason.
+type Miss string
+
+const (
+	MissNone          Miss = ""
+	MissModeOff       Miss = "mode_off"       // the rule's kvExactMode is 0
+	MissNoCertificate Miss = "no_certificate" // no valid certificate covers the rule's profile
+	MissTextEmpty     Miss = "text_empty"     // no prompt could be extracted
+	MissTokenizer     Miss = "unknown_tokenizer"
+	MissTokenize      Miss = "tokenize" // tokenize or chat-template failure
+	MissHashes        Miss = "hashes"   // zero full blocks
+	MissNoWorker      Miss = "no_worker"
+	MissExcluded      Miss = "excluded"
+	MissShallow       Miss = "shallow"
+	// Request fields whose keys cannot be had exactly (docs/request-fields.md).
+	MissMultimodal      Miss = "multimodal"       // image/audio/video parts: the processor's hashes
+	MissRequestTemplate Miss = "request_template" // a request chat_template
+	MissPromptEmbeds    Miss = "prompt_embeds"    // prompt_embeds tensors
+	MissTruncation      Miss = "truncation"       // truncate_prompt_tokens cuts the prompt unknowably
+	MissBatch           Miss = "batch"            // several prompts in one completions request
+	MissLoRA            Miss = "lora"             // the engine's keys do not separate LoRA adapters
+	MissCacheSalt       Miss = "cache_salt"       // the engine's keys do not carry cache_salt
+)
+
+// Misses lists every reason, for metrics.
+var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow,
+	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt}
+
+// Decision is a routing outcome with its evidence. Release must be called exactly once when the
+// request ends (it gives back the load units the decision took).
+type Decision struct {
+	Target    *Endpoint          `json:"-"` // the endpoint that serves (mode 3/0) or prefills (mode 1)
+	Decode    *Endpoint          `json:"-"` // mode 1 only
+	TargetN   string             `json:"target"`
+	DecodeN   string             `json:"decode,omitempty"`
+	Tier      string             `json:"tier"`
+	Miss      Miss               `json:"miss,omitempty"`
+	Reason    string             `json:"reason,omitempty"` // detail of the miss
+	Blocks    int                `json:"blocks"`           // full blocks in the prompt
+	Score     int                `json:"score,omitempty"`  // winner's score (blocks)
+	Spill     bool               `json:"spill,omitempty"`
+	Seeded    bool               `json:"seeded,omitempty"`
+	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`
+
+	// Predicted: the winner's score needed predicted blocks (predict-on-route), not only confirmed.
+	Predicted bool `json:"predicted,omitempty"`
+
+	released atomic.Bool
+	rt       *Router // set by take: Release gives the load units back through it
+	dry      bool
+	keys     []uint64 // the prompt's block keys, for predict-on-route
+	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
+	// here because the decision is allocated anyway: a choice of its own would be one more
+	// allocation per request.
+	c       choice
+	candBuf [8]*Endpoint // backs the ladder's candidate list: no allocation for up to 8 endpoints
+}
+
+// Release gives back the decision's load units (idempotent).
+func (d *Decision) Release() {
+	if d == nil {
+		return
+	}
+	if d.rt == nil || d.released.Swap(true) {
+		return
+	}
+	d.Target.active.Add(-1)
+	if d.Decode != nil {
+		d.Decode.active.Add(-1)
+	}
+	d.rt.admission.released()
+}
+
+// LastKey is the key of the prompt's deepest full block as the gateway computed it (its chain
+// covers the whole keyed prompt), false when the decision computed no keys. The gateway's
+// token-side check (router binding) looks for it in the engine's published blocks.
+func (d *Decision) LastKey() (uint64, bool) {
+	if d == nil || len(d.keys) == 0 {
+		return 0, false
+	}
+	return d.keys[len(d.keys)-1], true
+}

@@ -1,0 +1,50 @@
+package route
+
+import "context"
+
+// kvExactTier is KV-exact: the prompt's block keys through the guard ladder (keys.go), every
+// endpoint of the role scored against the inventory with its evidence (score.go, evidence.go), the
+// zero-hit watchdog (watchdog.go), the load law's winner among the eligible (law.go), then
+// cold-start seeding (coldstart.go). It passes with the Miss of the first guard that fails.
+type kvExactTier struct {
+	rt   *Router
+	role Role // RoleNormal in a single pool, RolePrefill in P/D
+	// amongCands: the winner must also be one of the ladder's candidates, else the tier passes
+	// (without a miss: the law did pick, admission had closed it).
+	amongCands bool
+}
+
+func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
+	rt, d := t.rt, c.d
+	keys, m, reason := rt.promptKeys(ctx, c.req, d)
+	if m != MissNone {
+		return passed(m, reason), nil
+	}
+	s := rt.score(keys, t.role, c.retry, rt.adapterAbsent(c.req.Model), d)
+	if !d.dry {
+		rt.watch(s.holderScore, s.anyResident)
+	}
+	if m, reason := s.miss(rt.minBlocks(len(keys))); m != MissNone {
+		return passed(m, reason), nil
+	}
+	v := rt.law.Pick(s.cands, len(keys))
+	if v.Pos < 0 {
+		return passed(MissNoWorker, "the load law found no candidate"), nil
+	}
+	w := s.eps[v.Pos]
+	d.Score, d.Spill = s.cands[v.Pos].Score, v.Spill
+	d.noteWinner(w, s.eps, v.Caps)
+	w = rt.seedCold(w, s.eps, d)
+	if t.amongCands && !contains(c.cands, w) {
+		return pick{}, nil
+	}
+	return pick{ep: w, tier: TierKVExact}, nil
+}
+
+// kvExactOffTier holds KV-exact's place on a rule whose kvExactMode is 0: it always passes, so the
+// decision says why KV-exact did not run.
+type kvExactOffTier struct{}
+
+func (kvExactOffTier) pick(context.Context, *choice) (pick, error) {
+	return passed(MissModeOff, "kvExactMode is 0"), nil
+}

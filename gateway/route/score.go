@@ -1,0 +1,88 @@
+package route
+
+import (
+	"github.com/kvexact/kvexact/gateway/inventory"
+)
+
+// scores is KV-exact's view of one role's endpoints for one prompt. Every endpoint is scored (the
+// evidence shows them all), but only the eligible ones are the load law's candidates.
+type scores struct {
+	cands []Scored    // the law's candidates, in endpoint order
+	eps   []*Endpoint // eps[i] is cands[i]'s endpoint
+	best  int         // the best candidate score
+	// holder is the best-scoring endpoint of the role, eligible or not, and holderScore its score:
+	// an ineligible holder makes a miss "excluded" rather than "no_worker".
+	holder      *Endpoint
+	holderScore int
+	// anyResident: some endpoint of the role holds blocks (the zero-hit watchdog's condition).
+	anyResident bool
+}
+
+// score scores every endpoint of role against the prompt's keys and appends each one's evidence
+// to d. Predict-on-route extends an endpoint's prefix with its predicted blocks; the rule's scoring
+// says whether the overlap count or the prefix depth drives selection.
+func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, d *Decision) scores {
+	var mask inventory.Mask
+	n := 0
+	for _, e := range rt.eps {
+		if e.Role == role {
+			mask.Set(e.ID)
+			n++
+		}
+	}
+	found := rt.cfg.Index.Score(keys, mask, nil)
+	byID := make(map[inventory.EndpointID]inventory.Score, len(found))
+	for _, s := range found {
+		byID[s.Endpoint] = s
+	}
+	// Sized once: growing them endpoint by endpoint cost an allocation per doubling.
+	out := scores{cands: make([]Scored, 0, n), eps: make([]*Endpoint, 0, n)}
+	d.Endpoints = make([]EndpointEvidence, 0, n)
+	for _, e := range rt.eps {
+		if e.Role != role {
+			continue
+		}
+		s := byID[e.ID]
+		var predicted int
+		if rt.predict != nil {
+			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)
+			s.Overlap = max(s.Overlap, s.Prefix)
+		}
+		score := s.Overlap
+		if rt.rule.Scoring == "prefix" {
+			score = s.Prefix
+		}
+		ev := rt.evidence(e, s, predicted, retry, absent)
+		d.Endpoints = append(d.Endpoints, ev)
+		if rt.cfg.Index.Resident(e.ID) > 0 {
+			out.anyResident = true
+		}
+		if score > out.holderScore {
+			out.holderScore, out.holder = score, e
+		}
+		if ev.Eligible {
+			out.cands = append(out.cands, Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1)})
+			out.eps = append(out.eps, e)
+			out.best = max(out.best, score)
+		}
+	}
+	return out
+}
+
+// miss is the guard after scoring: some candidate must hold a prefix, at least need blocks deep.
+func (s *scores) miss(need int) (Miss, string) {
+	switch {
+	case s.best <= 0 && s.holder != nil:
+		return MissExcluded, "the endpoint holding the prefix (" + s.holder.Name + ") is excluded or not certified"
+	case s.best <= 0:
+		return MissNoWorker, "no endpoint holds any of the prompt's blocks"
+	case s.best < need:
+		return MissShallow, "best match is below minMatchTokens"
+	}
+	return MissNone, ""
+}
+
+// minBlocks is minMatchTokens in full blocks (rounded up), at most the prompt's blocks.
+func (rt *Router) minBlocks(blocks int) int {
+	return min((rt.minMatch+rt.rule.BlockSize-1)/rt.rule.BlockSize, blocks)
+}
