@@ -14,7 +14,9 @@ const module = "github.com/kvexact/kvexact"
 //     every side reads, so they must stay at the bottom of the graph;
 //   - engines, engines/registry and every family package import, of the project, only engines/...,
 //     contracts and gateway/hashcore: gateway code imports engines/registry, which imports every
-//     family, so a family importing any other gateway package is an import cycle waiting to happen.
+//     family, so a family importing any other gateway package is an import cycle waiting to happen;
+//   - no gateway package depends on engines/sim, the simulator, which itself tokenizes with
+//     gateway/tokenize (a test engine is no part of the gateway).
 func TestImportHygiene(t *testing.T) {
 	leaves := []string{module + "/contracts", module + "/gateway/hashcore"}
 	for _, p := range leaves {
@@ -33,6 +35,11 @@ func TestImportHygiene(t *testing.T) {
 			if !allowedForEngines(d, leaves) {
 				t.Errorf("%s imports %s; engine packages may import only engines/..., contracts and gateway/hashcore", p, d)
 			}
+		}
+	}
+	for _, d := range projectDeps(t, module+"/gateway/...") {
+		if d == module+"/engines/sim" {
+			t.Errorf("a gateway package depends on engines/sim (go list -deps ./gateway/...): the simulator is a test engine")
 		}
 	}
 }
@@ -66,7 +73,8 @@ func allowedForEngines(dep string, leaves []string) bool {
 	return false
 }
 
-// projectDeps lists pkg and the project packages it depends on (non-test imports, transitively).
+// projectDeps lists pkg (a pattern) and the project packages it depends on (non-test imports,
+// transitively).
 func projectDeps(t *testing.T, pkg string) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
