@@ -4,21 +4,18 @@ import (
 	"fmt"
 
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/sglang"
-	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/engines/registry"
 )
 
-// decodeReplayed decodes one replayed ZeroMQ payload of family.
-//
-// Pending (issue 18): this becomes the family's event decoder facet (engines.Events' EventDecoder,
-// the ingest work), after which this file goes and the family-name test's pending entry for it
-// with it.
+// decodeReplayed decodes one replayed ZeroMQ payload with the family's event decoder (the one the
+// gateway's event pipeline uses).
 func decodeReplayed(family string, payload []byte) (engines.Batch, error) {
-	switch family {
-	case "vllm":
-		return vllm.DecodeBatch(payload)
-	case "sglang":
-		return sglang.DecodeBatch(payload)
+	if f, err := registry.Lookup(family); err == nil && f.EventTransport() == engines.TransportZMQ {
+		if decode, err := f.EventDecoder(""); err == nil {
+			var b engines.Batch
+			err := decode(&b, payload)
+			return b, err
+		}
 	}
 	return engines.Batch{}, fmt.Errorf("no ZeroMQ decoder for %s", family)
 }

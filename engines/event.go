@@ -1,7 +1,10 @@
 // Package engines holds what every engine family shares: the normalized KV-cache event that each
 // family's wire decoder produces and the event path consumes, the typed reject error those decoders
 // return, and the ZeroMQ frame layout vLLM and SGLang share. Wire formats live in the family packages
-// (engines/vllm, engines/sglang, engines/trtllm); llama.cpp has none.
+// (engines/vllm, engines/sglang, engines/trtllm); llama.cpp has none. The Family interface
+// (family.go) and its facets, each declared in a file named after it (events.go: what the event
+// pipeline asks of a family; routerbinding.go: the router binding's key map and shared binder), are
+// what code outside engines/ uses instead of naming a family.
 package engines
 
 import (

@@ -18,5 +18,6 @@ type Family interface {
 	Keys
 	Hints
 	Container
+	Events
 	PD
 }

@@ -7,6 +7,9 @@ package llamacpp
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines"
 )
 
 // ErrNoEvents is the sentinel every refusal wraps (errors.Is(err, ErrNoEvents)).
@@ -34,3 +37,21 @@ func (e *RefusalError) Unwrap() error { return ErrNoEvents }
 func NewEventSource(release string) error {
 	return &RefusalError{Release: release}
 }
+
+// llama.cpp's event facet: no transport; the decoder refuses with the reason, naming the family.
+
+func (family) EventTransport() engines.Transport { return engines.TransportNone }
+
+func (family) EventDecoder(string) (engines.Decoder, error) {
+	return nil, &engines.ConfigError{Field: "family", Msg: "llama.cpp publishes no KV-cache events: exact routing is refused, content affinity (chwbl) is the best it gets"}
+}
+
+func (family) CheckEventConfig(*engines.EventConfig) error {
+	return &engines.ConfigError{Field: "family", Msg: "llama.cpp publishes no KV-cache events"}
+}
+
+func (family) EventResidency(string) string { return contracts.ResidencyCopies }
+
+func (family) RouterBinder(int) engines.RouterBinder { return nil }
+
+func (family) EventDrain(string) engines.Drain { return nil }

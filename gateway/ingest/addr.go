@@ -33,7 +33,7 @@ func checkAddr(a string) error {
 }
 
 // ExpandRanks lists the addresses of ranks 0..n-1 of an engine whose rank 0 uses base, following
-// the engines' rule (vLLM offset_endpoint_port, SGLang the same): a tcp port becomes port + rank, an
+// the engines' own rule (offset_endpoint_port): a tcp port becomes port + rank, an
 // ipc or inproc path gets the suffix _dp<rank> (rank 0 unchanged).
 func ExpandRanks(base string, n int) ([]string, error) {
 	if n <= 0 {

@@ -51,12 +51,11 @@ func benchIngest(b *testing.B, blocks int, binding Binding) {
 	cfg := Config{Family: "vllm", Rule: "bench", Endpoint: "ep", Binding: binding, BlockSize: 16,
 		Publish: []string{"tcp://127.0.0.1:1"}}
 	cfg.defaults()
-	decode, err := decoderFor("vllm", "v0.25.1")
+	decode, err := vllm.Family.EventDecoder("v0.25.1")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := newStream(cfg, Into(idx, ep, nil, "bench", "ep", nil))
-	rr := &rankRun{z: newZMQSource(cfg, decode), s: s}
+	rr := &rankRun{p: newPipeline(cfg, vllm.Family, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
 	ctx := context.Background()
 	b.SetBytes(int64(len(payloads[0])))
 	b.ReportAllocs()
@@ -89,15 +88,15 @@ func BenchmarkRouterMapBytesPerEntry(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		bd := newBinder("trtllm", BindingRouter, 32, 1<<30)
-		rk := bd.rank(0)
+		km := engines.NewKeyMap()
+		rk := km.Rank(0)
 		for i := range uint64(n) {
-			bd.put(rk, i*0x9E3779B97F4A7C15, i, true)
+			rk.Put(i*0x9E3779B97F4A7C15, i, true)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/entry")
-		runtime.KeepAlive(bd)
+		runtime.KeepAlive(km)
 	}
 }
 

@@ -10,34 +10,35 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines"
-	"github.com/kvexact/kvexact/engines/trtllm"
 )
 
-// ErrDrainBusy: another source of this process already polls the drain URL. TensorRT-LLM's
-// /kv_cache_events hands each event to exactly one caller, so a second poller would silently steal
-// events from the first.
+// ErrDrainBusy: another source of this process already polls the drain URL. A destructive drain
+// hands each event to exactly one caller, so a second poller would silently steal events from the
+// first.
 var ErrDrainBusy = errors.New("ingest: drain URL already polled by another source in this process")
 
 // drainOwners holds the drain URLs being polled, so two sources can never share one.
 var drainOwners sync.Map
 
-// drainSource polls one TensorRT-LLM server's destructive /kv_cache_events.
+// drainSource polls one server's destructive HTTP event drain (the family's engines.Drain). Its
+// bodies decode to events that carry their own sequence (event_id), so here the order is source
+// and decode → window (per rank, by event id) → the family's event filter → bind.
 type drainSource struct {
 	cfg    Config
-	base   string
-	url    string
+	fam    engines.Family
+	drain  engines.Drain
 	client *http.Client
 }
 
-func newDrainSource(cfg Config) (*drainSource, error) {
+func newDrainSource(cfg Config, fam engines.Family) (*drainSource, error) {
 	base := strings.TrimRight(cfg.DrainURL, "/")
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
 		return nil, cfgErr("drain_url", "%q: want http://host:port (the server's base URL)", cfg.DrainURL)
 	}
 	return &drainSource{
 		cfg:    cfg,
-		base:   base,
-		url:    base + trtllm.DrainPath,
+		fam:    fam,
+		drain:  fam.EventDrain(base),
 		client: &http.Client{Timeout: cfg.HTTPTimeout},
 	}, nil
 }
@@ -45,24 +46,25 @@ func newDrainSource(cfg Config) (*drainSource, error) {
 // Run polls until ctx is done. It refuses to start (ErrDrainBusy) when another source of this
 // process already polls the same URL.
 func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
-	if _, busy := drainOwners.LoadOrStore(d.url, struct{}{}); busy {
-		return fmt.Errorf("%w: %s", ErrDrainBusy, d.url)
+	url := d.drain.URL()
+	if _, busy := drainOwners.LoadOrStore(url, struct{}{}); busy {
+		return fmt.Errorf("%w: %s", ErrDrainBusy, url)
 	}
-	defer drainOwners.Delete(d.url)
+	defer drainOwners.Delete(url)
 	defer d.client.CloseIdleConnections()
 
-	s := newStream(d.cfg, apply)
-	s.clear(0, "start")
-	lab := s.lab
+	p := newPipeline(d.cfg, d.fam, apply)
+	p.clear(0, "start")
+	lab := p.lab
 	defer lab.connected(0, false)
 
 	windows := map[int]*seqWindow{}
-	filters := map[int]*trtllm.WindowFilter{}
+	filters := map[int]engines.EventFilter{}
 	interval := d.cfg.PollMin
 	backoff := d.cfg.DialBackoffMin
 	up := false
 	for ctx.Err() == nil {
-		events, err := d.poll(ctx)
+		events, err := d.drain.Poll(ctx, d.client, d.cfg.MaxDrainBytes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -70,7 +72,7 @@ func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
 			var de *engines.DecodeError
 			if errors.As(err, &de) {
 				// The whole body is refused; its events are lost, which the next event_id shows as a gap.
-				s.reject(0, 0, false, err)
+				p.reject(0, 0, false, err)
 				interval = d.cfg.PollMin
 				if !sleepCtx(ctx, interval) {
 					return nil
@@ -78,8 +80,8 @@ func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
 				continue
 			}
 			lab.reject(0, "http")
-			s.trace(Trace{Type: "error", Addr: d.url, Reason: "http", Detail: err.Error()})
-			d.cfg.Logger.Warn("ingest: drain poll failed", "endpoint", d.cfg.Endpoint, "url", d.url, "err", err)
+			p.trace(Trace{Type: "error", Addr: url, Reason: "http", Detail: err.Error()})
+			d.cfg.Logger.Warn("ingest: drain poll failed", "endpoint", d.cfg.Endpoint, "url", url, "err", err)
 			if up {
 				lab.connected(0, false)
 				up = false
@@ -93,7 +95,7 @@ func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
 		backoff = d.cfg.DialBackoffMin
 		if !up {
 			lab.connected(0, true)
-			s.trace(Trace{Type: "connect", Addr: d.url})
+			p.trace(Trace{Type: "connect", Addr: url})
 			up = true
 		}
 		if len(events) == 0 {
@@ -112,36 +114,26 @@ func (d *drainSource) Run(ctx context.Context, apply func(Update)) error {
 				w = &seqWindow{noDup: true}
 				windows[rank] = w
 			}
-			if v, _ := s.sequence(rank, w, ev.EventID, 0, false); v == Regression || filters[rank] == nil {
-				// A new engine life: its created events say again which window is the global one.
-				filters[rank] = &trtllm.WindowFilter{}
+			_, seen := filters[rank]
+			v, missing := w.Check(ev.EventID, 0, false)
+			p.admit(rank, w, ev.EventID, 0, v, missing, false)
+			if v == Regression || !seen {
+				// A new engine life: its first events say again what the filter keeps.
+				filters[rank] = d.drain.NewFilter()
 			}
-			if !filters[rank].Keep(ev) {
-				lab.skip(rank, "window", 1)
-				s.trace(Trace{Type: "skip", Rank: rank, Seq: ev.EventID, HasSeq: true, Reason: "window", Count: 1,
-					Detail: fmt.Sprintf("window_size %d", ev.WindowSize)})
-				continue
+			if f := filters[rank]; f != nil {
+				if ok, reason, detail := f.Keep(ev); !ok {
+					lab.skip(rank, reason, 1)
+					p.trace(Trace{Type: "skip", Rank: rank, Seq: ev.EventID, HasSeq: true, Reason: reason, Count: 1,
+						Detail: detail})
+					continue
+				}
 			}
-			s.event(rank, ev)
+			p.event(rank, ev)
 		}
 		if !sleepCtx(ctx, interval) {
 			return nil
 		}
 	}
 	return nil
-}
-
-// poll makes one POST and decodes the body (at most MaxDrainBytes). A body that does not decode
-// comes back as an *engines.DecodeError; transport and status failures as plain errors.
-func (d *drainSource) poll(ctx context.Context) ([]engines.Event, error) {
-	req, err := trtllm.NewDrainRequest(ctx, d.base)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return trtllm.ReadDrainResponse(resp, d.cfg.MaxDrainBytes)
 }

@@ -1,8 +1,18 @@
-// Package ingest turns one endpoint's KV-cache event stream into inventory updates: a ZeroMQ
-// subscriber (vLLM, SGLang; one SUB and one replay DEALER per data-parallel rank) or a TensorRT-LLM
-// HTTP drain poller, the 64-event sequence window (small gap keeps, large gap or regression
-// clears), replay on every connect de-duplicated by sequence, and the key binding (engine keys as
-// published, or router keys rehashed from event tokens). docs/ingest.md states every rule and why.
+// Package ingest owns the event pipeline: it turns one endpoint's KV-cache event stream into
+// inventory updates, the same way for every engine family. An event passes, top to bottom:
+//
+//	source    zmq.go (one SUB per data-parallel rank, replay DEALER) or drain.go (HTTP drain poller)
+//	queue     queue.go (bounded hand-off from the socket reader; full: drop, count)
+//	frames    frames.go (multipart layout → sequence, payload)
+//	window    window.go (64-message sequence window, checked once per message)
+//	decode    decode.go (the family's payload decoder, the rank check)
+//	bind      bind.go, residency.go (engine keys as published, or the family's router binder)
+//	inventory inventory.go (Into: the inventory update and the blocks gauge)
+//
+// pipeline.go holds the per-endpoint state the stages share; source.go validates a Config and
+// picks the source. What differs between families (transport, decoder, binding rules, router
+// binder, residency rule, drain) comes from the family's engines.Events facet through
+// engines/registry, so this package names no family. docs/ingest.md states every rule and why.
 package ingest
 
 import (
@@ -48,22 +58,18 @@ type Update struct {
 	Cause string // for OpClear: start, engine, created, gap, regression, restart, map_overflow
 }
 
-// A Source turns one endpoint's event stream into inventory updates. Run blocks until ctx is done
-// (then it returns nil) or the source cannot run at all (then it returns why). apply is called from
-// one goroutine at a time, in stream order per rank.
-type Source interface {
-	Run(ctx context.Context, apply func(Update)) error
-}
-
 // Binding says which keys the inventory holds.
 type Binding string
 
 const (
 	// BindingEngine: the engine's own 64-bit block ids, as published.
-	BindingEngine Binding = "engine"
+	BindingEngine Binding = engines.BindingEngine
 	// BindingRouter: the gateway's kvexact-xxh3-v1 keys, rehashed from the tokens in each event.
-	BindingRouter Binding = "router"
+	BindingRouter Binding = engines.BindingRouter
 )
+
+// DefaultQueueLimit is Config.QueueLimit's default.
+const DefaultQueueLimit = 10_000
 
 // Window is the sequence tolerance of the reference gateway: up to this many missing messages keep
 // the inventory, more clear it.
@@ -74,18 +80,18 @@ type Config struct {
 	Rule     string // metric label
 	Endpoint string // metric label and log field
 
-	Family  string // vllm, sglang, trtllm (llamacpp has no events)
+	Family  string // the engine family (engines/registry); it supplies decoder, binding rules, drain
 	Release string // as the engine tags it; selects the wire decoder
 
-	Binding   Binding // engine (default for vllm and sglang) or router (always for trtllm)
-	BlockSize int     // tokens per block: required for the router binding and for trtllm
+	Binding   Binding // engine or router; empty takes the family's default
+	BlockSize int     // tokens per block: required for the router binding
 
 	// ZeroMQ, one entry per data-parallel rank in rank order. Replay may be empty (no replay) or
 	// hold one address per rank ("" for a rank without replay).
 	Publish []string
 	Replay  []string
 
-	// TensorRT-LLM: the server's base URL; the source POSTs {DrainURL}/kv_cache_events.
+	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string
 
 	DialBackoffMin time.Duration // 100ms: first wait after a failed dial, doubled up to
@@ -96,6 +102,11 @@ type Config struct {
 	HTTPTimeout    time.Duration // 30s per drain request
 	MaxDrainBytes  int64         // 64 MiB per drain response
 	MaxMapped      int           // 4_000_000 engine-id → router-key entries per endpoint; beyond: clear
+	// QueueLimit bounds each rank's queue between the socket and the pipeline: 10_000 messages
+	// (the engines' default replay buffer, so a whole replay's worth of live traffic fits). A message
+	// arriving at a full queue is dropped and counted (queue_full_total); the sequence window then
+	// sees the gap and keeps or clears, as for a message lost on the wire.
+	QueueLimit int
 
 	Metrics *Metrics     // optional
 	Logger  *slog.Logger // optional
@@ -158,70 +169,11 @@ func (c *Config) defaults() {
 	if c.MaxMapped <= 0 {
 		c.MaxMapped = 4_000_000
 	}
+	if c.QueueLimit <= 0 {
+		c.QueueLimit = DefaultQueueLimit
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
-	}
-}
-
-// New validates cfg and returns the family's source: a ZeroMQ subscriber for vllm and sglang, the
-// HTTP drain poller for trtllm.
-func New(cfg Config) (Source, error) {
-	cfg.defaults()
-	decode, err := decoderFor(cfg.Family, cfg.Release)
-	if err != nil {
-		return nil, err
-	}
-	switch cfg.Family {
-	case "trtllm":
-		if cfg.Binding == "" {
-			cfg.Binding = BindingRouter
-		}
-		if cfg.Binding != BindingRouter {
-			return nil, cfgErr("binding", "trtllm events carry engine hashes that are not reproducible: only %q is allowed, got %q", BindingRouter, cfg.Binding)
-		}
-		if cfg.BlockSize <= 0 {
-			return nil, cfgErr("block_size", "trtllm needs the engine's tokens_per_block (> 0), got %d", cfg.BlockSize)
-		}
-		if cfg.DrainURL == "" {
-			return nil, cfgErr("drain_url", "trtllm needs the server's base URL")
-		}
-		if len(cfg.Publish) > 0 || len(cfg.Replay) > 0 {
-			return nil, cfgErr("publish", "trtllm 1.2 has no ZeroMQ stream; use drain_url")
-		}
-		return newDrainSource(cfg)
-	default:
-		if cfg.Binding == "" {
-			cfg.Binding = BindingEngine
-		}
-		if cfg.Binding != BindingEngine && cfg.Binding != BindingRouter {
-			return nil, cfgErr("binding", "want %q or %q, got %q", BindingEngine, BindingRouter, cfg.Binding)
-		}
-		if cfg.Binding == BindingRouter && cfg.BlockSize <= 0 {
-			return nil, cfgErr("block_size", "the router binding needs the rule's block size (> 0), got %d", cfg.BlockSize)
-		}
-		if cfg.DrainURL != "" {
-			return nil, cfgErr("drain_url", "%s publishes over ZeroMQ; use publish", cfg.Family)
-		}
-		if len(cfg.Publish) == 0 {
-			return nil, cfgErr("publish", "need one publish address per data-parallel rank")
-		}
-		for i, a := range cfg.Publish {
-			if err := checkAddr(a); err != nil {
-				return nil, cfgErr(fmt.Sprintf("publish[%d]", i), "%v", err)
-			}
-		}
-		if len(cfg.Replay) != 0 && len(cfg.Replay) != len(cfg.Publish) {
-			return nil, cfgErr("replay", "%d replay addresses for %d ranks: give one per rank (\"\" for none) or none", len(cfg.Replay), len(cfg.Publish))
-		}
-		for i, a := range cfg.Replay {
-			if a == "" {
-				continue
-			}
-			if err := checkAddr(a); err != nil {
-				return nil, cfgErr(fmt.Sprintf("replay[%d]", i), "%v", err)
-			}
-		}
-		return newZMQSource(cfg, decode), nil
 	}
 }
 

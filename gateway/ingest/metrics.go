@@ -20,6 +20,8 @@ type Metrics struct {
 	connected  *prometheus.GaugeVec     // rule, endpoint, rank
 	blocks     *prometheus.GaugeVec     // rule, endpoint
 	lag        *prometheus.HistogramVec // rule, endpoint, rank
+	queueFull  *prometheus.CounterVec   // rule, endpoint, rank
+	queueDepth *prometheus.GaugeVec     // rule, endpoint, rank
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -67,8 +69,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Wall clock at apply minus the batch timestamp the engine stamped.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, rer),
+		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvexact_ingest_queue_full_total",
+			Help: "Messages dropped because the rank's queue between socket and pipeline was full (Config.QueueLimit); the sequence window sees the gap.",
+		}, rer),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvexact_ingest_queue_depth",
+			Help: "Messages waiting in the rank's queue between socket and pipeline.",
+		}, rer),
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag} {
+	for _, c := range []prometheus.Collector{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -134,6 +144,16 @@ func (l labels) lag(r int, seconds float64) {
 	}
 }
 
+// queue resolves one rank's queue series (at each connect, so the reader's hot path only touches
+// the resolved counter and gauge).
+func (l labels) queue(r int) queueMetrics {
+	if l.m == nil {
+		return queueMetrics{}
+	}
+	lv := []string{l.rule, l.endpoint, l.rank(r)}
+	return queueMetrics{full: l.m.queueFull.WithLabelValues(lv...), depth: l.m.queueDepth.WithLabelValues(lv...)}
+}
+
 // SetBlocks records the endpoint's resident block count; the inventory sink calls it after every
 // update.
 func (m *Metrics) SetBlocks(rule, endpoint string, n int) {
@@ -150,7 +170,7 @@ func (m *Metrics) Forget(rule, endpoint string) {
 	match := prometheus.Labels{"rule": rule, "endpoint": endpoint}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag} {
+	}{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth} {
 		v.DeletePartialMatch(match)
 	}
 }

@@ -1,32 +1,16 @@
 package ingest
 
-import (
-	"github.com/kvexact/kvexact/contracts"
-)
-
-// presence is the "presence" residency rule (contracts.Events.Residency): per rank, which indexed
-// KV-cache groups hold each key. A store of a key its group already holds changes nothing: vLLM's
-// kv_cache_report_mode="full" re-emits BlockStored for blocks reused from the prefix cache, and
-// nothing on the wire tells a re-emission from a new copy, so counting every store would leave a
+// presence is the "presence" residency rule (contracts.Events.Residency; the family's
+// EventResidency says which releases have it): per rank, which indexed KV-cache groups hold each
+// key. A store of a key its group already holds changes nothing: an engine may re-emit
+// BlockStored for blocks reused from the prefix cache (kv_cache_report_mode="full"), and nothing
+// on the wire tells a re-emission from a new copy, so counting every store would leave a
 // key resident after its only copy is evicted (a false hit that lasts until the next clear). The
 // price is the other way round and safe: two copies of one hash in one group end at the first
 // removal (a false miss until the next store). The inventory sees each key at most once per rank.
 type presence struct {
 	ranks map[int]map[uint64]uint64 // rank → key → bit set of the groups holding it
 	n     int
-}
-
-// residencyFor reads the contract's residency rule for a family and release; "copies" (every
-// stored copy counts) when the release is unknown here or the contract says nothing.
-func residencyFor(family, release string) string {
-	if release == "" {
-		return contracts.ResidencyCopies
-	}
-	ct, err := contracts.Lookup(family, release)
-	if err != nil {
-		return contracts.ResidencyCopies
-	}
-	return ct.Events.ResidencyRule()
 }
 
 // groupBit is the bit of a KV-cache group: groups beyond 63 share the last bit (no engine has that
@@ -83,25 +67,4 @@ func (p *presence) filter(u Update, group int, keys []uint64) []uint64 {
 		}
 	}
 	return out
-}
-
-// presenceRule routes the binder's updates through the presence rule before apply. Past MaxMapped
-// tracked keys the endpoint is cleared, as the router binding's maps are.
-func (b *binder) presenceRule(apply func(Update)) {
-	b.pres = &presence{ranks: map[int]map[uint64]uint64{}}
-	b.emit = func(u Update) {
-		if u.Op == OpClear {
-			b.pres.filter(u, 0, nil)
-			apply(u)
-			return
-		}
-		u.Keys = b.pres.filter(u, b.group, b.presBuf[:0])
-		b.presBuf = u.Keys
-		if len(u.Keys) > 0 {
-			apply(u)
-		}
-		if b.pres.n > b.maxMapped {
-			b.clear(u.Rank, "map_overflow")
-		}
-	}
 }

@@ -68,12 +68,11 @@ func benchIngestWatch(b *testing.B, blocks, sample int) {
 		}
 	}
 	cfg.defaults()
-	decode, err := decoderFor("vllm", "v0.25.1")
+	decode, err := vllm.Family.EventDecoder("v0.25.1")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := newStream(cfg, Into(idx, ep, nil, "bench", "ep", nil))
-	rr := &rankRun{z: newZMQSource(cfg, decode), s: s}
+	rr := &rankRun{p: newPipeline(cfg, vllm.Family, Into(idx, ep, nil, "bench", "ep", nil)), dec: decoder{decode: decode}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

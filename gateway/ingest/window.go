@@ -47,8 +47,8 @@ type seqWindow struct {
 	}
 	replayed    map[uint64]uint64
 	replayedMax uint64
-	// noDup: sequences never repeat legitimately (TensorRT-LLM event ids from a destructive drain),
-	// so any seq <= last is a regression.
+	// noDup: sequences never repeat legitimately (event ids from a destructive drain), so any
+	// seq <= last is a regression.
 	noDup bool
 }
 
@@ -133,4 +133,30 @@ func (w *seqWindow) ResumeFrom() uint64 {
 		return 0
 	}
 	return w.last + 1 - Window
+}
+
+// admit acts on the window's verdict v (from Check, computed once per message) for one message of
+// rank: gap and clear bookkeeping, then Accept. It returns false when the message must be dropped
+// (duplicate or stale).
+func (p *pipeline) admit(rank int, w *seqWindow, seq, digest uint64, v Verdict, missing uint64, replay bool) bool {
+	switch v {
+	case Duplicate, Stale:
+		p.trace(Trace{Type: "duplicate", Rank: rank, Seq: seq, HasSeq: true, Reason: v.String()})
+		return false
+	case GapKept:
+		p.lab.gap(rank, "kept")
+		p.trace(Trace{Type: "gap", Rank: rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "kept"})
+	case GapCleared, Regression, Restart:
+		p.lab.gap(rank, "cleared")
+		p.trace(Trace{Type: "gap", Rank: rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "cleared",
+			Detail: v.String()})
+		cause := "gap"
+		if v != GapCleared {
+			cause = v.String()
+		}
+		p.clear(rank, cause)
+		w.Reset()
+	}
+	w.Accept(seq, digest, replay)
+	return true
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
+	"log"
 	"sync"
 	"time"
 
@@ -13,26 +15,30 @@ import (
 	"github.com/kvexact/kvexact/engines"
 )
 
-// zmqSource subscribes to one endpoint's ZeroMQ publishers, one SUB (and one replay DEALER when
-// configured) per data-parallel rank.
+// quietLogger silences zmq4's own stderr logging; the source logs through slog.
+var quietLogger = log.New(io.Discard, "", 0)
+
+// zmqSource is the source stage of a ZeroMQ family: one SUB (and one replay DEALER when
+// configured) per data-parallel rank, connected to the engine's publishers.
 type zmqSource struct {
 	cfg    Config
-	decode func(*engines.Batch, []byte) error
+	fam    engines.Family
+	decode engines.Decoder
 }
 
-func newZMQSource(cfg Config, decode func(*engines.Batch, []byte) error) *zmqSource {
-	return &zmqSource{cfg: cfg, decode: decode}
+func newZMQSource(cfg Config, fam engines.Family, decode engines.Decoder) *zmqSource {
+	return &zmqSource{cfg: cfg, fam: fam, decode: decode}
 }
 
 // Run subscribes every rank and applies their events until ctx is done. The endpoint starts from an
 // empty mirror (one OpClear with cause "start"): what the engine held before is learned from
 // replay, or not at all.
 func (z *zmqSource) Run(ctx context.Context, apply func(Update)) error {
-	s := newStream(z.cfg, apply)
-	s.clear(0, "start")
+	p := newPipeline(z.cfg, z.fam, apply)
+	p.clear(0, "start")
 	var wg sync.WaitGroup
 	for r := range z.cfg.Publish {
-		rr := &rankRun{z: z, s: s, rank: r, pub: z.cfg.Publish[r]}
+		rr := &rankRun{p: p, rank: r, pub: z.cfg.Publish[r], dec: decoder{decode: z.decode}}
 		if r < len(z.cfg.Replay) {
 			rr.replay = z.cfg.Replay[r]
 		}
@@ -42,33 +48,32 @@ func (z *zmqSource) Run(ctx context.Context, apply func(Update)) error {
 	return nil
 }
 
-// rankRun is one rank's subscription: its socket, its sequence window, its decode buffer.
+// rankRun is one rank's subscription: its socket, its sequence window, its decoder.
 type rankRun struct {
-	z      *zmqSource
-	s      *stream
+	p      *pipeline
 	rank   int
 	pub    string
 	replay string
 	w      seqWindow
-	batch  engines.Batch
+	dec    decoder
 }
 
-func (rr *rankRun) log() []any { return []any{"endpoint", rr.s.cfg.Endpoint, "rank", rr.rank} }
+func (rr *rankRun) log() []any { return []any{"endpoint", rr.p.cfg.Endpoint, "rank", rr.rank} }
 
 // run connects, replays, receives; on a dropped connection it closes the socket and dials a new
 // one (with backoff), so one dropped connection never ends the stream.
 func (rr *rankRun) run(ctx context.Context) {
-	cfg := &rr.s.cfg
+	cfg := &rr.p.cfg
 	backoff := cfg.DialBackoffMin
 	connects := 0
-	defer rr.s.lab.connected(rr.rank, false)
+	defer rr.p.lab.connected(rr.rank, false)
 	for ctx.Err() == nil {
 		sub, err := dialSub(ctx, rr.pub, cfg.DialBackoffMin)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			rr.s.trace(Trace{Type: "error", Rank: rr.rank, Addr: rr.pub, Reason: "dial", Detail: err.Error()})
+			rr.p.trace(Trace{Type: "error", Rank: rr.rank, Addr: rr.pub, Reason: "dial", Detail: err.Error()})
 			cfg.Logger.Debug("ingest: dial failed", append(rr.log(), "addr", rr.pub, "err", err)...)
 			if !sleepCtx(ctx, backoff) {
 				return
@@ -79,21 +84,21 @@ func (rr *rankRun) run(ctx context.Context) {
 		backoff = cfg.DialBackoffMin
 		connects++
 		if connects > 1 {
-			rr.s.lab.reconnect(rr.rank)
+			rr.p.lab.reconnect(rr.rank)
 		}
-		rr.s.lab.connected(rr.rank, true)
-		rr.s.trace(Trace{Type: "connect", Rank: rr.rank, Addr: rr.pub, Count: connects})
+		rr.p.lab.connected(rr.rank, true)
+		rr.p.trace(Trace{Type: "connect", Rank: rr.rank, Addr: rr.pub, Count: connects})
 		cfg.Logger.Info("ingest: subscribed", append(rr.log(), "addr", rr.pub, "connects", connects)...)
 
-		q := startReader(sub)
+		q := startReader(sub, cfg.QueueLimit, rr.p.lab.queue(rr.rank), cfg.Logger.With(rr.log()...))
 		err = rr.receive(ctx, q)
 		sub.Close()
 		q.drainAndWait(sub)
-		rr.s.lab.connected(rr.rank, false)
+		rr.p.lab.connected(rr.rank, false)
 		if ctx.Err() != nil {
 			return
 		}
-		rr.s.trace(Trace{Type: "disconnect", Rank: rr.rank, Addr: rr.pub, Detail: errString(err)})
+		rr.p.trace(Trace{Type: "disconnect", Rank: rr.rank, Addr: rr.pub, Detail: errString(err)})
 		cfg.Logger.Info("ingest: connection lost, redialing", append(rr.log(), "err", err)...)
 		if !sleepCtx(ctx, cfg.DialBackoffMin) {
 			return
@@ -119,41 +124,37 @@ func (rr *rankRun) receive(ctx context.Context, q *msgQueue) error {
 		if err != nil {
 			return err
 		}
-		_, seq, payload, err := engines.ParseFrames(msg.Frames)
-		if err != nil {
-			rr.s.reject(rr.rank, 0, false, err)
-			continue
+		if seq, payload, ok := rr.liveFrame(msg); ok {
+			rr.live(ctx, seq, payload)
 		}
-		rr.live(ctx, seq, payload)
 	}
 }
 
-// live handles one live message. A regression or restart with a replay address first clears,
-// then asks for replay from 0 (the restarted publisher's whole buffer), then handles the message
-// again: it is normally one of the replayed ones and is dropped as a duplicate.
+// live takes one live message through the window, the decoder and the binder. A regression or
+// restart with a replay address first clears, then asks for replay from 0 (the restarted
+// publisher's whole buffer), then judges the message again against the replayed state: it is
+// normally one of the replayed ones and is dropped as a duplicate.
 func (rr *rankRun) live(ctx context.Context, seq uint64, payload []byte) {
-	digest := maphash.Bytes(rr.s.seed, payload)
-	if rr.replay != "" {
-		if v, _ := rr.w.Check(seq, digest, false); v == Regression || v == Restart {
-			rr.s.lab.gap(rr.rank, "cleared")
-			rr.s.trace(Trace{Type: "gap", Rank: rr.rank, Seq: seq, HasSeq: true, Reason: "cleared", Detail: v.String()})
-			rr.s.clear(rr.rank, v.String())
-			rr.w.Reset()
-			rr.resync(ctx, 0)
-		}
+	digest := maphash.Bytes(rr.p.seed, payload)
+	v, missing := rr.w.Check(seq, digest, false)
+	if rr.replay != "" && (v == Regression || v == Restart) {
+		rr.p.lab.gap(rr.rank, "cleared")
+		rr.p.trace(Trace{Type: "gap", Rank: rr.rank, Seq: seq, HasSeq: true, Reason: "cleared", Detail: v.String()})
+		rr.p.clear(rr.rank, v.String())
+		rr.w.Reset()
+		rr.resync(ctx, 0)
+		v, missing = rr.w.Check(seq, digest, false)
 	}
-	if _, ok := rr.s.sequence(rr.rank, &rr.w, seq, digest, false); !ok {
-		return
+	if rr.p.admit(rr.rank, &rr.w, seq, digest, v, missing, false) {
+		rr.apply(seq, payload)
 	}
-	rr.apply(seq, payload)
 }
 
+// apply decodes an admitted message and binds its batch.
 func (rr *rankRun) apply(seq uint64, payload []byte) {
-	if err := rr.z.decode(&rr.batch, payload); err != nil {
-		rr.s.reject(rr.rank, seq, true, err)
-		return
+	if b, ok := rr.dec.run(rr.p, rr.rank, seq, payload); ok {
+		rr.p.batch(rr.rank, seq, b)
 	}
-	rr.s.batch(rr.rank, seq, &rr.batch)
 }
 
 // errRestart aborts a replay whose overlap shows the publisher restarted.
@@ -166,9 +167,9 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 	for attempt := 0; attempt < 2; attempt++ {
 		n, err := rr.replayOnce(ctx, start)
 		if errors.Is(err, errRestart) && attempt == 0 {
-			rr.s.lab.gap(rr.rank, "cleared")
-			rr.s.trace(Trace{Type: "gap", Rank: rr.rank, Reason: "cleared", Detail: "restart"})
-			rr.s.clear(rr.rank, "restart")
+			rr.p.lab.gap(rr.rank, "cleared")
+			rr.p.trace(Trace{Type: "gap", Rank: rr.rank, Reason: "cleared", Detail: "restart"})
+			rr.p.clear(rr.rank, "restart")
 			rr.w.Reset()
 			start = 0
 			continue
@@ -177,14 +178,14 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 			if ctx.Err() != nil {
 				return
 			}
-			rr.s.lab.replay(rr.rank, "failed")
-			rr.s.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
+			rr.p.lab.replay(rr.rank, "failed")
+			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
 				Addr: rr.replay, Detail: err.Error()})
-			rr.s.cfg.Logger.Warn("ingest: replay failed, continuing live", append(rr.log(), "err", err)...)
+			rr.p.cfg.Logger.Warn("ingest: replay failed, continuing live", append(rr.log(), "err", err)...)
 			return
 		}
-		rr.s.lab.replay(rr.rank, "completed")
-		rr.s.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "completed", Count: n, Seq: start, HasSeq: true,
+		rr.p.lab.replay(rr.rank, "completed")
+		rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "completed", Count: n, Seq: start, HasSeq: true,
 			Addr: rr.replay})
 		return
 	}
@@ -192,11 +193,11 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 
 // replayOnce runs one DEALER exchange: send ["", start], apply replies until the end marker.
 func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
-	rr.s.lab.replay(rr.rank, "requested")
-	rr.s.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "requested", Seq: start, HasSeq: true, Addr: rr.replay})
-	rctx, cancel := context.WithTimeout(ctx, rr.s.cfg.ReplayTimeout)
+	rr.p.lab.replay(rr.rank, "requested")
+	rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "requested", Seq: start, HasSeq: true, Addr: rr.replay})
+	rctx, cancel := context.WithTimeout(ctx, rr.p.cfg.ReplayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(rr.s.cfg.ReplayTimeout),
+	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(rr.p.cfg.ReplayTimeout),
 		zmq4.WithLogger(quietLogger))
 	defer drainClosed(d)
 	if err := d.Dial(rr.replay); err != nil {
@@ -211,23 +212,22 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("replay from %s after %d batches: %w", rr.replay, n, err)
 		}
-		seq, payload, end, err := engines.ParseReplayReply(msg.Frames)
-		if err != nil {
-			rr.s.reject(rr.rank, 0, false, err)
+		seq, payload, end, ok := rr.replayFrame(msg)
+		if !ok {
 			continue
 		}
 		if end {
 			return n, nil
 		}
 		n++
-		digest := maphash.Bytes(rr.s.seed, payload)
-		if v, _ := rr.w.Check(seq, digest, true); v == Restart {
+		digest := maphash.Bytes(rr.p.seed, payload)
+		v, missing := rr.w.Check(seq, digest, true)
+		if v == Restart {
 			return n, errRestart
 		}
-		if _, ok := rr.s.sequence(rr.rank, &rr.w, seq, digest, true); !ok {
-			continue
+		if rr.p.admit(rr.rank, &rr.w, seq, digest, v, missing, true) {
+			rr.apply(seq, payload)
 		}
-		rr.apply(seq, payload)
 	}
 }
 
@@ -259,69 +259,4 @@ func drainClosed(s zmq4.Socket) {
 			continue
 		}
 	}
-}
-
-// msgQueue is an unbounded hand-off from the socket reader goroutine to the rank's handler, so that
-// live messages arriving during a replay are buffered (and zmq4's small internal queue never
-// blocks its connection readers).
-type msgQueue struct {
-	mu     sync.Mutex
-	items  []zmq4.Msg
-	err    error
-	notify chan struct{}
-	done   chan struct{}
-}
-
-func startReader(sock zmq4.Socket) *msgQueue {
-	q := &msgQueue{notify: make(chan struct{}, 1), done: make(chan struct{})}
-	go func() {
-		defer close(q.done)
-		for {
-			msg, err := sock.Recv()
-			q.mu.Lock()
-			if err != nil {
-				q.err = err
-			} else {
-				q.items = append(q.items, msg)
-			}
-			q.mu.Unlock()
-			select {
-			case q.notify <- struct{}{}:
-			default:
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return q
-}
-
-func (q *msgQueue) next(ctx context.Context) (zmq4.Msg, error) {
-	for {
-		q.mu.Lock()
-		if len(q.items) > 0 {
-			m := q.items[0]
-			q.items[0] = zmq4.Msg{}
-			q.items = q.items[1:]
-			q.mu.Unlock()
-			return m, nil
-		}
-		err := q.err
-		q.mu.Unlock()
-		if err != nil {
-			return zmq4.Msg{}, err
-		}
-		select {
-		case <-ctx.Done():
-			return zmq4.Msg{}, ctx.Err()
-		case <-q.notify:
-		}
-	}
-}
-
-// drainAndWait waits for the reader goroutine of a closed socket to finish.
-func (q *msgQueue) drainAndWait(sock zmq4.Socket) {
-	<-q.done
-	drainClosed(sock)
 }

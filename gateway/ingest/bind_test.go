@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/engines/sglang"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
@@ -12,7 +13,7 @@ import (
 
 // streamInto builds the socket-free half of a source (the path every message takes after the
 // sequence window) writing into a fresh inventory.
-func streamInto(t *testing.T, cfg Config) (*stream, func() map[uint64]int, map[string]int) {
+func streamInto(t *testing.T, cfg Config) (*pipeline, func() map[uint64]int, map[string]int) {
 	t.Helper()
 	cfg.defaults()
 	idx := inventory.New(inventory.Config{})
@@ -26,7 +27,11 @@ func streamInto(t *testing.T, cfg Config) (*stream, func() map[uint64]int, map[s
 			skips[tr.Reason] += tr.Count
 		}
 	}
-	s := newStream(cfg, Into(idx, ep, nil, "r", "ep", nil))
+	fam, err := registry.Lookup(cfg.Family)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newPipeline(cfg, fam, Into(idx, ep, nil, "r", "ep", nil))
 	snap := func() map[uint64]int {
 		m := map[uint64]int{}
 		for _, kc := range idx.Snapshot(ep) {

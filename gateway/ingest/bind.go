@@ -1,0 +1,139 @@
+package ingest
+
+import (
+	"strings"
+
+	"github.com/kvexact/kvexact/engines"
+)
+
+// binder is the bind stage: it turns decoded events into inventory updates under one key binding.
+// The engine binding passes the engine's ids as published; the router binding hands each event to
+// the family's RouterBinder, which rehashes its tokens through the endpoint's KeyMap. The binder
+// also decides which KV-cache groups are indexed and applies the release's residency rule. It is
+// not safe for concurrent use: the pipeline serializes calls.
+type binder struct {
+	p         *pipeline
+	apply     func(Update) // the inventory stage
+	router    engines.RouterBinder
+	km        *engines.KeyMap
+	maxMapped int
+
+	groups  map[int]bool // group_idx → indexed (full attention), learned from BlockStored
+	pres    *presence    // the contract's "presence" residency rule, nil for "copies"
+	group   int          // group_idx of the event being applied (presence rule)
+	presBuf []uint64
+}
+
+// clear forgets the endpoint: the inventory (all ranks, the reference's deliberate over-clear) and
+// every rank's router-key map. Group kinds are configuration, not state, and survive.
+func (b *binder) clear(rank int, cause string) {
+	b.km.Clear()
+	b.emit(Update{Rank: rank, Op: OpClear, Cause: cause})
+	b.p.cleared(cause)
+}
+
+// gpu: only the GPU medium (or none given) makes a block resident (DESIGN.md, Decisions).
+func gpu(medium string) bool { return medium == "" || strings.EqualFold(medium, engines.MediumGPU) }
+
+// fullAttention says whether a KV-cache group kind holds the whole prefix. Sliding-window groups
+// mask blocks outside the window, Mamba groups keep state rather than per-block KV, and
+// encoder/cross attention are not the prompt's prefix: a hit on them is not a reusable prefix. An
+// absent kind (engines or releases that send none) is indexed.
+func fullAttention(kind string) bool {
+	switch kind {
+	case "", "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
+// groupIndexed decides for an event whether its group is indexed. Stores teach the group's kind; a
+// removal in a group never seen stored is not applied (its copy was never counted, and the same
+// hash may be held by an indexed group).
+func (b *binder) groupIndexed(ev *engines.Event) bool {
+	if !ev.HasGroupIdx {
+		return true
+	}
+	if ev.Kind == engines.BlockStored {
+		ok := fullAttention(ev.SpecKind)
+		b.groups[ev.GroupIdx] = ok
+		return ok
+	}
+	return b.groups[ev.GroupIdx]
+}
+
+// event applies one decoded event from rank.
+func (b *binder) event(rank int, ev *engines.Event) {
+	switch ev.Kind {
+	case engines.AllBlocksCleared:
+		b.clear(rank, "engine")
+		b.Applied(rank, "AllBlocksCleared")
+		return
+	case engines.CacheCreated:
+		// A fresh block pool: treated as AllBlocksCleared (reference §10.4).
+		b.clear(rank, "created")
+		b.Applied(rank, "CacheCreated")
+		return
+	}
+	if !gpu(ev.Medium) {
+		b.Skip(rank, "medium", 1)
+		return
+	}
+	if !b.groupIndexed(ev) {
+		b.Skip(rank, "group_kind", 1)
+		return
+	}
+	b.group = ev.GroupIdx
+	if b.router != nil {
+		b.router.Bind(rank, ev, b.km, b)
+		return
+	}
+	switch ev.Kind {
+	case engines.BlockStored:
+		b.Store(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockStored")
+	case engines.BlockRemoved:
+		b.Remove(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockRemoved")
+	default:
+		b.Skip(rank, "kind", 1)
+	}
+}
+
+// Store, Remove, Skip, Applied and Grew are the binder as the RouterBinder's engines.BindOutput.
+
+func (b *binder) Store(rank int, keys []uint64) { b.emit(Update{Rank: rank, Op: OpStore, Keys: keys}) }
+func (b *binder) Remove(rank int, keys []uint64) {
+	b.emit(Update{Rank: rank, Op: OpRemove, Keys: keys})
+}
+func (b *binder) Skip(rank int, reason string, n int) { b.p.skip(rank, reason, n) }
+func (b *binder) Applied(rank int, kind string)       { b.p.lab.applied(rank, kind, 1) }
+
+// Grew bounds the router-key map: past MaxMapped entries the endpoint is cleared (its removals
+// could no longer be resolved exactly otherwise).
+func (b *binder) Grew(rank int) {
+	if b.km.Len() > b.maxMapped {
+		b.clear(rank, "map_overflow")
+	}
+}
+
+// emit hands an update to the inventory stage, through the presence rule when the release has it.
+func (b *binder) emit(u Update) {
+	if b.pres == nil {
+		b.apply(u)
+		return
+	}
+	if u.Op == OpClear {
+		b.pres.filter(u, 0, nil)
+		b.apply(u)
+		return
+	}
+	u.Keys = b.pres.filter(u, b.group, b.presBuf[:0])
+	b.presBuf = u.Keys
+	if len(u.Keys) > 0 {
+		b.apply(u)
+	}
+	if b.pres.n > b.maxMapped {
+		b.clear(u.Rank, "map_overflow")
+	}
+}
