@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/kvexact/kvexact/engines/trtllm"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 type syncBuf struct {
@@ -165,21 +165,11 @@ func TestEventsTailZMQ(t *testing.T) {
 // TestEventsTailDrain runs the command against a destructive drain server of ours serving the
 // shared TensorRT-LLM startup sample: 3 full blocks indexed under router keys, the partial one not.
 func TestEventsTailDrain(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
+	f, err := vectors.LoadSamples(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Bodies []struct {
-			Name           string          `json:"name"`
-			TokensPerBlock int             `json:"tokens_per_block"`
-			Body           json.RawMessage `json:"body"`
-		} `json:"bodies"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	body, bs := []byte(doc.Bodies[0].Body), doc.Bodies[0].TokensPerBlock
+	body, bs := f.Samples[0].Payload, f.Samples[0].BlockSize
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -189,7 +179,7 @@ func TestEventsTailDrain(t *testing.T) {
 		w.Write(b)
 	}))
 	defer srv.Close()
-	evs, err := trtllm.DecodeDrain([]byte(doc.Bodies[0].Body))
+	evs, err := trtllm.DecodeDrain(f.Samples[0].Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
