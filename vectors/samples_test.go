@@ -1,8 +1,11 @@
 package vectors
 
 import (
+	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +47,69 @@ func TestSampleFilesLoad(t *testing.T) {
 				t.Errorf("the block-hash loader must refuse a sample file: %v", err)
 			}
 		})
+	}
+}
+
+// TestSampleFilesRefused: a broken sample file is refused with the JSON path of what is wrong — by
+// the JSON Schema where it can say so, by the loader for what it cannot.
+func TestSampleFilesRefused(t *testing.T) {
+	dir := mustDir(t)
+	own, err := os.ReadFile(filepath.Join(dir, "vllm", "v0.28.0", "events-samples.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(filepath.Join(dir, "vllm", "v0.25.1", "events-samples.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name           string
+		data           []byte
+		old, new       string
+		path, want     string
+		bySchema, notS bool
+	}{
+		{"no frames", own, `"frames": {`, `"framez": {`, "$.testGroups[0].tests[0]", "framez", true, false},
+		{"seq frame", own, `"seqFrame": "0000000000000001"`, `"seqFrame": "0000000000000002"`, "$.testGroups[0].tests[1].frames.seqFrame", "is not seq 1", false, false},
+		{"undocumented flag", own, `"HashOnlyStore"
+     ]`, `"HashOnlyStore", "Nope"
+     ]`, "$.testGroups[0].tests[2].flags[3]", `flag "Nope" is not documented`, false, false},
+		{"tcId", own, `"tcId": 2,`, `"tcId": 1,`, "$.testGroups[0].tests[1].tcId", "tcId 1 is not unique", false, false},
+		{"reconstructed block hashes", own, `"type": "EventPayloadTest"`, `"type": "BlockHashTest"`, "$.testGroups[0]", "blockSize", true, false},
+		{"original payload", orig, `"payload_hex": "93`, `"payload_hex": "9z`, "$.samples[0].payload_hex", "hex", false, false},
+		{"original engine", orig, `"engine": "vllm"`, `"engine": "nope"`, "$.engine", "not an event-payload sample file", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := bytes.Replace(c.data, []byte(c.old), []byte(c.new), 1)
+			if bytes.Equal(data, c.data) {
+				t.Fatalf("%q not in the file", c.old)
+			}
+			_, err := ParseSamples("f.json", data)
+			var pe *PathError
+			if !errors.As(err, &pe) || pe.Path != c.path || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want a path error at %s containing %q", err, c.path, c.want)
+			}
+			if got := strings.Contains(err.Error(), "does not match "+SchemaName); got != c.bySchema {
+				t.Errorf("refused by the JSON Schema: %t, want %t (%v)", got, c.bySchema, err)
+			}
+			if errors.Is(err, ErrNotSampleFile) != c.notS {
+				t.Errorf("ErrNotSampleFile: %t, want %t", errors.Is(err, ErrNotSampleFile), c.notS)
+			}
+		})
+	}
+}
+
+// TestReconstructedHoldsNoBlockHashes: a reconstructed file may hold event payloads only, never
+// block-hash truth.
+func TestReconstructedHoldsNoBlockHashes(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(mustDir(t), "testdata", "valid-project.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Replace(raw, []byte(`"source": "engine"`), []byte(`"source": "reconstructed"`), 1)
+	_, err = Parse("f.json", data)
+	var pe *PathError
+	if !errors.As(err, &pe) || pe.Path != "$.testGroups[0].type" || !strings.Contains(err.Error(), "does not match "+SchemaName) {
+		t.Fatalf("error %v, want the JSON Schema to refuse $.testGroups[0].type", err)
 	}
 }
