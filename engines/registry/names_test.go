@@ -34,10 +34,6 @@ var familyNameExempt = []struct {
 	{dir: "gateway/tokenize", strings: true, why: "error texts cite the reference engine's answer to a request the gateway refuses the same way (\"vLLM answers 400\"); the texts users see stay as they are"},
 }
 
-// familyNamePending lists code other issue-18 work is moving into engines/<family> right now. The
-// lead empties it when merging that work; nothing may be added to it.
-var familyNamePending = []string{}
-
 func TestNoFamilyNamesOutsideEngines(t *testing.T) {
 	root := moduleRoot(t)
 	var hits []string
@@ -52,7 +48,7 @@ func TestNoFamilyNamesOutsideEngines(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") || covered(rel, familyNamePending) {
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
 		stringsExempt := false
@@ -65,11 +61,7 @@ func TestNoFamilyNamesOutsideEngines(t *testing.T) {
 			}
 		}
 		found, err := familyNamesIn(path, rel, stringsExempt)
-		for _, h := range found {
-			if !pendingIdentifier(h) {
-				hits = append(hits, h)
-			}
-		}
+		hits = append(hits, found...)
 		return err
 	})
 	if err != nil {
@@ -179,16 +171,6 @@ func alnum(s string) string {
 		}
 		return -1
 	}, s)
-}
-
-// pendingIdentifier reports whether hit is an identifier familyNamePending lists as path#name.
-func pendingIdentifier(hit string) bool {
-	for _, p := range familyNamePending {
-		if file, name, ok := strings.Cut(p, "#"); ok && strings.HasPrefix(hit, file+":") && strings.Contains(hit, ": identifier "+name+" ") {
-			return true
-		}
-	}
-	return false
 }
 
 // covered reports whether rel is one of paths or under one of them.
