@@ -2,6 +2,7 @@ package vectors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -112,4 +113,32 @@ func TestReconstructedHoldsNoBlockHashes(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Path != "$.testGroups[0].type" || !strings.Contains(err.Error(), "does not match "+SchemaName) {
 		t.Fatalf("error %v, want the JSON Schema to refuse $.testGroups[0].type", err)
 	}
+}
+
+// FuzzParseSamples: the sample loader refuses or reads any input without panicking, and what it
+// reads holds its invariants (tcIds 1..n in order, a ZeroMQ sample's sequence frame is its seq).
+func FuzzParseSamples(f *testing.F) {
+	dir := mustDir(f)
+	for _, rel := range []string{"vllm/v0.28.0/events-samples.json", "vllm/v0.25.1/events-samples.json", "sglang/v0.5.18/events-samples.json", "trtllm/v1.2/kv-cache-events-samples.json"} {
+		data, err := os.ReadFile(filepath.Join(dir, rel))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"engine":"tensorrt-llm","version":"1","bodies":[{"name":"x","body_text":"[]","body":[]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := ParseSamples("fuzz.json", data)
+		if err != nil {
+			return
+		}
+		for i, s := range file.Samples {
+			if s.ID != i+1 || s.Name == "" {
+				t.Fatalf("sample %d: id %d name %q", i, s.ID, s.Name)
+			}
+			if s.Transport == TransportZMQ && (len(s.SeqFrame) != 8 || binary.BigEndian.Uint64(s.SeqFrame) != s.Seq) {
+				t.Fatalf("%s: seq frame %x for seq %d", s.Name, s.SeqFrame, s.Seq)
+			}
+		}
+	})
 }
