@@ -22,6 +22,7 @@ import (
 	"github.com/kvexact/kvexact/engines/trtllm"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/vectors"
 )
 
@@ -242,4 +243,18 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// TestEventsTailDropLine: a run of queue drops (ingest's "drop" trace) prints as one JSON line
+// with its type, rank, reason, count and detail.
+func TestEventsTailDropLine(t *testing.T) {
+	b, err := json.Marshal(traceLine(ingest.Trace{Type: "drop", Rank: 1, Reason: "queue_full", Count: 6,
+		Detail: "the run of drops ended: 6 messages dropped", Wall: time.Unix(0, 0)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"drop","rank":1,"reason":"queue_full","count":6,"detail":"the run of drops ended: 6 messages dropped","wall":"1970-01-01T00:00:00Z"}`
+	if string(b) != want {
+		t.Errorf("line\n got %s\nwant %s", b, want)
+	}
 }
