@@ -158,7 +158,15 @@ func New(opts Options) (*Gateway, error) {
 		for m, dir := range opts.Config.Tokenizers.Folders {
 			po = append(po, tokenize.WithFolder(m, dir))
 		}
+		segBytes := int64(tokenize.DefaultSegmentCacheBytes)
+		if n := opts.Config.Tokenizers.SegmentCacheBytes; n != nil {
+			segBytes = *n
+		}
+		po = append(po, tokenize.WithSegmentCacheBytes(segBytes))
 		opts.Tokenizers = tokenize.NewPool(opts.Config.Tokenizers.Root, po...)
+	}
+	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
+		return nil, err
 	}
 	im, err := ingest.NewMetrics(opts.Registry)
 	if err != nil {

@@ -160,6 +160,10 @@ type Tokenizers struct {
 	Root string `yaml:"root" json:"root"`
 	// Folders maps a model name to a folder, overriding the slug rule.
 	Folders map[string]string `yaml:"folders" json:"folders,omitempty"`
+	// SegmentCacheBytes bounds the exact cache of tokenized prompt segments the tokenizers share
+	// (docs/tokenizer.md, "Segment cache"); unset means tokenize.DefaultSegmentCacheBytes (64 MiB),
+	// 0 turns it off.
+	SegmentCacheBytes *int64 `yaml:"segmentCacheBytes" json:"segmentCacheBytes,omitempty"`
 }
 
 // Rule is one routing rule.
@@ -483,6 +487,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fieldErr("maxBodyBytes", "%d must be positive", c.MaxBodyBytes)
+	}
+	if n := c.Tokenizers.SegmentCacheBytes; n != nil && *n < 0 {
+		return fieldErr("tokenizers.segmentCacheBytes", "%d must be 0 (off) or positive", *n)
 	}
 	if err := c.Server.normalize(); err != nil {
 		return prefix("server", err)
