@@ -573,7 +573,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
-			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
+			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 		})
 		if err != nil {
 			cancel()
