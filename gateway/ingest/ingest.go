@@ -68,6 +68,10 @@ const (
 	BindingRouter Binding = engines.BindingRouter
 )
 
+// DefaultMaxMessageBytes is Config.MaxMessageBytes's default: the drain's response bound, far above
+// any engine's event batch.
+const DefaultMaxMessageBytes = 64 << 20
+
 // DefaultQueueLimit is Config.QueueLimit's default.
 const DefaultQueueLimit = 10_000
 
@@ -107,6 +111,11 @@ type Config struct {
 	// arriving at a full queue is dropped and counted (queue_full_total); the sequence window then
 	// sees the gap and keeps or clears, as for a message lost on the wire.
 	QueueLimit int
+	// MaxMessageBytes bounds one ZeroMQ message (all its frames) on the SUB and the replay DEALER:
+	// 64 MiB (DefaultMaxMessageBytes). A frame header announcing more is refused before zmq4
+	// allocates it (the third_party/go-zeromq/zmq4 patch): the connection closes, is counted
+	// (rejects_total{reason="message_size"}) and redialed, so a bad peer cannot exhaust memory.
+	MaxMessageBytes int64
 
 	Metrics *Metrics     // optional
 	Logger  *slog.Logger // optional
@@ -165,6 +174,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxDrainBytes <= 0 {
 		c.MaxDrainBytes = 64 << 20
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.MaxMapped <= 0 {
 		c.MaxMapped = 4_000_000

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, append(rer, "kind")),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_rejects_total",
-			Help: "Messages or drain bodies rejected whole, by reason (schema_mismatch, decode_error, rank_mismatch, frames, http).",
+			Help: "Messages or drain bodies rejected whole, by reason (schema_mismatch, decode_error, rank_mismatch, frames, http, message_size).",
 		}, append(rer, "reason")),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_skipped_total",

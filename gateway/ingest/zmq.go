@@ -68,7 +68,7 @@ func (rr *rankRun) run(ctx context.Context) {
 	connects := 0
 	defer rr.p.lab.connected(rr.rank, false)
 	for ctx.Err() == nil {
-		sub, err := dialSub(ctx, rr.pub, cfg.DialBackoffMin)
+		sub, err := dialSub(ctx, rr.pub, cfg.DialBackoffMin, cfg.MaxMessageBytes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -99,6 +99,7 @@ func (rr *rankRun) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		rr.oversize(rr.pub, err)
 		rr.p.trace(Trace{Type: "disconnect", Rank: rr.rank, Addr: rr.pub, Detail: errString(err)})
 		cfg.Logger.Info("ingest: connection lost, redialing", append(rr.log(), "err", err)...)
 		if !sleepCtx(ctx, cfg.DialBackoffMin) {
@@ -106,6 +107,22 @@ func (rr *rankRun) run(ctx context.Context) {
 		}
 	}
 }
+
+// oversize counts, traces and logs a connection closed because its peer announced a message over
+// Config.MaxMessageBytes; other errors pass.
+func (rr *rankRun) oversize(addr string, err error) {
+	var se *zmq4.MessageSizeError
+	if !errors.As(err, &se) {
+		return
+	}
+	rr.p.lab.reject(rr.rank, reasonMessageSize)
+	rr.p.trace(Trace{Type: "reject", Rank: rr.rank, Addr: addr, Reason: reasonMessageSize, Detail: se.Error()})
+	rr.p.cfg.Logger.Warn("ingest: message over the size limit, connection closed",
+		append(rr.log(), "addr", addr, "frame", se.Frame, "announced", se.Size, "total", se.Total, "max", se.Max)...)
+}
+
+// reasonMessageSize is the reject reason of a message over Config.MaxMessageBytes.
+const reasonMessageSize = "message_size"
 
 func errString(err error) string {
 	if err == nil {
@@ -179,6 +196,7 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 			if ctx.Err() != nil {
 				return
 			}
+			rr.oversize(rr.replay, err)
 			rr.p.lab.replay(rr.rank, "failed")
 			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
 				Addr: rr.replay, Detail: err.Error()})
@@ -199,7 +217,7 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 	rctx, cancel := context.WithTimeout(ctx, rr.p.cfg.ReplayTimeout)
 	defer cancel()
 	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(rr.p.cfg.ReplayTimeout),
-		zmq4.WithLogger(quietLogger))
+		zmq4.WithLogger(quietLogger), zmq4.WithMaxMessageSize(rr.p.cfg.MaxMessageBytes))
 	defer drainClosed(d)
 	if err := d.Dial(rr.replay); err != nil {
 		return 0, fmt.Errorf("replay dial %s: %w", rr.replay, err)
@@ -234,10 +252,10 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 
 // dialSub makes one SUB connected to addr and subscribed to every topic. It dials once (the caller
 // owns the backoff); zmq4's own redial is off because a fresh socket per connection gives an exact
-// "connected" moment for replay.
-func dialSub(ctx context.Context, addr string, timeout time.Duration) (zmq4.Socket, error) {
+// "connected" moment for replay. A message over maxMsg bytes closes the connection.
+func dialSub(ctx context.Context, addr string, timeout time.Duration, maxMsg int64) (zmq4.Socket, error) {
 	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(max(timeout, time.Second)),
-		zmq4.WithLogger(quietLogger))
+		zmq4.WithLogger(quietLogger), zmq4.WithMaxMessageSize(maxMsg))
 	if err := sub.Dial(addr); err != nil {
 		drainClosed(sub)
 		return nil, err

@@ -37,6 +37,8 @@ type Conn struct {
 
 	closed         int32
 	onCloseErrorCB func(c *Conn)
+
+	maxMsgSize int64 // kvexact patch: 0 = unbounded; see WithMaxMessageSize
 }
 
 func (c *Conn) Close() error {
@@ -65,6 +67,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 // An optional onCloseErrorCB can be provided to inform the caller when this Conn is closed.
 // Open performs a complete ZMTP handshake.
 func Open(rw net.Conn, sec Security, sockType SocketType, sockID SocketIdentity, server bool, onCloseErrorCB func(c *Conn)) (*Conn, error) {
+	return openMax(rw, sec, sockType, sockID, server, onCloseErrorCB, 0)
+}
+
+// openMax is Open with a bound on message size (kvexact patch), applied from the handshake on.
+func openMax(rw net.Conn, sec Security, sockType SocketType, sockID SocketIdentity, server bool, onCloseErrorCB func(c *Conn), maxMsgSize int64) (*Conn, error) {
 	if rw == nil {
 		return nil, fmt.Errorf("zmq4: invalid nil read-writer")
 	}
@@ -82,6 +89,7 @@ func Open(rw net.Conn, sec Security, sockType SocketType, sockID SocketIdentity,
 		Meta:           make(Metadata),
 		topics:         make(map[string]struct{}),
 		onCloseErrorCB: onCloseErrorCB,
+		maxMsgSize:     maxMsgSize,
 	}
 	conn.Meta[sysSockType] = string(conn.typ)
 	conn.Meta[sysSockID] = conn.id.String()
@@ -375,6 +383,9 @@ func (c *Conn) read() Msg {
 
 		hasMore = true
 		isCmd   = false
+
+		frame  int    // kvexact patch: frame index, header offset and running total
+		offset uint64 // within the message, for MessageSizeError
 	)
 
 	for hasMore {
@@ -412,6 +423,16 @@ func (c *Conn) read() Msg {
 			msg.err = errOverflow
 			return msg
 		}
+
+		// kvexact patch: refuse before allocating what the header announces, and close the
+		// connection (its stream position is lost) so the socket's reconnect logic applies.
+		if c.maxMsgSize > 0 && (size > uint64(c.maxMsgSize) || offset+size > uint64(c.maxMsgSize)) {
+			msg.err = &MessageSizeError{Frame: frame, Offset: offset, Size: size, Total: offset + size, Max: c.maxMsgSize}
+			c.SetClosed()
+			return msg
+		}
+		offset += size
+		frame++
 
 		body := make([]byte, size)
 		_, msg.err = io.ReadFull(c.rw, body)

@@ -5,6 +5,7 @@
 package zmq4
 
 import (
+	"fmt"
 	"log"
 	"time"
 )
@@ -72,6 +73,30 @@ func WithAutomaticReconnect(automaticReconnect bool) Option {
 	return func(s *socket) {
 		s.autoReconnect = automaticReconnect
 	}
+}
+
+// WithMaxMessageSize bounds every message a connection of the socket reads (kvexact patch): a
+// frame, or a message whose frames total, more than n bytes is refused before its body is
+// allocated. Recv returns a *MessageSizeError and the connection is closed, so the socket's
+// reconnect logic applies. n <= 0 means unbounded (upstream behaviour).
+func WithMaxMessageSize(n int64) Option {
+	return func(s *socket) {
+		s.maxMsgSize = n
+	}
+}
+
+// MessageSizeError reports a message refused by WithMaxMessageSize (kvexact patch).
+type MessageSizeError struct {
+	Frame  int    // index of the frame whose header announced too much (0 = first)
+	Offset uint64 // body bytes of the message before that frame
+	Size   uint64 // body size the frame header announced
+	Total  uint64 // Offset + Size
+	Max    int64  // the bound
+}
+
+func (e *MessageSizeError) Error() string {
+	return fmt.Sprintf("zmq4: frame %d (after %d message bytes) announces %d bytes, message total %d over the maximum %d",
+		e.Frame, e.Offset, e.Size, e.Total, e.Max)
 }
 
 /*

@@ -36,6 +36,7 @@ type socket struct {
 	id            SocketIdentity
 	retry         time.Duration
 	maxRetries    int
+	maxMsgSize    int64 // kvexact patch: WithMaxMessageSize
 	sec           Security
 	log           *log.Logger
 	subTopics     func() []string
@@ -221,7 +222,7 @@ func (sck *socket) accept() {
 				continue
 			}
 
-			zconn, err := Open(conn, sck.sec, sck.typ, sck.id, true, sck.scheduleRmConn)
+			zconn, err := openMax(conn, sck.sec, sck.typ, sck.id, true, sck.scheduleRmConn, sck.maxMsgSize)
 			if err != nil {
 				// FIXME(sbinet): maybe bubble up this error to application code?
 				sck.log.Printf("could not open a ZMTP connection with %q: %+v", sck.ep, err)
@@ -267,7 +268,7 @@ connect:
 		return fmt.Errorf("zmq4: got a nil dial-conn to %q", endpoint)
 	}
 
-	zconn, err := Open(conn, sck.sec, sck.typ, sck.id, false, sck.scheduleRmConn)
+	zconn, err := openMax(conn, sck.sec, sck.typ, sck.id, false, sck.scheduleRmConn, sck.maxMsgSize)
 	if err != nil {
 		return fmt.Errorf("zmq4: could not open a ZMTP connection: %w", err)
 	}
