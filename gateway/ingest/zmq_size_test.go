@@ -23,10 +23,10 @@ type syncBuf struct {
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// zmtpPeer plays a ZMTP 3.0 NULL-mechanism PUB by hand on one accepted connection: greeting, READY,
+// zmtpPeer plays a ZMTP 3.0 NULL-mechanism PUB or ROUTER by hand on one accepted connection: greeting, READY,
 // the subscriber's SUBSCRIBE, then whatever frame bytes the test gives it. It reports once the
 // subscriber closed the connection.
-func zmtpPeer(t *testing.T, ln net.Listener, frame []byte) <-chan error {
+func zmtpPeer(t *testing.T, ln net.Listener, sockType string, frame []byte) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -48,8 +48,8 @@ func zmtpPeer(t *testing.T, ln net.Listener, frame []byte) <-chan error {
 		}
 		var ready bytes.Buffer
 		ready.WriteString("\x05READY\x0bSocket-Type")
-		binary.Write(&ready, binary.BigEndian, uint32(3))
-		ready.WriteString("PUB")
+		binary.Write(&ready, binary.BigEndian, uint32(len(sockType)))
+		ready.WriteString(sockType)
 		if _, err := c.Write(append([]byte{0x04, byte(ready.Len())}, ready.Bytes()...)); err != nil {
 			done <- err
 			return
@@ -63,14 +63,18 @@ func zmtpPeer(t *testing.T, ln net.Listener, frame []byte) <-chan error {
 			done <- fmt.Errorf("peer READY body: %w", err)
 			return
 		}
-		// Like a real PUB, send only once subscribed: the SUBSCRIBE message, one short frame.
-		if _, err := io.ReadFull(c, hdr); err != nil {
-			done <- fmt.Errorf("peer SUBSCRIBE header: %w", err)
-			return
-		}
-		if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
-			done <- fmt.Errorf("peer SUBSCRIBE body: %w", err)
-			return
+		// Like a real publisher, answer only once asked: read the SUB's SUBSCRIBE or the DEALER's
+		// replay request, one message of short frames.
+		for more := true; more; {
+			if _, err := io.ReadFull(c, hdr); err != nil {
+				done <- fmt.Errorf("peer request header: %w", err)
+				return
+			}
+			more = hdr[0]&0x01 != 0
+			if _, err := io.ReadFull(c, make([]byte, hdr[1])); err != nil {
+				done <- fmt.Errorf("peer request body: %w", err)
+				return
+			}
 		}
 		if _, err := c.Write(frame); err != nil {
 			done <- err
@@ -96,7 +100,7 @@ func TestZMQOversizeFrameClosesConnection(t *testing.T) {
 	const announced = uint64(1) << 40
 	frame := []byte{0x02, 0, 0, 0, 0, 0, 0, 0, 0} // long frame, last
 	binary.BigEndian.PutUint64(frame[1:], announced)
-	peer := zmtpPeer(t, ln, frame)
+	peer := zmtpPeer(t, ln, "PUB", frame)
 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -156,7 +160,7 @@ func TestZMQOversizeMessageTotal(t *testing.T) {
 	frames.Write([]byte{0x03, 0, 0, 0, 0, 0, 0, 0x02, 0x58}) // long, more: 600 bytes
 	frames.Write(make([]byte, 600))
 	frames.Write([]byte{0x02, 0, 0, 0, 0, 0, 0, 0x02, 0x58}) // long, last: 600 bytes
-	peer := zmtpPeer(t, ln, frames.Bytes())
+	peer := zmtpPeer(t, ln, "PUB", frames.Bytes())
 	logs := &syncBuf{}
 	h := startSource(t, Config{Family: "vllm", Release: "v0.25.1", Publish: []string{addr}, MaxMessageBytes: 1000,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -176,6 +180,49 @@ func TestZMQOversizeMessageTotal(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// TestZMQOversizeReplayFrame: the replay DEALER has the same bound; the replay fails open (counted,
+// logged) and live events still apply.
+func TestZMQOversizeReplayFrame(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	replay := "tcp://" + ln.Addr().String()
+	frame := []byte{0x02, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint64(frame[1:], 1<<40)
+	peer := zmtpPeer(t, ln, "ROUTER", frame)
+	logs := &syncBuf{}
+	cfg := vllmCfg(p)
+	cfg.Replay = []string{replay}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	h := startSource(t, cfg)
+	select {
+	case err := <-peer:
+		if err != nil {
+			t.Fatalf("bad peer: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the DEALER did not close the oversize connection\n%s", h.traceLog())
+	}
+	if !waitFor(5*time.Second, func() bool {
+		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1 &&
+			h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "failed")) == 1
+	}) {
+		t.Fatalf("message_size rejects %v, failed replays %v, want 1 and 1\n%s\n%s",
+			h.metric("kvexact_ingest_rejects_total", lbl("reason", "message_size")),
+			h.metric("kvexact_ingest_replays_total", lbl("outcome", "failed")), h.traceLog(), logs.String())
+	}
+	if want := "addr=" + replay; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
+	}
+	p.waitSub()
+	p.publish(0, stored(t, 0, 7))
+	h.waitKeys(map[uint64]int{7: 1})
 }
 
 func waitFor(d time.Duration, cond func() bool) bool {
