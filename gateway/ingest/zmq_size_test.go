@@ -119,7 +119,8 @@ func TestZMQOversizeFrameClosesConnection(t *testing.T) {
 	}
 	ln.Close()
 	if !waitFor(5*time.Second, func() bool {
-		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1
+		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1 &&
+			strings.Contains(logs.String(), "message over the size limit") // counted, then logged
 	}) {
 		t.Fatalf("message_size rejects: %v, want 1\n%s\n%s", h.metric("kvexact_ingest_rejects_total", lbl("reason", "message_size")), h.traceLog(), logs.String())
 	}
@@ -172,8 +173,9 @@ func TestZMQOversizeMessageTotal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the subscriber did not close the oversize connection\n%s", h.traceLog())
 	}
-	eventually(t, 5*time.Second, "message_size reject counted", func() bool {
-		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1
+	eventually(t, 5*time.Second, "message_size reject counted and logged", func() bool {
+		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1 &&
+			strings.Contains(logs.String(), "message over the size limit") // counted, then logged
 	})
 	for _, want := range []string{"frame=1", "announced=600", "total=1200", "max=1000"} {
 		if !strings.Contains(logs.String(), want) {
@@ -211,6 +213,7 @@ func TestZMQOversizeReplayFrame(t *testing.T) {
 	}
 	if !waitFor(5*time.Second, func() bool {
 		return h.metric("kvexact_ingest_rejects_total", lbl("rank", "0", "reason", "message_size")) == 1 &&
+			strings.Contains(logs.String(), "message over the size limit") && // counted, then logged
 			h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "failed")) == 1
 	}) {
 		t.Fatalf("message_size rejects %v, failed replays %v, want 1 and 1\n%s\n%s",
