@@ -164,13 +164,13 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		// one single-endpoint rule per engine, each on its own listener, so the data path (and its
 		// cost) is the same and only the decision differs.
 		cfg.Rules = nil
-		for _, ep := range rule.Endpoints {
-			port, err := freePort()
-			if err != nil {
-				return nil, err
-			}
+		ports, err := freePorts(len(rule.Endpoints))
+		if err != nil {
+			return nil, err
+		}
+		for i, ep := range rule.Endpoints {
 			r := rule
-			r.Name, r.Listener, r.Endpoints = fmt.Sprintf("oracle-%s", ep.Name), fmt.Sprintf("127.0.0.1:%d", port), []rules.Endpoint{ep}
+			r.Name, r.Listener, r.Endpoints = fmt.Sprintf("oracle-%s", ep.Name), fmt.Sprintf("127.0.0.1:%d", ports[i]), []rules.Endpoint{ep}
 			cfg.Rules = append(cfg.Rules, r)
 		}
 	}
@@ -239,12 +239,27 @@ func lawOf(r *rules.Rule) route.Law {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
+}
+
+// freePorts finds n distinct free ports on 127.0.0.1. Every probe listener stays open until all n
+// are bound: a port closed at once can come back from the kernel on the next bind, and at 64
+// engines two per-engine listeners then got the same port ("already served by rule oracle-e25").
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // Certificate is what ctk certify writes for this pool: the rule's profile, every endpoint covered
