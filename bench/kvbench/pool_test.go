@@ -2,6 +2,7 @@ package kvbench
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/kvexact/kvexact/gateway/tokenize"
@@ -46,5 +47,37 @@ func TestClientSidePoolAt64Engines(t *testing.T) {
 			t.Fatalf("listener %s twice", u)
 		}
 		seen[u] = true
+	}
+}
+
+// A listener port taken between choosing and binding it fails that start; the pool retries with
+// fresh ports instead of failing the run (a 64-engine sweep lost a cell to "address already in use").
+func TestClientSidePoolRetriesATakenPort(t *testing.T) {
+	toks := tokenize.NewPool("")
+	if _, err := toks.Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	pickPorts = func(n int) ([]int, error) {
+		calls++
+		ps, err := freePorts(n)
+		if err == nil && calls == 1 {
+			ps[n-1] = taken.Addr().(*net.TCPAddr).Port
+		}
+		return ps, err
+	}
+	defer func() { pickPorts = freePorts }()
+	p, err := StartPool(context.Background(), toks, "llama3", DefaultPoolShape(), Policy{Name: PolicyOracle, Oracle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if calls != 2 || len(p.URLs) != 4 {
+		t.Fatalf("%d port choices, %d listeners; want 2 choices (one retry) and 4 listeners", calls, len(p.URLs))
 	}
 }
