@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,10 +64,32 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// newestVLLM is the contract of the newest pinned vLLM releases, and next a release above every
+// contract: the "unknown newer release" cases are derived from the data, so adding a release's
+// contract (contracts/data and vectors only) leaves these tests as they are.
+func newestVLLM(t *testing.T) (newest *Contract, nextMinor func(patch int) string, nextMajor string) {
+	t.Helper()
+	for _, c := range All() {
+		if c.Family == "vllm" {
+			newest = c
+		}
+	}
+	if newest == nil {
+		t.Fatal("no vllm contract")
+	}
+	v, err := ParseVersion(newest.Pin.Release)
+	if err != nil || len(v.Nums) < 2 {
+		t.Fatalf("pin %q of %s: %v", newest.Pin.Release, newest.ID, err)
+	}
+	nextMinor = func(patch int) string { return fmt.Sprintf("%d.%d.%d", v.Nums[0], v.Nums[1]+1, patch) }
+	return newest, nextMinor, fmt.Sprintf("%d.0.0", v.Nums[0]+1)
+}
+
 func TestLookupUnknownListsKnown(t *testing.T) {
+	n, next, _ := newestVLLM(t)
 	for _, tc := range []struct{ family, version, want string }{
 		{"vllm", "0.18.0", "vllm v0.19.0 – v0.23.x"},
-		{"vllm", "0.31.0", "nearest pinned: vllm-v0.30 (pin v0.30.0); to pin 0.31.0, verify: the tag's commit"},
+		{"vllm", next(0), fmt.Sprintf("nearest pinned: %s (pin %s); to pin %s, verify: %s", n.ID, n.Pin.Release, next(0), n.RecheckList()[0])},
 		{"vllm", "0.18.0", "nearest pinned: vllm-kv-array-v1"},
 		{"sglang", "0.5.17", "sglang v0.5.18"},
 		{"trtllm", "1.3.0rc24", "trtllm 1.2 – 1.2.x"},
@@ -89,9 +112,10 @@ func TestLookupUnknownListsKnown(t *testing.T) {
 }
 
 func TestUnknownNamesNearest(t *testing.T) {
+	n, next, major := newestVLLM(t)
 	for _, tc := range []struct{ family, version, nearest string }{
-		{"vllm", "0.31.2", "vllm-v0.30"},
-		{"vllm", "1.0.0", "vllm-v0.30"},
+		{"vllm", next(2), n.ID},
+		{"vllm", major, n.ID},
 		{"vllm", "0.9.2", "vllm-kv-array-v1"},
 		{"sglang", "0.5.19", "sglang-kv-rank-v1"},
 	} {

@@ -2,6 +2,7 @@ package ctk_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
@@ -70,11 +72,22 @@ var _ = Describe("pinned vLLM releases", func() {
 	})
 
 	It("names the nearest pinned contract and what to verify for an unknown newer release", func() {
-		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
+		// The newest pinned vLLM contract and a release above it, from the data: adding a release's
+		// contract leaves this test as it is.
+		var n *contracts.Contract
+		for _, c := range contracts.All() {
+			if c.Family == "vllm" {
+				n = c
+			}
+		}
+		v, err := contracts.ParseVersion(n.Pin.Release)
+		Expect(err).NotTo(HaveOccurred())
+		newer := fmt.Sprintf("%d.%d.0", v.Nums[0], v.Nums[1]+1)
+		e := startSim("vllm", n.Pin.Release, func(c *sim.Config) { c.Seed = strp("0") })
 		// The engine in front reports a release no contract covers; everything else is the sim's.
 		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {
 			if path == "/version" {
-				return []byte(`{"version":"0.31.0"}`)
+				return []byte(`{"version":"` + newer + `"}`)
 			}
 			return body
 		})
@@ -82,7 +95,7 @@ var _ = Describe("pinned vLLM releases", func() {
 		Expect(res.ExitCode).To(Equal(1))
 		s := spec(res, "P0", "release")
 		Expect(s.Leg).To(Equal(ctk.LegRelease))
-		Expect(s.Message).To(ContainSubstring("nearest pinned: vllm v0.30.0 – v0.30.x (contract vllm-v0.30, pin v0.30.0)"))
+		Expect(s.Message).To(ContainSubstring(fmt.Sprintf("nearest pinned: vllm %s (contract %s, pin %s)", n.Versions.String(), n.ID, n.Pin.Release)))
 		Expect(s.Hint).To(ContainSubstring("kv_cache_utils.py"))
 	})
 })

@@ -116,7 +116,7 @@ func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]
 func (r *endpointRun) specLoRA(t *T) {
 	ctx := t.Context()
 	fam := r.family()
-	if !fam.KeyRules().ExtraKeys {
+	if !fam.KeyRules().BlockExtras {
 		t.Skipf("%s does not key blocks by LoRA adapter for the gateway: adapter requests are routed with miss lora", r.ep.Family)
 		return
 	}

@@ -14,10 +14,10 @@ type KeyRules struct {
 	// carry (an engine binding exists and events publish full token lists), so the live parity
 	// watch can check them.
 	Reproducible bool
-	// ExtraKeys: each block's hash takes the request's extra keys (LoRA adapter name, cache_salt,
+	// BlockExtras: each block's hash takes the request's extra keys (LoRA adapter name, cache_salt,
 	// multimodal hashes) and the events carry them per block, so adapter and salted requests keep
 	// exact keys (and ctk's LoRA spec applies).
-	ExtraKeys bool
+	BlockExtras bool
 	// SaltedRoot: a salted request's chain is rooted at its cache_salt instead of the plain root.
 	SaltedRoot bool
 	// AlgorithmSuspects are the algorithms (as contracts spell them) the watch tries when the first

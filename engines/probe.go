@@ -18,8 +18,6 @@ import (
 // (engines/vllm, engines/sglang, engines/trtllm, engines/llamacpp) implements it with the family's
 // own endpoints; an operation the family does not offer returns a *NotSupportedError saying why.
 type Prober interface {
-	// Family is the engine family (vllm, sglang, trtllm, llamacpp).
-	Family() string
 	// Address is the server's base URL.
 	Address() string
 	// Health reports whether the server answers its health endpoint with 200.

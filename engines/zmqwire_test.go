@@ -2,45 +2,25 @@ package engines
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvexact/kvexact/vectors"
 )
 
-// evSampleFrames returns the live frames of every vLLM and SGLang sample: [topic, seq, payload].
+// evSampleFrames returns the live frames of every vLLM and SGLang sample: [topic, seq, payload],
+// read by the one sample loader.
 func evSampleFrames(t testing.TB) [][][]byte {
 	t.Helper()
 	var out [][][]byte
 	for _, fam := range []string{"vllm/v0.25.1", "sglang/v0.5.18"} {
-		raw, err := os.ReadFile(filepath.Join("..", "vectors", fam, "events-samples.json"))
+		f, err := vectors.LoadSamples(filepath.Join("..", "vectors", fam, "events-samples.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var f struct {
-			Samples []struct {
-				Payload string          `json:"payload_hex"`
-				Frames  json.RawMessage `json:"zmq_frames"`
-			}
-		}
-		if err := json.Unmarshal(raw, &f); err != nil {
-			t.Fatal(err)
-		}
 		for _, s := range f.Samples {
-			var fr struct {
-				Topic  string `json:"topic_hex"`
-				Topic0 string `json:"frame0_topic_hex"`
-				Seq    string `json:"seq_hex"`
-				Seq1   string `json:"frame1_seq_hex"`
-			}
-			if err := json.Unmarshal(s.Frames, &fr); err != nil {
-				t.Fatal(err)
-			}
-			topic, _ := hex.DecodeString(fr.Topic + fr.Topic0)
-			seq, _ := hex.DecodeString(fr.Seq + fr.Seq1)
-			payload, _ := hex.DecodeString(s.Payload)
-			out = append(out, [][]byte{topic, seq, payload})
+			out = append(out, [][]byte{s.Topic, s.SeqFrame, s.Payload})
 		}
 	}
 	return out

@@ -158,7 +158,15 @@ func New(opts Options) (*Gateway, error) {
 		for m, dir := range opts.Config.Tokenizers.Folders {
 			po = append(po, tokenize.WithFolder(m, dir))
 		}
+		segBytes := int64(tokenize.DefaultSegmentCacheBytes)
+		if n := opts.Config.Tokenizers.SegmentCacheBytes; n != nil {
+			segBytes = *n
+		}
+		po = append(po, tokenize.WithSegmentCacheBytes(segBytes))
 		opts.Tokenizers = tokenize.NewPool(opts.Config.Tokenizers.Root, po...)
+	}
+	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
+		return nil, err
 	}
 	im, err := ingest.NewMetrics(opts.Registry)
 	if err != nil {
@@ -356,7 +364,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.ExtraKeys, SaltedRoot: kr.SaltedRoot}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -565,7 +573,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
-			DrainURL: e.Events.Drain, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
+			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 		})
 		if err != nil {
 			cancel()

@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -27,21 +26,18 @@ import (
 	"github.com/kvexact/kvexact/vectors"
 )
 
-func evLoad(t *testing.T, rel string, into any) {
+// evLoad reads a sample file through the one sample loader (64-bit hashes stay exact).
+func evLoad(t *testing.T, rel string) *vectors.SampleFile {
 	t.Helper()
 	dir, err := vectors.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, rel))
+	f, err := vectors.LoadSamples(filepath.Join(dir, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber() // 64-bit hashes stay exact
-	if err := dec.Decode(into); err != nil {
-		t.Fatalf("%s: %v", rel, err)
-	}
+	return f
 }
 
 func evUnhex(t *testing.T, s string) []byte {
@@ -221,37 +217,23 @@ func evCheckFrames(t *testing.T, topic, seq []byte, payload []byte, wantSeq uint
 }
 
 func TestEventSamplesVLLM(t *testing.T) {
-	var f struct {
-		Tag     string `json:"tag"`
-		Samples []struct {
-			Name    string `json:"name"`
-			Layout  string `json:"vllm_layout"`
-			Payload string `json:"payload_hex"`
-			Decoded []any  `json:"decoded"`
-			Frames  struct {
-				Topic string      `json:"topic_hex"`
-				Seq   json.Number `json:"seq"`
-				Hex   string      `json:"seq_hex"`
-			} `json:"zmq_frames"`
-		} `json:"samples"`
-	}
-	evLoad(t, "vllm/v0.25.1/events-samples.json", &f)
+	f := evLoad(t, "vllm/v0.25.1/events-samples.json")
 	if len(f.Samples) != 7 {
 		t.Fatalf("%d vLLM samples, want 7", len(f.Samples))
 	}
 	for _, s := range f.Samples {
 		t.Run(s.Name, func(t *testing.T) {
-			p := evUnhex(t, s.Payload)
-			evCheckFrames(t, evUnhex(t, s.Frames.Topic), evUnhex(t, s.Frames.Hex), p, evU64(t, s.Frames.Seq))
+			p := s.Payload
+			evCheckFrames(t, s.Topic, s.SeqFrame, p, s.Seq)
 			got, err := vllm.DecodeBatch(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := evBatch(t, s.Decoded, evVLLMEvent)
+			want := evBatch(t, s.Decoded.([]any), evVLLMEvent)
 			if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("decoded vs the sample's rendering (-want +got):\n%s", d)
 			}
-			release := f.Tag
+			release := f.Header.Tag
 			if s.Name == "legacy_array_like_stored_first_blocks" {
 				release = "v0.23.0"
 			}
@@ -271,20 +253,7 @@ func TestEventSamplesVLLM(t *testing.T) {
 // re-emission, a sliding-window group) decode field by field and re-encode byte for byte, and their
 // keys are the v0.28 default-seed vectors' (an engine run with PYTHONHASHSEED unset).
 func TestEventSamplesVLLMReleases(t *testing.T) {
-	var f struct {
-		Tag     string `json:"tag"`
-		Samples []struct {
-			Name    string `json:"name"`
-			Payload string `json:"payload_hex"`
-			Decoded []any  `json:"decoded"`
-			Frames  struct {
-				Topic string      `json:"topic_hex"`
-				Seq   json.Number `json:"seq"`
-				Hex   string      `json:"seq_hex"`
-			} `json:"zmq_frames"`
-		} `json:"samples"`
-	}
-	evLoad(t, "vllm/v0.28.0/events-samples.json", &f)
+	f := evLoad(t, "vllm/v0.28.0/events-samples.json")
 	if len(f.Samples) != 5 {
 		t.Fatalf("%d samples, want 5", len(f.Samples))
 	}
@@ -304,20 +273,20 @@ func TestEventSamplesVLLMReleases(t *testing.T) {
 			}
 		}
 	}
-	layout, err := vllm.LayoutForRelease(f.Tag)
+	layout, err := vllm.LayoutForRelease(f.Header.Tag)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for _, s := range f.Samples {
 		t.Run(s.Name, func(t *testing.T) {
-			p := evUnhex(t, s.Payload)
-			evCheckFrames(t, evUnhex(t, s.Frames.Topic), evUnhex(t, s.Frames.Hex), p, evU64(t, s.Frames.Seq))
+			p := s.Payload
+			evCheckFrames(t, s.Topic, s.SeqFrame, p, s.Seq)
 			got, err := vllm.DecodeBatch(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := cmp.Diff(evBatch(t, s.Decoded, evVLLMEvent), got, cmpopts.EquateEmpty()); d != "" {
+			if d := cmp.Diff(evBatch(t, s.Decoded.([]any), evVLLMEvent), got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("decoded vs the sample's rendering (-want +got):\n%s", d)
 			}
 			out, err := vllm.EncodeBatch(got, layout)
@@ -355,13 +324,7 @@ func TestEventSamplesVLLMHashes(t *testing.T) {
 	for _, c := range vf.Cases {
 		cases[c.Name] = c
 	}
-	var f struct {
-		Samples []struct {
-			Name    string `json:"name"`
-			Payload string `json:"payload_hex"`
-		} `json:"samples"`
-	}
-	evLoad(t, "vllm/v0.25.1/events-samples.json", &f)
+	f := evLoad(t, "vllm/v0.25.1/events-samples.json")
 	check := []struct {
 		sample, vcase string
 		from          int // first block of the event within the case
@@ -376,7 +339,7 @@ func TestEventSamplesVLLMHashes(t *testing.T) {
 		var payload []byte
 		for _, s := range f.Samples {
 			if s.Name == c.sample {
-				payload = evUnhex(t, s.Payload)
+				payload = s.Payload
 			}
 		}
 		vc, ok := cases[c.vcase]
@@ -481,32 +444,20 @@ func evSGLangPages(prior []byte, blocks [][]uint32, bigram bool) (keys []uint64,
 }
 
 func TestEventSamplesSGLang(t *testing.T) {
-	var f struct {
-		Samples []struct {
-			Name    string `json:"name"`
-			Payload string `json:"payload_hex"`
-			Decoded []any  `json:"decoded"`
-			Frames  struct {
-				Topic string      `json:"frame0_topic_hex"`
-				Seq   json.Number `json:"frame1_seq"`
-				Hex   string      `json:"frame1_seq_hex"`
-			} `json:"zmq_frames"`
-		} `json:"samples"`
-	}
-	evLoad(t, "sglang/v0.5.18/events-samples.json", &f)
+	f := evLoad(t, "sglang/v0.5.18/events-samples.json")
 	if len(f.Samples) != 6 {
 		t.Fatalf("%d SGLang samples, want 6", len(f.Samples))
 	}
 	digests := map[uint64][]byte{} // published key → full digest, to chain continuations
 	for _, s := range f.Samples {
 		t.Run(s.Name, func(t *testing.T) {
-			p := evUnhex(t, s.Payload)
-			evCheckFrames(t, evUnhex(t, s.Frames.Topic), evUnhex(t, s.Frames.Hex), p, evU64(t, s.Frames.Seq))
+			p := s.Payload
+			evCheckFrames(t, s.Topic, s.SeqFrame, p, s.Seq)
 			got, err := sglang.DecodeBatch(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := evBatch(t, s.Decoded, evSGLangEvent)
+			want := evBatch(t, s.Decoded.([]any), evSGLangEvent)
 			if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("decoded vs the sample's rendering (-want +got):\n%s", d)
 			}
@@ -604,35 +555,27 @@ func evTRTEvent(t *testing.T, v any) engines.Event {
 }
 
 func TestEventSamplesTRTLLM(t *testing.T) {
-	var f struct {
-		Bodies []struct {
-			Name string `json:"name"`
-			Body []any  `json:"body"`
-			Text string `json:"body_text"`
-			TPB  int    `json:"tokens_per_block"`
-		} `json:"bodies"`
-	}
-	evLoad(t, "trtllm/v1.2/kv-cache-events-samples.json", &f)
-	if len(f.Bodies) != 6 {
-		t.Fatalf("%d TensorRT-LLM bodies, want 6", len(f.Bodies))
+	f := evLoad(t, "trtllm/v1.2/kv-cache-events-samples.json")
+	if len(f.Samples) != 6 {
+		t.Fatalf("%d TensorRT-LLM bodies, want 6", len(f.Samples))
 	}
 	var big int
-	for _, b := range f.Bodies {
+	for _, b := range f.Samples {
 		t.Run(b.Name, func(t *testing.T) {
-			got, err := trtllm.DecodeDrain([]byte(b.Text))
+			got, err := trtllm.DecodeDrain(b.Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var want []engines.Event
-			for _, v := range b.Body {
+			for _, v := range b.Decoded.([]any) {
 				want = append(want, evTRTEvent(t, v))
 			}
 			if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("decoded vs the sample's body (-want +got):\n%s", d)
 			}
 			out, err := trtllm.EncodeDrain(got)
-			if err != nil || string(out) != b.Text {
-				t.Fatalf("re-encode: %v\n got %s\nwant %s", err, out, b.Text)
+			if err != nil || string(out) != string(b.Payload) {
+				t.Fatalf("re-encode: %v\n got %s\nwant %s", err, out, b.Payload)
 			}
 			for _, e := range got {
 				for _, h := range e.BlockHashes {
@@ -641,8 +584,8 @@ func TestEventSamplesTRTLLM(t *testing.T) {
 					}
 				}
 				for _, blk := range e.BlockTokens {
-					if len(blk) > b.TPB {
-						t.Fatalf("block of %d tokens > tokens_per_block %d", len(blk), b.TPB)
+					if len(blk) > b.BlockSize {
+						t.Fatalf("block of %d tokens > tokens_per_block %d", len(blk), b.BlockSize)
 					}
 				}
 			}

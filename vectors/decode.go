@@ -273,29 +273,12 @@ func (p *parser) originalFile(m map[string]any) (*File, error) {
 
 // projectFile reads a file in the project's schema (already validated against the JSON Schema).
 func (p *parser) projectFile(m map[string]any) (*File, error) {
-	h := Header{Schema: SchemaName, Flags: map[string]string{}}
-	var err error
-	for _, f := range []struct {
-		key string
-		dst *string
-	}{{"engine", &h.Engine}, {"release", &h.Tag}, {"commit", &h.Commit}, {"algorithm", &h.Algo},
-		{"source", &h.Source}, {"origin", &h.Origin}, {"keyType", &h.KeyType}} {
-		if *f.dst, err = p.optStr(m, f.key, "$"); err != nil {
-			return nil, err
-		}
+	if isSampleFile(m) {
+		return nil, p.errf("$.testGroups", "%w: an event-payload sample file (vectors.LoadSamples reads it)", ErrNotVectorFile)
 	}
-	if h.Generator, err = p.strings_("$.generator", m["generator"]); err != nil {
+	h, err := p.projectHeader(m)
+	if err != nil {
 		return nil, err
-	}
-	if h.Notes, err = p.strings_("$.header", m["header"]); err != nil {
-		return nil, err
-	}
-	if (h.Source == SourceGenerated) != (h.Origin != "") {
-		return nil, p.errf("$.origin", "source %q with origin %q: a generated file, and only one, carries the origin label", h.Source, h.Origin)
-	}
-	notes, _ := m["notes"].(map[string]any)
-	for flag, n := range notes {
-		h.Flags[flag], _ = n.(map[string]any)["description"].(string)
 	}
 	number, err := p.count("$.numberOfTests", m["numberOfTests"], 0, math.MaxInt32)
 	if err != nil {
@@ -344,6 +327,35 @@ func (p *parser) projectFile(m map[string]any) (*File, error) {
 		names[c.Name] = c.ID
 	}
 	return f, nil
+}
+
+// projectHeader reads a project file's header (already validated against the JSON Schema).
+func (p *parser) projectHeader(m map[string]any) (Header, error) {
+	h := Header{Schema: SchemaName, Flags: map[string]string{}}
+	var err error
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"engine", &h.Engine}, {"release", &h.Tag}, {"commit", &h.Commit}, {"algorithm", &h.Algo},
+		{"source", &h.Source}, {"origin", &h.Origin}, {"keyType", &h.KeyType}} {
+		if *f.dst, err = p.optStr(m, f.key, "$"); err != nil {
+			return h, err
+		}
+	}
+	if h.Generator, err = p.strings_("$.generator", m["generator"]); err != nil {
+		return h, err
+	}
+	if h.Notes, err = p.strings_("$.header", m["header"]); err != nil {
+		return h, err
+	}
+	if (h.Source == SourceGenerated) != (h.Origin != "") {
+		return h, p.errf("$.origin", "source %q with origin %q: a generated file, and only one, carries the origin label", h.Source, h.Origin)
+	}
+	notes, _ := m["notes"].(map[string]any)
+	for flag, n := range notes {
+		h.Flags[flag], _ = n.(map[string]any)["description"].(string)
+	}
+	return h, nil
 }
 
 // caseFields finds the quantities of one case: in the case object, else (project schema) in its

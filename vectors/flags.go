@@ -49,12 +49,13 @@ func Flags(c *Case) []string {
 	return out
 }
 
-// FlagDescription is the documentation of a flag ("" for an unknown one).
+// FlagDescription is the documentation of a flag, a block-hash case's or an event sample's ("" for
+// an unknown one).
 func FlagDescription(flag string) string {
 	for _, f := range flagDescriptions {
 		if f.Flag == flag {
 			return f.Description
 		}
 	}
-	return ""
+	return sampleFlagDescriptions[flag]
 }

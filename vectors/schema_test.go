@@ -28,7 +28,8 @@ func sharedVectors(t *testing.T) string {
 // against its schema: a project file against the JSON Schema and the loader (flags as derived from
 // the case, each documented), an engine-produced block-hash original through its engine's layout
 // (and, where ../shared has it, byte for byte the same file: imported unchanged), an event-sample
-// file as one of the event-sample shapes. A file of no known kind fails.
+// file through the sample loader (the project's against the JSON Schema; an original as one of
+// the engine-produced sample layouts, and, where ../shared has it, byte for byte the same file). A file of no known kind fails.
 func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 	own, shared := mustDir(t), sharedVectors(t)
 	kinds := map[string]int{}
@@ -46,10 +47,10 @@ func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 			}
 			kind := checkVectorFile(t, root == shared, path)
 			kinds[kind]++
-			if kind == "project" && root == shared {
+			if (kind == "project" || kind == "project event samples") && root == shared {
 				t.Errorf("%s: the engine-produced originals keep their own schema", path)
 			}
-			if kind == "original" && root == own {
+			if (kind == "original" || kind == "event samples") && root == own {
 				if orig, err := os.ReadFile(filepath.Join(shared, rel)); err == nil {
 					mine, _ := os.ReadFile(path)
 					if !bytes.Equal(orig, mine) {
@@ -64,8 +65,9 @@ func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 		}
 	}
 	t.Logf("files by kind: %v", kinds)
-	// 6 converted + 8 generated project files; 5 originals in vectors/ and 5 in ../shared; 4 + 3 event-sample files.
-	if kinds["project"] < 14 || kinds["original"] < 10 || kinds["event samples"] < 7 {
+	// 6 converted + 8 generated project files; 5 originals in vectors/ and 5 in ../shared; the
+	// project's event-sample file; 3 + 3 engine-produced event-sample files.
+	if kinds["project"] < 14 || kinds["original"] < 10 || kinds["project event samples"] < 1 || kinds["event samples"] < 6 {
 		t.Errorf("files by kind %v: fewer than the repository holds", kinds)
 	}
 }
@@ -83,6 +85,23 @@ func checkVectorFile(t *testing.T, fromShared bool, path string) string {
 		return "broken"
 	}
 	switch {
+	case top["schema"] != nil && firstGroupType(top["testGroups"]) == eventPayloadTest:
+		f, err := ParseSamples(path, data)
+		if err != nil {
+			t.Errorf("project event-sample file: %v", err)
+			return "project event samples"
+		}
+		for _, s := range f.Samples {
+			for _, fl := range s.Flags {
+				if FlagDescription(fl) == "" || f.Header.Flags[fl] != FlagDescription(fl) {
+					t.Errorf("%s: note %s says %q, the flag means %q", path, fl, f.Header.Flags[fl], FlagDescription(fl))
+				}
+			}
+		}
+		if _, err := Parse(path, data); !errors.Is(err, ErrNotVectorFile) {
+			t.Errorf("%s: an event-sample file must not load as block-hash vectors (%v)", path, err)
+		}
+		return "project event samples"
 	case top["schema"] != nil:
 		f, err := Parse(path, data)
 		if err != nil {
@@ -111,12 +130,7 @@ func checkVectorFile(t *testing.T, fromShared bool, path string) string {
 		}
 		return "original"
 	case top["samples"] != nil || top["bodies"] != nil:
-		var h struct {
-			Engine  string            `json:"engine"`
-			Samples []json.RawMessage `json:"samples"`
-			Bodies  []json.RawMessage `json:"bodies"`
-		}
-		if err := json.Unmarshal(data, &h); err != nil || h.Engine == "" || len(h.Samples)+len(h.Bodies) == 0 {
+		if f, err := ParseSamples(path, data); err != nil || f.Header.Engine == "" || len(f.Samples) == 0 {
 			t.Errorf("%s: an event-sample file names its engine and holds samples or bodies (%v)", path, err)
 		}
 		if _, err := Parse(path, data); !errors.Is(err, ErrNotVectorFile) {
@@ -126,6 +140,15 @@ func checkVectorFile(t *testing.T, fromShared bool, path string) string {
 	}
 	t.Errorf("%s: not a vector file of any known kind (project schema, engine case layout, event samples)", path)
 	return "unknown"
+}
+
+// firstGroupType is the type of a project file's first test group.
+func firstGroupType(groups json.RawMessage) string {
+	var g []struct{ Type string }
+	if json.Unmarshal(groups, &g) != nil || len(g) == 0 {
+		return ""
+	}
+	return g[0].Type
 }
 
 // TestSchemaBothDirections: a small valid project file loads, and each broken one is refused with

@@ -1,5 +1,6 @@
-// Package vectors owns the golden block-hash vectors: their schema, their one loader, and the checker
-// that runs them against the hash core (verify.go).
+// Package vectors owns the golden block-hash vectors and the event-payload samples: their schema,
+// their one loader each (samples.go for the samples), and the checker that runs the block-hash
+// vectors against the hash core (verify.go).
 //
 // Two kinds of file are read into the same in-memory cases:
 //   - the project's files, in the project's schema (schema/kvexact_vectors_v1.schema.json, modelled

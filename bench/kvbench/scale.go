@@ -2,8 +2,10 @@ package kvbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"syscall"
@@ -26,11 +28,16 @@ import (
 
 // ScaleCell is one (endpoints, resident keys, prompt size) measurement.
 type ScaleCell struct {
-	Endpoints    int `json:"endpoints"`
-	Resident     int `json:"residentKeys"`
-	PromptTokens int `json:"promptTokens"`
-	Blocks       int `json:"blocks"`
-	Decisions    int `json:"decisions"`
+	// MultiTurn: each decision is a chat request whose earlier turns the previous request sent
+	// (their keys resident on one endpoint), plus one new user turn; the gateway's tokenizer pool
+	// has its segment cache (tokenizers.segmentCacheBytes default). Otherwise every decision is a
+	// cold completions prompt: no segment cache.
+	MultiTurn    bool `json:"multiTurn,omitempty"`
+	Endpoints    int  `json:"endpoints"`
+	Resident     int  `json:"residentKeys"`
+	PromptTokens int  `json:"promptTokens"`
+	Blocks       int  `json:"blocks"`
+	Decisions    int  `json:"decisions"`
 	// Decision is the whole KV-exact decision (Router.Explain: tokenize, hash, score, law), ms.
 	Decision Percentiles `json:"decisionMs"`
 	// CPUms is the process's CPU time (user + system, GC included) per decision, ms: what a
@@ -67,17 +74,39 @@ type ScalePlan struct {
 	// Repeats bounds the decisions timed per cell; Budget bounds the time spent per cell.
 	Repeats int
 	Budget  time.Duration
+	// MultiTurn adds a multi-turn cell (ScaleCell.MultiTurn) for every prompt size of at least
+	// multiTurnMin tokens.
+	MultiTurn bool
 }
+
+// multiTurnMin is the smallest prompt measured as a conversation (four turns of multiTurnTurn).
+const multiTurnMin = 8192
+
+// multiTurnTurn is the size of one turn of a multi-turn cell's conversation, tokens.
+const multiTurnTurn = 2000
 
 // DefaultScalePlan: 16 and 64 endpoints, 10M resident keys, prompts of 1k to 100k tokens. 100M
 // keys need about 3 GiB of heap: kvbench scale --resident 100000000 runs them on purpose.
 func DefaultScalePlan() ScalePlan {
-	return ScalePlan{Endpoints: []int{16, 64}, Resident: []int{10_000_000}, Prompts: []int{1024, 8192, 32768, 102400}, Repeats: 200, Budget: 8 * time.Second}
+	return ScalePlan{Endpoints: []int{16, 64}, Resident: []int{10_000_000}, Prompts: []int{1024, 8192, 32768, 102400}, Repeats: 200, Budget: 8 * time.Second, MultiTurn: true}
 }
 
 // MeasureScale runs the plan; progress sees each cell.
 func MeasureScale(ctx context.Context, toks *tokenize.Pool, model string, plan ScalePlan, progress func(any)) (*Scale, error) {
 	tok, err := toks.Get(model)
+	if err != nil {
+		return nil, err
+	}
+	if tok.SegmentCached() {
+		return nil, fmt.Errorf("the cold cells need a tokenizer pool without a segment cache")
+	}
+	// The multi-turn cells' pool: the same tokenizer folder, with the gateway's default cache.
+	dir, err := filepath.Abs(tok.Dir())
+	if err != nil {
+		return nil, err
+	}
+	cached := tokenize.NewPool("", tokenize.WithFolder(model, dir), tokenize.WithSegmentCacheBytes(tokenize.DefaultSegmentCacheBytes))
+	ctok, err := cached.Get(model)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +141,17 @@ func MeasureScale(ctx context.Context, toks *tokenize.Pool, model string, plan S
 				if progress != nil {
 					progress(c)
 				}
+				if !plan.MultiTurn || n < multiTurnMin {
+					continue
+				}
+				c, err = rig.measureMultiTurn(ctx, cached, ctok, n, plan)
+				if err != nil {
+					return nil, fmt.Errorf("%d endpoints, %d keys, %d tokens, multi-turn: %w", eps, resident, n, err)
+				}
+				out.Cells = append(out.Cells, c)
+				if progress != nil {
+					progress(c)
+				}
 			}
 			rig.inv = nil // the next fill starts from an empty heap
 			runtime.GC()
@@ -135,6 +175,8 @@ func promptOfTokens(tok *tokenize.Tokenizer, n int) string {
 }
 
 type scaleRig struct {
+	rule     *rules.Rule
+	cert     inventory.Mask
 	inv      *inventory.Index
 	router   *route.Router
 	eps      []*route.Endpoint
@@ -190,11 +232,16 @@ func newScaleRig(toks *tokenize.Pool, model string, ct *contracts.Contract, n, r
 	after := heapNow()
 	si := ScaleInventory{Endpoints: n, Resident: resident, BytesPerKey: float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(resident),
 		StoreOpsPerSec: float64(resident) / fill.Seconds()}
-	rig.router, err = route.New(route.Config{Rule: r, Endpoints: rig.eps, Index: inv, Keyer: &route.PromptKeyer{Pool: toks, Hasher: h}, Certified: cert})
-	if err != nil {
+	rig.rule, rig.cert = r, cert
+	if rig.router, err = rig.routerOn(toks); err != nil {
 		return nil, ScaleInventory{}, err
 	}
 	return rig, si, nil
+}
+
+// routerOn is the rig's router with its keyer on the tokenizers of toks.
+func (s *scaleRig) routerOn(toks *tokenize.Pool) (*route.Router, error) {
+	return route.New(route.Config{Rule: s.rule, Endpoints: s.eps, Index: s.inv, Keyer: &route.PromptKeyer{Pool: toks, Hasher: s.hasher}, Certified: s.cert})
 }
 
 // selfCPU is the process's user + system time so far.
@@ -281,8 +328,113 @@ func ScaleTable(s *Scale) string {
 		if c.PromptTokens >= 100_000 {
 			t = map[bool]string{true: "met", false: "missed"}[c.Decision.P50 <= 3]
 		}
-		app("| %d | %d | %d | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %s |\n", c.Endpoints, c.Resident, c.PromptTokens, c.Blocks, c.Decisions,
+		prompt := fmt.Sprint(c.PromptTokens)
+		if c.MultiTurn {
+			prompt += " multi-turn"
+		}
+		app("| %d | %d | %s | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %s |\n", c.Endpoints, c.Resident, prompt, c.Blocks, c.Decisions,
 			c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Tokenize.P99, t)
 	}
 	return string(b)
+}
+
+// conversation is a chat body of about n tokens: alternating user and assistant turns of
+// multiTurnTurn tokens, then (when next ≥ 0) new user turn number next, with the generation prompt;
+// without it, the rendering of the turns alone is the prefix every later request starts with.
+func conversation(tok *tokenize.Tokenizer, n, next int) (*tokenize.ChatRequest, error) {
+	tpw := tokensPerWord(tok)
+	var msgs []map[string]string
+	for k := 0; k < max(1, n/multiTurnTurn); k++ {
+		msgs = append(msgs, map[string]string{"role": []string{"user", "assistant"}[k%2], "content": words(textRand(5, "turn", k), int(multiTurnTurn/tpw))})
+	}
+	body := map[string]any{"messages": msgs, "add_generation_prompt": false}
+	if next >= 0 {
+		msgs = append(msgs, map[string]string{"role": "user", "content": words(textRand(5, "new turn", next), int(200/tpw))})
+		body = map[string]any{"messages": msgs}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return tokenize.ParseChatRequest(b)
+}
+
+// measureMultiTurn stores the conversation's earlier turns on one endpoint and times decisions of
+// chat requests that append one new user turn each (a different one per decision), the segment
+// cache warmed by one untimed request — the previous turn of the conversation.
+func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, tok *tokenize.Tokenizer, n int, plan ScalePlan) (ScaleCell, error) {
+	router, err := s.routerOn(cached)
+	if err != nil {
+		return ScaleCell{}, err
+	}
+	base, err := conversation(tok, n, -1)
+	if err != nil {
+		return ScaleCell{}, err
+	}
+	prefix, _, err := tok.EncodeChat(base)
+	if err != nil {
+		return ScaleCell{}, err
+	}
+	keys, err := s.hasher.Keys(prefix, nil, nil)
+	if err != nil {
+		return ScaleCell{}, err
+	}
+	s.endpoint = (s.endpoint + 1) % len(s.eps)
+	want := s.eps[s.endpoint]
+	if err := s.inv.Store(want.ID, keys); err != nil {
+		return ScaleCell{}, err
+	}
+	request := func(i int) (*route.Request, error) {
+		cr, err := conversation(tok, n, i)
+		if err != nil {
+			return nil, err
+		}
+		return &route.Request{Model: s.model, Chat: true, ChatRequest: cr}, nil
+	}
+	c := ScaleCell{MultiTurn: true, Endpoints: len(s.eps), Resident: s.resident, Blocks: len(keys)}
+	warm, err := request(0)
+	if err != nil {
+		return c, err
+	}
+	if _, err := router.Explain(ctx, warm); err != nil {
+		return c, err
+	}
+	var dec, tk []float64
+	var cpu time.Duration
+	deadline := time.Now().Add(plan.Budget / 2)
+	for i := 1; i <= plan.Repeats && (i <= 5 || time.Now().Before(deadline)); i++ {
+		req, err := request(i) // built untimed: the proxy parses the body before the decision
+		if err != nil {
+			return c, err
+		}
+		cpu0, t0 := selfCPU(), time.Now()
+		d, err := router.Explain(ctx, req)
+		dec = append(dec, ms(time.Since(t0)))
+		cpu += selfCPU() - cpu0
+		if err != nil {
+			return c, err
+		}
+		if d.Tier != route.TierKVExact || d.TargetN != want.Name || d.Score < len(keys) {
+			return c, fmt.Errorf("decision %s → %s score %d, want kv-exact → %s with at least %d (%s)", d.Tier, d.TargetN, d.Score, want.Name, len(keys), d.Reason)
+		}
+		c.Score = d.Score
+	}
+	c.CPUms = ms(cpu) / float64(len(dec))
+	deadline = time.Now().Add(plan.Budget / 2)
+	for i := 0; i < len(dec) && (i < 5 || time.Now().Before(deadline)); i++ {
+		req, err := request(plan.Repeats + 1 + i) // new turns: cached earlier turns only
+		if err != nil {
+			return c, err
+		}
+		t0 := time.Now()
+		ids, _, err := tok.EncodeChat(req.ChatRequest)
+		tk = append(tk, ms(time.Since(t0)))
+		if err != nil {
+			return c, err
+		}
+		c.PromptTokens = len(ids)
+	}
+	c.Decisions = len(dec)
+	c.Decision, c.Tokenize = pct(dec), pct(tk)
+	return c, nil
 }

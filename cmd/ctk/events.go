@@ -41,7 +41,7 @@ var eventsTailUsage = `usage: ctk events tail --family F [--release R] (--zmq AD
 Connects (never binds) to one endpoint's event stream: --zmq (and --replay) once per data-parallel
 rank, in rank order; --drain is a ` + drainedEngines + ` server's base URL (its /kv_cache_events is drained:
 nothing else may poll it meanwhile). Subscribes to every topic, asks for replay from sequence 0 on
-connect, and prints every decoded event, gap, reject and replay notice as one JSON line. With
+connect, and prints every decoded event, gap, reject, replay and queue-drop notice as one JSON line. With
 --duration it stops after D (exit 0); with --inventory its last line is the resulting inventory.
 `
 

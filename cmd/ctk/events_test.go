@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,6 +22,8 @@ import (
 	"github.com/kvexact/kvexact/engines/trtllm"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/ingest"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 type syncBuf struct {
@@ -165,21 +166,11 @@ func TestEventsTailZMQ(t *testing.T) {
 // TestEventsTailDrain runs the command against a destructive drain server of ours serving the
 // shared TensorRT-LLM startup sample: 3 full blocks indexed under router keys, the partial one not.
 func TestEventsTailDrain(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
+	f, err := vectors.LoadSamples(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Bodies []struct {
-			Name           string          `json:"name"`
-			TokensPerBlock int             `json:"tokens_per_block"`
-			Body           json.RawMessage `json:"body"`
-		} `json:"bodies"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	body, bs := []byte(doc.Bodies[0].Body), doc.Bodies[0].TokensPerBlock
+	body, bs := f.Samples[0].Payload, f.Samples[0].BlockSize
 	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -189,7 +180,7 @@ func TestEventsTailDrain(t *testing.T) {
 		w.Write(b)
 	}))
 	defer srv.Close()
-	evs, err := trtllm.DecodeDrain([]byte(doc.Bodies[0].Body))
+	evs, err := trtllm.DecodeDrain(f.Samples[0].Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,4 +243,18 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// TestEventsTailDropLine: a run of queue drops (ingest's "drop" trace) prints as one JSON line
+// with its type, rank, reason, count and detail.
+func TestEventsTailDropLine(t *testing.T) {
+	b, err := json.Marshal(traceLine(ingest.Trace{Type: "drop", Rank: 1, Reason: "queue_full", Count: 6,
+		Detail: "the run of drops ended: 6 messages dropped", Wall: time.Unix(0, 0)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"drop","rank":1,"reason":"queue_full","count":6,"detail":"the run of drops ended: 6 messages dropped","wall":"1970-01-01T00:00:00Z"}`
+	if string(b) != want {
+		t.Errorf("line\n got %s\nwant %s", b, want)
+	}
 }

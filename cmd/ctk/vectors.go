@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,10 +19,11 @@ func init() {
 
 // vectorsVerify checks every case of every file against every implementation in impls. A file is
 // either in the project's schema (validated against vectors/schema/kvexact_vectors_v1.schema.json on
-// load) or an engine-produced original in its engine's own layout; vectors.Load reads both. It prints one
-// line per failing case and per skipped (not reproducible) case, then "N passed, M failed" over all
-// files. Exit status: 2 when a file is unreadable or not a vector file, or an implementation is
-// missing from this build; else 1 when a case failed; else 0.
+// load) or an engine-produced original in its engine's own layout; vectors.Load reads both. An
+// event-payload sample file (either schema) is read by vectors.LoadSamples and reported by its
+// sample count. It prints one line per failing case and per skipped (not reproducible) case, then
+// "N passed, M failed" over all files. Exit status: 2 when a file is unreadable or not a vector
+// file, or an implementation is missing from this build; else 1 when a case failed; else 0.
 func vectorsVerify(files []string, stdout, stderr io.Writer, impls []hashcore.Impl) int {
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "usage: ctk vectors verify FILE...")
@@ -37,6 +39,14 @@ func vectorsVerify(files []string, stdout, stderr io.Writer, impls []hashcore.Im
 	passed, failed := 0, 0
 	for _, path := range files {
 		f, err := vectors.Load(path)
+		if errors.Is(err, vectors.ErrNotVectorFile) {
+			// An event-payload sample file: the one sample loader checks it (the project's against
+			// the JSON Schema); its payloads are decoded by go test ./parity.
+			if sf, serr := vectors.LoadSamples(path); serr == nil {
+				fmt.Fprintf(stdout, "%s: %d event-payload samples read (%s)\n", path, len(sf.Samples), sf.Header.Schema)
+				continue
+			}
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: not checked: %v\n", path, err)
 			status = 2

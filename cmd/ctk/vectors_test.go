@@ -158,3 +158,30 @@ func TestVectorsVerifyBothSchemas(t *testing.T) {
 		t.Errorf("exit %d, stderr %q (want %q), stdout %q", code, errs, want, out)
 	}
 }
+
+// TestVectorsVerifySampleFiles: event-payload sample files, the project's (against the JSON
+// Schema) and an engine-produced original, are read by the sample loader and reported; one that
+// breaks the JSON Schema is refused with its path.
+func TestVectorsVerifySampleFiles(t *testing.T) {
+	own, orig := vectorFile(t, "vllm/v0.28.0/events-samples.json"), vectorFile(t, "trtllm/v1.2/kv-cache-events-samples.json")
+	code, out, errs := run(t, own, orig)
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
+	}
+	for _, want := range []string{own + ": 5 event-payload samples read (" + vectors.SchemaName + ")", orig + ": 6 event-payload samples read"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	raw, err := os.ReadFile(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "events-samples.json")
+	os.WriteFile(broken, bytes.Replace(raw, []byte(`"seqFrame": "0000000000000001"`), []byte(`"seqFrame": "01"`), 1), 0o644)
+	code, _, errs = run(t, broken)
+	want := broken + ": not checked: " + broken + ": $.testGroups[0].tests[1].frames.seqFrame: does not match " + vectors.SchemaName
+	if code != 2 || !strings.Contains(errs, want) {
+		t.Errorf("exit %d, stderr %q (want %q)", code, errs, want)
+	}
+}

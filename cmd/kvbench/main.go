@@ -7,7 +7,7 @@
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
-//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400]
+//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400] [--multiturn]
 //	                                                decision time, memory per key at pool scale
 package main
 
@@ -344,10 +344,11 @@ func runScale(ctx context.Context, args []string) int {
 	prompts := fs.String("prompts", ints(def.Prompts), "comma-separated prompt sizes, tokens")
 	repeats := fs.Int("repeats", def.Repeats, "decisions timed per cell (at most; --budget bounds the time)")
 	budget := fs.Duration("budget", def.Budget, "time spent per cell at most (at least 5 decisions)")
+	multiTurn := fs.Bool("multiturn", def.MultiTurn, "also time prompts of 8k tokens or more as multi-turn chats with one new turn (segment cache)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	plan := kvbench.ScalePlan{Repeats: *repeats, Budget: *budget}
+	plan := kvbench.ScalePlan{Repeats: *repeats, Budget: *budget, MultiTurn: *multiTurn}
 	for _, f := range []struct {
 		name, v string
 		dst     *[]int
@@ -368,8 +369,8 @@ func runScale(ctx context.Context, args []string) int {
 		case kvbench.ScaleInventory:
 			fmt.Fprintf(os.Stderr, "inventory %d endpoints, %d keys: %.1f B/key, %.2f M stores/s\n", c.Endpoints, c.Resident, c.BytesPerKey, c.StoreOpsPerSec/1e6)
 		case kvbench.ScaleCell:
-			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens: p50 %.2f ms p99 %.2f ms, CPU %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
-				c.Endpoints, c.Resident, c.PromptTokens, c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
+			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens%s: p50 %.2f ms p99 %.2f ms, CPU %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
+				c.Endpoints, c.Resident, c.PromptTokens, map[bool]string{true: " multi-turn"}[c.MultiTurn], c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
 		}
 	})
 	if err != nil {

@@ -164,3 +164,38 @@ func TestScaleSmoke(t *testing.T) {
 		t.Fatalf("--endpoints 300 exited %d, want 2 (the limit is 256)", code)
 	}
 }
+
+// TestScaleMultiTurnSmoke: an 8k-token prompt gets a multi-turn cell beside its cold one, whose
+// decisions (one new turn each) score at least the stored earlier turns' blocks; and the cold cells
+// refuse a tokenizer pool with a segment cache (their decisions would be cache hits).
+func TestScaleMultiTurnSmoke(t *testing.T) {
+	if _, err := tokenize.NewPool("").Get("llama3"); err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	dir := t.TempDir()
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "3", "--resident", "20000", "--prompts", "8192", "--repeats", "5"}); code != 0 {
+		t.Fatalf("kvbench scale exited %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc kvbench.Scale
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Cells) != 2 || sc.Cells[0].MultiTurn || !sc.Cells[1].MultiTurn {
+		t.Fatalf("cells %+v, want a cold cell then a multi-turn one", sc.Cells)
+	}
+	if c := sc.Cells[1]; c.Decisions != 5 || c.Score < c.Blocks || c.Blocks < 256 || c.PromptTokens < 8000 {
+		t.Fatalf("multi-turn cell %+v", c)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "scale.md"))
+	if err != nil || !strings.Contains(string(md), " multi-turn |") {
+		t.Fatalf("scale.md has no multi-turn row (%v):\n%s", err, md)
+	}
+	_, err = kvbench.MeasureScale(context.Background(), tokenize.NewPool("", tokenize.WithSegmentCacheBytes(1<<20)), "llama3", kvbench.DefaultScalePlan(), nil)
+	if err == nil || !strings.Contains(err.Error(), "segment cache") {
+		t.Fatalf("MeasureScale on a cached pool: %v, want a refusal", err)
+	}
+}

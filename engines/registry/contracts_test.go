@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines"
 )
 
 // The registry and the contracts name the same families in the same order: a family package
@@ -24,6 +25,35 @@ func TestRegistryMatchesContracts(t *testing.T) {
 	for _, n := range Names() {
 		if !withContract[n] {
 			t.Errorf("family %s has no contract under contracts/data/", n)
+		}
+	}
+}
+
+// Two answers to "how do this family's engines publish events" must agree: every contract's
+// transport (what certification and ctk read) and the family's EventTransport (what the gateway's
+// event pipeline opens). A contract for a release that moved to a drain, or a family whose facet
+// says ZeroMQ while its contracts say none, fails here.
+func TestContractTransportMatchesEventTransport(t *testing.T) {
+	for _, c := range contracts.All() {
+		f, err := Lookup(c.Family)
+		if err != nil {
+			t.Errorf("contract %s: family %v", c.ID, err)
+			continue
+		}
+		var want engines.Transport
+		switch {
+		case c.Published():
+			want = engines.TransportZMQ
+		case c.Drained():
+			want = engines.TransportDrain
+		case !c.HasEvents():
+			want = engines.TransportNone
+		default:
+			t.Errorf("contract %s: transport %q is neither published, drained nor none", c.ID, c.Transport)
+			continue
+		}
+		if got := f.EventTransport(); got != want {
+			t.Errorf("contract %s: transport %q, but the %s family's EventTransport is %d (want %d)", c.ID, c.Transport, f.Name(), got, want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package sglang
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,13 +15,13 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/internal/mpack"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 type sampleFile struct {
-	Samples []struct {
-		Name    string `json:"name"`
-		Payload string `json:"payload_hex"`
-	} `json:"samples"`
+	// Samples are read by the one sample loader.
+	Samples []vectors.Sample `json:"-"`
+	// Replay is the file's recorded replay exchange (not a sample: the loader leaves it).
 	Replay struct {
 		Request  []string   `json:"request_frames_hex"`
 		Response [][]string `json:"response_messages_hex"`
@@ -29,16 +30,21 @@ type sampleFile struct {
 
 func load(t testing.TB) sampleFile {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "sglang", "v0.5.18", "events-samples.json"))
+	path := filepath.Join("..", "..", "vectors", "sglang", "v0.5.18", "events-samples.json")
+	sf, err := vectors.LoadSamples(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f sampleFile
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
-	}
+	f := sampleFile{Samples: sf.Samples}
 	if len(f.Samples) != 6 {
 		t.Fatalf("%d samples, want 6", len(f.Samples))
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
 	}
 	return f
 }
@@ -53,7 +59,7 @@ func unhex(t testing.TB, s string) []byte {
 
 func TestSamplesReencodeByteEqual(t *testing.T) {
 	for _, s := range load(t).Samples {
-		p := unhex(t, s.Payload)
+		p := s.Payload
 		b, err := DecodeBatch(p)
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
@@ -62,15 +68,15 @@ func TestSamplesReencodeByteEqual(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.Name, err)
 		}
-		if hex.EncodeToString(out) != s.Payload {
-			t.Fatalf("%s re-encoded\n got %x\nwant %s", s.Name, out, s.Payload)
+		if !bytes.Equal(out, s.Payload) {
+			t.Fatalf("%s re-encoded\n got %x\nwant %x", s.Name, out, s.Payload)
 		}
 	}
 }
 
 func TestSignedHashesAndCoalescing(t *testing.T) {
 	f := load(t)
-	b, err := DecodeBatch(unhex(t, f.Samples[1].Payload))
+	b, err := DecodeBatch(f.Samples[1].Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +87,11 @@ func TestSignedHashesAndCoalescing(t *testing.T) {
 		e.Medium != "GPU" || e.HasLoRAID {
 		t.Fatalf("%+v", e)
 	}
-	salted, err := DecodeBatch(unhex(t, f.Samples[3].Payload))
+	salted, err := DecodeBatch(f.Samples[3].Payload)
 	if err != nil || salted.Events[0].CacheSalt != "tenant-a" {
 		t.Fatalf("salted: %v %+v", err, salted)
 	}
-	bigram, err := DecodeBatch(unhex(t, f.Samples[5].Payload))
+	bigram, err := DecodeBatch(f.Samples[5].Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +142,7 @@ func TestReplayExchange(t *testing.T) {
 
 func TestTruncatedEveryOffset(t *testing.T) {
 	for _, s := range load(t).Samples {
-		p := unhex(t, s.Payload)
+		p := s.Payload
 		for n := 0; n < len(p); n++ {
 			_, err := DecodeBatch(p[:n])
 			var de *engines.DecodeError
@@ -257,7 +263,7 @@ func TestRoundTripRandom(t *testing.T) {
 
 func FuzzDecodeSGLang(f *testing.F) {
 	for _, s := range load(f).Samples {
-		f.Add(unhex(f, s.Payload))
+		f.Add(s.Payload)
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeBatch(p)

@@ -20,9 +20,6 @@ var _ engines.Prober = (*Prober)(nil)
 // NewProber returns a prober for the server at base; hc nil uses a client with a 30s timeout.
 func NewProber(base string, hc *http.Client) *Prober { return &Prober{c: engines.NewClient(base, hc)} }
 
-// Family is "sglang".
-func (p *Prober) Family() string { return "sglang" }
-
 // Address is the server's base URL.
 func (p *Prober) Address() string { return p.c.Base }
 

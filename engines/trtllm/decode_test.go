@@ -2,12 +2,10 @@ package trtllm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,28 +14,30 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 type body struct {
-	Name string `json:"name"`
-	Text string `json:"body_text"`
-	TPB  int    `json:"tokens_per_block"`
+	Name string
+	Text string
+	TPB  int
 }
 
+// loadBodies reads the drain bodies through the one sample loader.
 func loadBodies(t testing.TB) []body {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
+	f, err := vectors.LoadSamples(filepath.Join("..", "..", "vectors", "trtllm", "v1.2", "kv-cache-events-samples.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct{ Bodies []body }
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
+	if len(f.Samples) != 6 {
+		t.Fatalf("%d bodies, want 6", len(f.Samples))
 	}
-	if len(f.Bodies) != 6 {
-		t.Fatalf("%d bodies, want 6", len(f.Bodies))
+	var out []body
+	for _, s := range f.Samples {
+		out = append(out, body{Name: s.Name, Text: string(s.Payload), TPB: s.BlockSize})
 	}
-	return f.Bodies
+	return out
 }
 
 func TestBodiesReencodeByteEqual(t *testing.T) {

@@ -1,11 +1,9 @@
 package vllm
 
 import (
-	"encoding/hex"
-	"encoding/json"
+	"bytes"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,18 +12,13 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/internal/mpack"
+	"github.com/kvexact/kvexact/vectors"
 )
 
-type sample struct {
-	Name    string `json:"name"`
-	Layout  string `json:"vllm_layout"`
-	Payload string `json:"payload_hex"`
-	Frames  struct {
-		Seq uint64 `json:"seq"`
-	} `json:"zmq_frames"`
-}
+type sample struct{ vectors.Sample }
 
-// loadSamples reads every release's event samples (v0.25.1: 7, v0.28.0: 5 with the v0.26+ fields).
+// loadSamples reads every release's event samples (v0.25.1: 7, v0.28.0: 5 with the v0.26+ fields)
+// through the one sample loader.
 func loadSamples(t testing.TB) []sample {
 	t.Helper()
 	var all []sample
@@ -33,29 +26,21 @@ func loadSamples(t testing.TB) []sample {
 		dir string
 		n   int
 	}{{"v0.25.1", 7}, {"v0.28.0", 5}} {
-		raw, err := os.ReadFile(filepath.Join("..", "..", "vectors", "vllm", rel.dir, "events-samples.json"))
+		f, err := vectors.LoadSamples(filepath.Join("..", "..", "vectors", "vllm", rel.dir, "events-samples.json"))
 		if err != nil {
-			t.Fatal(err)
-		}
-		var f struct{ Samples []sample }
-		if err := json.Unmarshal(raw, &f); err != nil {
 			t.Fatal(err)
 		}
 		if len(f.Samples) != rel.n {
 			t.Fatalf("%s: %d samples, want %d", rel.dir, len(f.Samples), rel.n)
 		}
-		all = append(all, f.Samples...)
+		for _, s := range f.Samples {
+			all = append(all, sample{s})
+		}
 	}
 	return all
 }
 
-func (s sample) bytes(t testing.TB) []byte {
-	p, err := hex.DecodeString(s.Payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func (s sample) bytes(testing.TB) []byte { return s.Payload }
 
 func (s sample) layout() Layout {
 	if s.Name == "legacy_array_like_stored_first_blocks" {
@@ -79,8 +64,8 @@ func TestSamplesReencodeByteEqual(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if hex.EncodeToString(out) != s.Payload {
-				t.Fatalf("re-encoded\n got %x\nwant %s", out, s.Payload)
+			if !bytes.Equal(out, s.Payload) {
+				t.Fatalf("re-encoded\n got %x\nwant %x", out, s.Payload)
 			}
 		})
 	}

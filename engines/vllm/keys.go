@@ -6,6 +6,6 @@ import "github.com/kvexact/kvexact/engines"
 // into the block and publishes them per block; its chains root at H(PYTHONHASHSEED), so the watch
 // tells a wrong algorithm from a wrong seed by trying the other pickle and CBOR algorithms.
 func (family) KeyRules() engines.KeyRules {
-	return engines.KeyRules{Reproducible: true, ExtraKeys: true,
+	return engines.KeyRules{Reproducible: true, BlockExtras: true,
 		AlgorithmSuspects: []string{"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"}}
 }

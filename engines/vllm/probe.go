@@ -24,9 +24,6 @@ var _ engines.Prober = (*Prober)(nil)
 // client with a 30s timeout.
 func NewProber(base string, hc *http.Client) *Prober { return &Prober{c: engines.NewClient(base, hc)} }
 
-// Family is "vllm".
-func (p *Prober) Family() string { return "vllm" }
-
 // Address is the server's base URL.
 func (p *Prober) Address() string { return p.c.Base }
 

@@ -195,6 +195,10 @@ func TestKubernetesDiscovery(t *testing.T) {
 		rt, _ := g.Router("pool")
 		var v view
 		r, _ := g.Store().Get("pool")
+		if len(r.Endpoints) != len(rt.Endpoints()) {
+			// The store moved on between the two reads: the router has not applied it yet.
+			return view{names: "(router behind the store)"}
+		}
 		for i, e := range rt.Endpoints() {
 			v.names += e.Name + " "
 			v.addrs += e.Address + " "

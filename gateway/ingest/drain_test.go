@@ -2,11 +2,9 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -15,34 +13,22 @@ import (
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/trtllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/vectors"
 )
 
-type trtBody struct {
-	Name           string          `json:"name"`
-	TokensPerBlock int             `json:"tokens_per_block"`
-	Body           json.RawMessage `json:"body"`
-}
-
-// trtBodies reads the shared TensorRT-LLM drain samples, bodies kept byte for byte.
+// trtBodies reads the shared TensorRT-LLM drain samples through the one sample loader: each body
+// as the engine sent it (its body_text), byte for byte.
 func trtBodies(t testing.TB) (map[string][]byte, int) {
 	t.Helper()
-	raw, err := os.ReadFile(sampleFile(t, "trtllm/v1.2/kv-cache-events-samples.json"))
+	f, err := vectors.LoadSamples(sampleFile(t, "trtllm/v1.2/kv-cache-events-samples.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Bodies []trtBody `json:"bodies"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
 	tpb := 0
-	for _, b := range doc.Bodies {
-		out[b.Name] = b.Body
-		tpb = b.TokensPerBlock
+	for _, s := range f.Samples {
+		tpb = s.BlockSize
 	}
-	return out, tpb
+	return f.Payloads(), tpb
 }
 
 // drainServer is a destructive /kv_cache_events of our own on 127.0.0.1: each POST takes the next

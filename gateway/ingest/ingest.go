@@ -116,14 +116,14 @@ type Config struct {
 // Trace is one thing a source saw, for tools that show the stream (ctk events tail). Event is only
 // valid during the call.
 type Trace struct {
-	Type     string // event, gap, duplicate, reject, skip, clear, replay, connect, disconnect, error
+	Type     string // event, gap, duplicate, reject, skip, clear, replay, connect, disconnect, error, drop
 	Rank     int
 	Seq      uint64
 	HasSeq   bool
 	Event    *engines.Event
-	Reason   string // reject/skip reason, gap decision (kept, cleared), replay outcome, clear cause
+	Reason   string // reject/skip reason, gap decision (kept, cleared), replay outcome, clear cause, drop cause (queue_full)
 	Missing  uint64 // gap: messages missing
-	Count    int    // skip: events or blocks concerned; replay: batches received
+	Count    int    // skip: events or blocks concerned; replay: batches received; drop: 1 when a run of drops starts, the run's total when it ends
 	Detail   string
 	Addr     string
 	Wall     time.Time

@@ -15,6 +15,7 @@ import (
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/sglang"
 	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 // debianPython is the interpreter Debian's python3-zmq and python3-msgpack install into; the python3
@@ -136,31 +137,14 @@ func sampleFile(t testing.TB, rel string) string {
 	return p
 }
 
-// loadPayloads reads a sample file's payloads by name.
+// loadPayloads reads a sample file's payloads by name, through the one sample loader.
 func loadPayloads(t testing.TB, path string) map[string][]byte {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	f, err := vectors.LoadSamples(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Samples []struct {
-			Name       string `json:"name"`
-			PayloadHex string `json:"payload_hex"`
-		} `json:"samples"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, s := range doc.Samples {
-		b, err := hex.DecodeString(s.PayloadHex)
-		if err != nil {
-			t.Fatalf("%s: %v", s.Name, err)
-		}
-		out[s.Name] = b
-	}
-	return out
+	return f.Payloads()
 }
 
 // oracle is the expected inventory under the engine binding, restated independently of the

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -26,6 +27,9 @@ type msgQueue struct {
 	notify chan struct{}
 	done   chan struct{}
 	m      queueMetrics
+	// onDrop hears each run of drops (the trace's "drop" lines): its first message, and once a
+	// message is queued again or the reader stops, how many the run dropped. Nil: nobody listens.
+	onDrop func(Trace)
 }
 
 // queueMetrics are one rank's queue series; nil fields (no registry) count nothing.
@@ -40,12 +44,13 @@ func (m queueMetrics) setDepth(n int) {
 	}
 }
 
-// startReader starts the goroutine that receives from sock into a queue of at most limit messages.
-func startReader(sock zmq4.Socket, limit int, m queueMetrics, logger *slog.Logger) *msgQueue {
-	q := &msgQueue{limit: limit, notify: make(chan struct{}, 1), done: make(chan struct{}), m: m}
+// startReader starts the goroutine that receives from sock into a queue of at most limit messages;
+// onDrop (optional) hears each run of drops.
+func startReader(sock zmq4.Socket, limit int, m queueMetrics, logger *slog.Logger, onDrop func(Trace)) *msgQueue {
+	q := &msgQueue{limit: limit, notify: make(chan struct{}, 1), done: make(chan struct{}), m: m, onDrop: onDrop}
 	go func() {
 		defer close(q.done)
-		full := false // in a run of drops: logged once per run
+		run := 0 // messages dropped in the current run of drops: logged and traced once per run
 		for {
 			msg, err := sock.Recv()
 			q.mu.Lock()
@@ -64,13 +69,16 @@ func startReader(sock zmq4.Socket, limit int, m queueMetrics, logger *slog.Logge
 				if q.m.full != nil {
 					q.m.full.Inc()
 				}
-				if !full {
+				if run++; run == 1 {
 					logger.Warn("ingest: event queue full, dropping messages until it drains", "limit", q.limit)
+					q.drop(1, fmt.Sprintf("queue full at its limit of %d messages: dropping until it drains", q.limit))
 				}
-				full = true
 				continue
 			}
-			full = false
+			if run > 0 {
+				q.drop(run, fmt.Sprintf("the run of drops ended: %d messages dropped", run))
+				run = 0
+			}
 			select {
 			case q.notify <- struct{}{}:
 			default:
@@ -81,6 +89,13 @@ func startReader(sock zmq4.Socket, limit int, m queueMetrics, logger *slog.Logge
 		}
 	}()
 	return q
+}
+
+// drop traces a run of drops.
+func (q *msgQueue) drop(n int, detail string) {
+	if q.onDrop != nil {
+		q.onDrop(Trace{Type: "drop", Reason: "queue_full", Count: n, Detail: detail})
+	}
 }
 
 // next returns the oldest queued message; once the queue is empty, the reader's error.

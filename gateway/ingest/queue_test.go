@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 // TestZMQQueueFullDropsAndCounts fills a rank's queue over real ZeroMQ sockets: with the pipeline
 // stalled in its first store, the reader queues QueueLimit messages and drops the rest, counting
 // each one; once the pipeline runs again the window sees the dropped messages as a gap (kept: fewer
-// than Window) and the inventory holds exactly the blocks of the messages that were queued.
+// than Window) and the inventory holds exactly the blocks of the messages that were queued. The
+// trace (ctk events tail) shows the run of drops: where it starts, and its total once it ends.
 func TestZMQQueueFullDropsAndCounts(t *testing.T) {
 	checkNoLeak(t)
 	p := newGoPub(t, false)
@@ -41,6 +43,26 @@ func TestZMQQueueFullDropsAndCounts(t *testing.T) {
 	}
 	cfg := vllmCfg(p)
 	cfg.Rule, cfg.Endpoint, cfg.Metrics, cfg.QueueLimit = "r1", "ep0", m, 4
+	var traceMu sync.Mutex
+	var drops []Trace
+	cfg.Trace = func(tr Trace) {
+		if tr.Type == "drop" {
+			traceMu.Lock()
+			drops = append(drops, tr)
+			traceMu.Unlock()
+		}
+	}
+	dropCounts := func() (out []int) {
+		traceMu.Lock()
+		defer traceMu.Unlock()
+		for _, d := range drops {
+			if d.Reason != "queue_full" || d.Rank != 0 || d.Detail == "" {
+				t.Errorf("drop trace %+v", d)
+			}
+			out = append(out, d.Count)
+		}
+		return out
+	}
 	src, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +100,9 @@ func TestZMQQueueFullDropsAndCounts(t *testing.T) {
 	if d := val("kvexact_ingest_queue_depth"); d != 4 {
 		t.Errorf("queue depth while stalled: %v, want 4 (the limit)", d)
 	}
+	if got := dropCounts(); !slices.Equal(got, []int{1}) {
+		t.Errorf("drop traces while stalled: counts %v, want [1] (the run's start)", got)
+	}
 	open()
 	p.publish(11, stored(t, 0, 2))
 	want := map[uint64]int{1: 1, 101: 1, 102: 1, 103: 1, 104: 1, 2: 1}
@@ -95,4 +120,7 @@ func TestZMQQueueFullDropsAndCounts(t *testing.T) {
 		t.Errorf("queue full: %v, want 6", c)
 	}
 	eventually(t, 5*time.Second, "queue drained", func() bool { return val("kvexact_ingest_queue_depth") == 0 })
+	if got := dropCounts(); !slices.Equal(got, []int{1, 6}) {
+		t.Errorf("drop traces: counts %v, want [1 6] (the run's start, then its total)", got)
+	}
 }

@@ -90,7 +90,8 @@ func (rr *rankRun) run(ctx context.Context) {
 		rr.p.trace(Trace{Type: "connect", Rank: rr.rank, Addr: rr.pub, Count: connects})
 		cfg.Logger.Info("ingest: subscribed", append(rr.log(), "addr", rr.pub, "connects", connects)...)
 
-		q := startReader(sub, cfg.QueueLimit, rr.p.lab.queue(rr.rank), cfg.Logger.With(rr.log()...))
+		q := startReader(sub, cfg.QueueLimit, rr.p.lab.queue(rr.rank), cfg.Logger.With(rr.log()...),
+			func(t Trace) { t.Rank = rr.rank; rr.p.trace(t) })
 		err = rr.receive(ctx, q)
 		sub.Close()
 		q.drainAndWait(sub)

@@ -30,8 +30,24 @@ func (w *discardWriter) WriteHeader(int)             {}
 // BenchmarkHandler measures the proxy handler alone (no sockets): one small round-robin completion
 // per op, answered in memory.
 func BenchmarkHandler(b *testing.B) {
+	benchHandler(b, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{}}`, nil)
+}
+
+// BenchmarkHandlerUsage is BenchmarkHandler with a usage sink, as the gateway wires it
+// (Config.Usage): the usage tap and the account run on every request.
+func BenchmarkHandlerUsage(b *testing.B) {
+	var reports int
+	benchHandler(b, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}}}`,
+		func(UsageReport) { reports++ })
+	if reports == 0 {
+		b.Fatal("no usage report")
+	}
+}
+
+func benchHandler(b *testing.B, answer string, usage func(UsageReport)) {
 	p := newPool(b, "vllm", 0, []epSpec{{name: "a", addr: "http://127.0.0.1:1"}}, nil, nil, func(c *Config) {
-		c.Transport = cannedTransport{body: []byte(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{}}`)}
+		c.Transport = cannedTransport{body: []byte(answer)}
+		c.Usage = usage
 	})
 	h := p.proxy.Handler("test")
 	body := `{"model":"m","prompt":"Say hello.","max_tokens":1}`

@@ -27,6 +27,7 @@ type response struct {
 	server    *route.Endpoint // receipt: the endpoint whose response is relayed
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	vals      [numVals]string // single header values, handed out by value
+	tap       usageTap        // account.go: the usage tap of the single attempt's answer (tapUsage)
 }
 
 // Header values the proxy sets, each a one-element slice of call.vals: a slice literal per

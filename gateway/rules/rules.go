@@ -160,6 +160,10 @@ type Tokenizers struct {
 	Root string `yaml:"root" json:"root"`
 	// Folders maps a model name to a folder, overriding the slug rule.
 	Folders map[string]string `yaml:"folders" json:"folders,omitempty"`
+	// SegmentCacheBytes bounds the exact cache of tokenized prompt segments the tokenizers share
+	// (docs/tokenizer.md, "Segment cache"); unset means tokenize.DefaultSegmentCacheBytes (64 MiB),
+	// 0 turns it off.
+	SegmentCacheBytes *int64 `yaml:"segmentCacheBytes" json:"segmentCacheBytes,omitempty"`
 }
 
 // Rule is one routing rule.
@@ -402,7 +406,14 @@ type Events struct {
 	Topic  string   `yaml:"topic" json:"topic,omitempty"`
 	// Drain is the TensorRT-LLM server base URL polled at /kv_cache_events (default: Address).
 	Drain string `yaml:"drain" json:"drain,omitempty"`
+	// QueueLimit bounds each ZeroMQ rank's queue between its socket and the event pipeline, in
+	// messages (0: ingest.DefaultQueueLimit, 10000); a message arriving at a full queue is dropped
+	// and counted (kvexact_ingest_queue_full_total).
+	QueueLimit int `yaml:"queueLimit" json:"queueLimit,omitempty"`
 }
+
+// MaxQueueLimit is the largest events.queueLimit accepted.
+const MaxQueueLimit = 1_000_000
 
 // Duration is a time.Duration written as "30s" in YAML and JSON.
 type Duration time.Duration
@@ -476,6 +487,9 @@ func (c *Config) Normalize() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fieldErr("maxBodyBytes", "%d must be positive", c.MaxBodyBytes)
+	}
+	if n := c.Tokenizers.SegmentCacheBytes; n != nil && *n < 0 {
+		return fieldErr("tokenizers.segmentCacheBytes", "%d must be 0 (off) or positive", *n)
 	}
 	if err := c.Server.normalize(); err != nil {
 		return prefix("server", err)
@@ -807,7 +821,7 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 	ev := &ep.Events
 	switch ct.Transport {
 	case "none":
-		if len(ev.ZMQ) > 0 || len(ev.Replay) > 0 || ev.Drain != "" {
+		if len(ev.ZMQ) > 0 || len(ev.Replay) > 0 || ev.Drain != "" || ev.QueueLimit != 0 {
 			return fieldErr("events", "%s publishes no KV events: %s", ct.Family, ct.Hash.NoneReason)
 		}
 	case "zmq-multipart-v1":
@@ -816,6 +830,9 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 		}
 		if len(ev.ZMQ) > 8 {
 			return fieldErr("events.zmq", "%d ranks; at most 8", len(ev.ZMQ))
+		}
+		if ev.QueueLimit < 0 || ev.QueueLimit > MaxQueueLimit {
+			return fieldErr("events.queueLimit", "%d is outside 1..%d messages (0: the default, 10000)", ev.QueueLimit, MaxQueueLimit)
 		}
 		for i, a := range ev.ZMQ {
 			if !strings.HasPrefix(a, "tcp://") && !strings.HasPrefix(a, "ipc://") {
@@ -833,6 +850,9 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 	case "http-drain-v1":
 		if len(ev.ZMQ) > 0 || len(ev.Replay) > 0 {
 			return fieldErr("events.zmq", "%s drains events over HTTP (events.drain), not ZeroMQ", ct.Family)
+		}
+		if ev.QueueLimit != 0 {
+			return fieldErr("events.queueLimit", "%s drains events over HTTP: there is no ZeroMQ reader queue to bound", ct.Family)
 		}
 		if ev.Drain == "" {
 			ev.Drain = ep.Address

@@ -86,6 +86,8 @@ func TestRejections(t *testing.T) {
 		{"seed: \"0\"", "minMatchTokens: 5000", "rules[0].minMatchTokens: 5000 is outside 0..4096"},
 		{"seed: \"0\"", "sed: \"0\"", "field sed not found"},
 		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557", "tcp://127.0.0.1:6558"]`, "rules[0].endpoints[0].events.replay: 2 addresses for 1 ranks"},
+		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557"], queueLimit: -1`, "rules[0].endpoints[0].events.queueLimit: -1 is outside 1..1000000 messages (0: the default, 10000)"},
+		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557"], queueLimit: 1000001`, "rules[0].endpoints[0].events.queueLimit: 1000001 is outside 1..1000000"},
 		{`"http://127.0.0.1:8002/"`, `"127.0.0.1:8002"`, `rules[0].endpoints[1].address: "127.0.0.1:8002" must start with http://`},
 		{`name: b, address`, `name: a, address`, `rules[0].endpoints[1].name: "a" is used by another endpoint`},
 		{"seed: \"0\"", "breaker: {openFor: soon}", `"soon" is not a duration`},
@@ -195,5 +197,31 @@ func TestStoreRejectsWithoutMutation(t *testing.T) {
 	}
 	if err := s.Delete("pool"); err == nil {
 		t.Fatal("deleting a missing rule succeeded")
+	}
+}
+
+// TestEventsQueueLimit: events.queueLimit is kept as written (0 when absent: the ingest default),
+// and refused where there is no ZeroMQ reader queue (an HTTP drain).
+func TestEventsQueueLimit(t *testing.T) {
+	c, err := Parse([]byte(strings.Replace(base, `replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557"], queueLimit: 500`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Rules[0].Endpoints[0].Events.QueueLimit; got != 500 {
+		t.Errorf("queueLimit %d, want 500", got)
+	}
+	if c, err = Parse([]byte(base)); err != nil || c.Rules[0].Endpoints[0].Events.QueueLimit != 0 {
+		t.Errorf("absent queueLimit: %v, %+v", err, c.Rules[0].Endpoints[0].Events)
+	}
+	_, err = Parse([]byte(`
+rules:
+  - name: trt
+    models: [m2]
+    engine: {family: trtllm, release: "1.2"}
+    kvExactMode: 3
+    endpoints: [{address: "http://127.0.0.1:2", events: {queueLimit: 10}}]
+`))
+	if err == nil || !strings.Contains(err.Error(), "rules[0].endpoints[0].events.queueLimit: ") || !strings.Contains(err.Error(), "no ZeroMQ reader queue") {
+		t.Errorf("queueLimit on a drain: %v", err)
 	}
 }

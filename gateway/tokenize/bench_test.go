@@ -1,7 +1,9 @@
 package tokenize
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -67,5 +69,53 @@ func BenchmarkLoad(b *testing.B) {
 		if _, err := Load(dir); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// multiTurnPrompt is a ChatML conversation of about n tokens (turns of ≈ 2000 tokens cut from the
+// GPL-3 / GFDL text), ending after an assistant turn, and a new user turn i to append to it.
+func multiTurnPrompt(b *testing.B, tk *Tokenizer, n int) (prefix string, turn func(i int) string) {
+	gpl, err1 := os.ReadFile("/usr/share/common-licenses/GPL-3")
+	gfdl, err2 := os.ReadFile("/usr/share/common-licenses/GFDL-1.3")
+	if err1 != nil || err2 != nil {
+		b.Skip("benchmark text missing: /usr/share/common-licenses/{GPL-3,GFDL-1.3} (Debian base-files)")
+	}
+	src := string(gpl) + string(gfdl)
+	var sb strings.Builder
+	for k := 0; ; k++ {
+		ids, _ := tk.Encode(sb.String(), false)
+		if len(ids) >= n {
+			break
+		}
+		off := (k * 7919) % (len(src) - 9000)
+		fmt.Fprintf(&sb, "<|im_start|>%s\n%d. %s<|im_end|>\n", []string{"user", "assistant"}[k%2], k, src[off:off+8000])
+	}
+	return sb.String(), func(i int) string {
+		off := (i * 104729) % (len(src) - 3000)
+		return fmt.Sprintf("<|im_start|>user\nQuestion %d: %s<|im_end|>\n<|im_start|>assistant\n", i, src[off:off+2000])
+	}
+}
+
+// BenchmarkEncodeMultiTurn is a 100k-token multi-turn prompt (qwen3's ChatML) with one new user
+// turn per iteration: "cold" encodes it without a segment cache (BPE's word cache warm, as in
+// BenchmarkEncode), "segment-cache" with the earlier turns cached by the previous request.
+func BenchmarkEncodeMultiTurn(b *testing.B) {
+	tk := loadRefTokenizer(b, "qwen3")
+	prefix, turn := multiTurnPrompt(b, tk, 100_000)
+	cached := tk.WithSegmentCache(NewSegmentCache(DefaultSegmentCacheBytes))
+	for _, c := range []struct {
+		name string
+		tk   *Tokenizer
+	}{{"cold", tk}, {"segment-cache", cached}} {
+		b.Run(c.name, func(b *testing.B) {
+			ids, _ := c.tk.Encode(prefix, false) // the previous request: earlier turns
+			b.SetBytes(int64(len(prefix)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ids, _ = c.tk.AppendEncode(ids[:0], prefix+turn(i), false)
+			}
+			b.ReportMetric(float64(len(ids)), "tokens")
+		})
 	}
 }

@@ -12,9 +12,12 @@ import (
 // Pool hands out tokenizers by model slug: loaded lazily, once per model however many callers ask
 // at the same time, at most MaxLoaded kept (least recently used dropped first). A load failure is
 // remembered with its reason and retried only after RetryAfter, so a broken model costs one load
-// attempt per interval, not one per request.
+// attempt per interval, not one per request. Its tokenizers share one segment cache
+// (segment_cache.go; WithSegmentCacheBytes).
 type Pool struct {
 	roots      []string
+	segBytes   int64
+	segs       *SegmentCache
 	folders    map[string]string
 	maxLoaded  int
 	retryAfter time.Duration
@@ -52,6 +55,11 @@ func WithMaxLoaded(n int) PoolOption {
 	}
 }
 
+// WithSegmentCacheBytes gives the pool's tokenizers a shared segment cache of n bytes (the gateway
+// uses DefaultSegmentCacheBytes unless configured). Without it, or with n ≤ 0, there is none: a
+// library caller, a benchmark or ctk gets cold encodes unless it asks.
+func WithSegmentCacheBytes(n int64) PoolOption { return func(p *Pool) { p.segBytes = n } }
+
 // WithRetryAfter sets how long a load failure is remembered before the next attempt (default 1m).
 func WithRetryAfter(d time.Duration) PoolOption { return func(p *Pool) { p.retryAfter = d } }
 
@@ -80,8 +88,12 @@ func NewPool(root string, opts ...PoolOption) *Pool {
 	for _, o := range opts {
 		o(p)
 	}
+	p.segs = NewSegmentCache(p.segBytes)
 	return p
 }
+
+// SegmentCacheStats returns the counters of the pool's segment cache (zero when it has none).
+func (p *Pool) SegmentCacheStats() SegmentCacheStats { return p.segs.Stats() }
 
 // PoolLoadError is a remembered load failure.
 type PoolLoadError struct {
@@ -123,6 +135,9 @@ func (p *Pool) Get(model string) (*Tokenizer, error) {
 	p.mu.Unlock()
 
 	tok, dir, err := p.loadModel(model)
+	if tok != nil && p.segs != nil {
+		tok = tok.WithSegmentCache(p.segs)
+	}
 	p.mu.Lock()
 	e.tok, e.dir = tok, dir
 	if err != nil {

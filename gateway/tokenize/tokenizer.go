@@ -1,7 +1,10 @@
 // Package tokenize turns text into the token ids an inference engine computes for it, from the
 // model's own tokenizer.json and tokenizer_config.json (the HuggingFace tokenizers format, with
 // transformers' BOS/EOS rule on top). It is a pure-Go implementation of the subset the reference
-// tokenizers use; anything else is refused at load with the component named. See docs/tokenizer.md.
+// tokenizers use; anything else is refused at load with the component named. It also owns the
+// segment cache, which memoizes the ids of the text between added tokens — exact because each such
+// segment is encoded from its own text alone (segment_cache.go) — so a multi-turn prompt pays only for
+// its new turn. See docs/tokenizer.md.
 package tokenize
 
 import (
@@ -15,7 +18,7 @@ import (
 )
 
 // Tokenizer encodes and decodes text for one model. It is immutable after Load and safe for
-// concurrent use.
+// concurrent use (WithSegmentCache returns a copy).
 type Tokenizer struct {
 	dir        string
 	cfg        *Config
@@ -32,6 +35,12 @@ type Tokenizer struct {
 	// idToToken covers model vocabulary and added tokens.
 	idToToken []string
 	tokenToID map[string]uint32
+	// identity is the two files' digests: the segment cache's key for this tokenizer.
+	identity string
+	// segmentLocal: every component maps a segment between added tokens to ids from that segment
+	// alone, so segs may memoize them (segment_cache.go).
+	segmentLocal bool
+	segs         *SegmentCache // nil: none
 }
 
 // Load reads dir/tokenizer.json and dir/tokenizer_config.json. An unsupported component is an
@@ -66,6 +75,8 @@ func FromBytes(tokenizerJSON, tokenizerConfig []byte) (*Tokenizer, error) {
 	a := sha256.Sum256(tokenizerJSON)
 	b := sha256.Sum256(tokenizerConfig)
 	t.jsonSHA, t.configSHA = hex.EncodeToString(a[:]), hex.EncodeToString(b[:])
+	t.identity = t.jsonSHA + t.configSHA
+	t.segmentLocal = tokenizerSegmentLocal(t)
 	return t, nil
 }
 
@@ -146,12 +157,30 @@ func (t *Tokenizer) encodeText(dst []uint32, text string) []uint32 {
 	return dst
 }
 
-// rawSegment receives the segments of the added-token split of the raw text.
+// rawSegment receives the segments of the added-token split of the raw text. A text segment's ids
+// depend on it alone (segment_cache.go), so they come from the segment cache when t has one.
 func (sc *scratch) rawSegment(seg string, id int64) {
 	if id >= 0 {
 		sc.dst = append(sc.dst, uint32(id))
 		return
 	}
+	c := sc.tok.segs
+	if c == nil || len(seg) < c.minBytes {
+		sc.encodeSegment(seg)
+		return
+	}
+	k := segmentKey{tokenizer: sc.tok.identity, text: seg}
+	if ids, ok := c.get(k); ok {
+		sc.dst = append(sc.dst, ids...)
+		return
+	}
+	start := len(sc.dst)
+	sc.encodeSegment(seg)
+	c.put(k, sc.dst[start:])
+}
+
+// encodeSegment appends the ids of one text segment of the raw added-token split.
+func (sc *scratch) encodeSegment(seg string) {
 	if n := sc.tok.normalizer; n != nil {
 		seg = n.normalize(seg)
 	}

@@ -201,7 +201,7 @@ func (w *Watch) Event(ev *engines.Event) Outcome {
 // release does not publish them, so a LoRA, salt or multimodal block cannot be reproduced); none for
 // SGLang, which hashes no extra keys (its salt is the root).
 func (w *Watch) eventExtras(ev *engines.Event, n int) ([][]any, bool) {
-	if !w.rules.ExtraKeys {
+	if !w.rules.BlockExtras {
 		return nil, true
 	}
 	if !ev.HasExtraKeys {
