@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -158,7 +159,7 @@ func (c *call) allow(method string) bool {
 		return true
 	}
 	c.w.Header().Set("Allow", method)
-	c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: c.r.Method + " is not allowed on " + c.r.URL.Path + "; use " + method})
+	c.fail(&apierror.Error{Status: http.StatusMethodNotAllowed, Type: apierror.TypeInvalid, Code: "method_not_allowed", Message: c.r.Method + " is not allowed on " + c.r.URL.Path + "; use " + method})
 	return false
 }
 
