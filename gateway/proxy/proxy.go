@@ -14,6 +14,9 @@
 // circuit breaker. Like httputil.ReverseProxy it is a small core with a few named hooks (Rewrite,
 // OnDecision, Usage); the P/D choreographies are the engine families' (engines.PDDialect), driven
 // through the leg runner in pd.go.
+//
+// The answers the proxy gives itself are gateway/apierror's Error, the type the endpoint picker
+// (gateway/epp) answers with too (errors.go writes it).
 package proxy
 
 import (
