@@ -14,12 +14,14 @@ import (
 	"github.com/kvexact/kvexact/gateway/hashcore"
 )
 
-// sharedVectors is ../shared/vectors beside the repository: the engine-produced originals.
+// sharedVectors is ../shared/vectors beside the repository (the engine-produced originals), or ""
+// when the checkout has none beside it: the project's own files are checked either way.
 func sharedVectors(t *testing.T) string {
 	t.Helper()
 	d := filepath.Join(mustDir(t), "..", "..", "shared", "vectors")
 	if _, err := os.Stat(d); err != nil {
-		t.Skipf("no engine-produced originals beside the repository (%v)", err)
+		t.Logf("no engine-produced originals beside the repository (%v): checking the project's files only", err)
+		return ""
 	}
 	return d
 }
@@ -33,7 +35,11 @@ func sharedVectors(t *testing.T) string {
 func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 	own, shared := mustDir(t), sharedVectors(t)
 	kinds := map[string]int{}
-	for _, root := range []string{own, shared} {
+	roots := []string{own}
+	if shared != "" {
+		roots = append(roots, shared)
+	}
+	for _, root := range roots {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -50,7 +56,7 @@ func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 			if (kind == "project" || kind == "project event samples") && root == shared {
 				t.Errorf("%s: the engine-produced originals keep their own schema", path)
 			}
-			if (kind == "original" || kind == "event samples") && root == own {
+			if (kind == "original" || kind == "event samples") && root == own && shared != "" {
 				if orig, err := os.ReadFile(filepath.Join(shared, rel)); err == nil {
 					mine, _ := os.ReadFile(path)
 					if !bytes.Equal(orig, mine) {
@@ -67,7 +73,11 @@ func TestEveryVectorFileMatchesItsSchema(t *testing.T) {
 	t.Logf("files by kind: %v", kinds)
 	// 6 converted + 8 generated project files; 5 originals in vectors/ and 5 in ../shared; the
 	// project's event-sample file; 3 + 3 engine-produced event-sample files.
-	if kinds["project"] < 14 || kinds["original"] < 10 || kinds["project event samples"] < 1 || kinds["event samples"] < 6 {
+	minOriginals, minSamples := 10, 6
+	if shared == "" {
+		minOriginals, minSamples = 5, 3
+	}
+	if kinds["project"] < 14 || kinds["original"] < minOriginals || kinds["project event samples"] < 1 || kinds["event samples"] < minSamples {
 		t.Errorf("files by kind %v: fewer than the repository holds", kinds)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -158,47 +160,26 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if p.Hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(p.Sims[0].Config().Algorithm), BlockSize: bs, Seed: &seed0}, hashcore.Default()); err != nil {
 		return nil, err
 	}
-	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "bench"}, DebugHeader: true, Rules: []rules.Rule{rule}}
-	if pol.clientSide() {
-		// The oracle decides in the client, then sends through the same proxy as every other policy:
-		// one single-endpoint rule per engine, each on its own listener, so the data path (and its
-		// cost) is the same and only the decision differs.
-		cfg.Rules = nil
-		for _, ep := range rule.Endpoints {
-			port, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			r := rule
-			r.Name, r.Listener, r.Endpoints = fmt.Sprintf("oracle-%s", ep.Name), fmt.Sprintf("127.0.0.1:%d", port), []rules.Endpoint{ep}
-			cfg.Rules = append(cfg.Rules, r)
+	// A client-side policy's listener ports are chosen before the gateway binds them; a port taken
+	// meanwhile (an outgoing connection's ephemeral port, another process) fails the bind, and the
+	// pool retries with fresh ports.
+	var cfg *rules.Config
+	var gw *assemble.Gateway
+	for attempt := 1; ; attempt++ {
+		var stop func()
+		cfg, gw, p.Reg, stop, err = startPoolGateway(ctx, rule, pol, ct, tok, toks, model, quiet)
+		if err == nil {
+			p.cleanup = append(p.cleanup, stop)
+			break
+		}
+		if stop != nil {
+			stop()
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == listenAttempts {
+			return nil, err
 		}
 	}
-	if err := cfg.Normalize(); err != nil {
-		return nil, err
-	}
 	p.Law = lawOf(&cfg.Rules[0])
-	var certs []*certificate.Certificate
-	if pol.Exact {
-		certs = append(certs, Certificate(cfg.Rules[0], ct, tok, model))
-	}
-	p.Reg = prometheus.NewRegistry()
-	transport := proxy.DefaultTransport()
-	transport.MaxIdleConnsPerHost = 512
-	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: p.Reg, ProbeInterval: -1, Log: quiet},
-		Transport: transport})
-	if err != nil {
-		return nil, err
-	}
-	p.cleanup = append(p.cleanup, func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		gw.Shutdown(sctx)
-		transport.CloseIdleConnections()
-	})
-	if err := gw.Start(ctx); err != nil {
-		return nil, err
-	}
 	p.G = gw.Runtime
 	if pol.clientSide() {
 		for _, r := range cfg.Rules {
@@ -216,6 +197,59 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		}
 	}
 	return p, nil
+}
+
+// pickPorts chooses a client-side pool's listener ports (a variable so a test can hand out a taken one).
+var pickPorts = freePorts
+
+// listenAttempts bounds StartPool's retries of a client-side pool whose chosen port was taken.
+const listenAttempts = 5
+
+// startPoolGateway assembles and starts the pool's gateway: one rule, or for a client-side policy one
+// single-endpoint rule per engine, each on its own listener. stop, when not nil, shuts it down (also
+// after a failed start, which may have started the rule runtimes).
+func startPoolGateway(ctx context.Context, rule rules.Rule, pol Policy, ct *contracts.Contract, tok *tokenize.Tokenizer, toks *tokenize.Pool, model string, quiet *slog.Logger) (_ *rules.Config, _ *assemble.Gateway, _ *prometheus.Registry, stop func(), _ error) {
+	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "bench"}, DebugHeader: true, Rules: []rules.Rule{rule}}
+	if pol.clientSide() {
+		// The oracle decides in the client, then sends through the same proxy as every other policy:
+		// one single-endpoint rule per engine, each on its own listener, so the data path (and its
+		// cost) is the same and only the decision differs.
+		cfg.Rules = nil
+		ports, err := pickPorts(len(rule.Endpoints))
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		for i, ep := range rule.Endpoints {
+			r := rule
+			r.Name, r.Listener, r.Endpoints = fmt.Sprintf("oracle-%s", ep.Name), fmt.Sprintf("127.0.0.1:%d", ports[i]), []rules.Endpoint{ep}
+			cfg.Rules = append(cfg.Rules, r)
+		}
+	}
+	if err := cfg.Normalize(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	var certs []*certificate.Certificate
+	if pol.Exact {
+		certs = append(certs, Certificate(cfg.Rules[0], ct, tok, model))
+	}
+	reg := prometheus.NewRegistry()
+	transport := proxy.DefaultTransport()
+	transport.MaxIdleConnsPerHost = 512
+	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: certs, Tokenizers: toks, Registry: reg, ProbeInterval: -1, Log: quiet},
+		Transport: transport})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	stop = func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		gw.Shutdown(sctx)
+		transport.CloseIdleConnections()
+	}
+	if err := gw.Start(ctx); err != nil {
+		return nil, nil, nil, stop, err
+	}
+	return cfg, gw, reg, stop, nil
 }
 
 // lawOf is the load law a mode-3 (single-pool KV-exact) router applies for the rule. The oracle's
@@ -239,12 +273,27 @@ func lawOf(r *rules.Rule) route.Law {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
+}
+
+// freePorts finds n distinct free ports on 127.0.0.1. Every probe listener stays open until all n
+// are bound: a port closed at once can come back from the kernel on the next bind, and at 64
+// engines two per-engine listeners then got the same port ("already served by rule oracle-e25").
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // Certificate is what ctk certify writes for this pool: the rule's profile, every endpoint covered
