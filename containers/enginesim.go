@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
@@ -190,7 +191,7 @@ func doJSON(ctx context.Context, c *http.Client, method, url, token string, v, o
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		return &HTTPError{Method: method, URL: url, Status: resp.StatusCode, Body: string(b)}
+		return &engines.HTTPError{Op: method + " " + req.URL.RequestURI(), URL: url, Status: resp.StatusCode, Body: string(b)}
 	}
 	if out == nil {
 		return nil
@@ -199,15 +200,4 @@ func doJSON(ctx context.Context, c *http.Client, method, url, token string, v, o
 		return fmt.Errorf("%s %s: decoding answer: %w", method, url, err)
 	}
 	return nil
-}
-
-// HTTPError is a non-2xx answer.
-type HTTPError struct {
-	Method, URL string
-	Status      int
-	Body        string
-}
-
-func (e *HTTPError) Error() string {
-	return fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.Status, e.Body)
 }

@@ -498,6 +498,8 @@ func checkSet(cs []*Contract) error {
 
 // UnknownError says that no contract covers a family or version, and lists what is known. For a
 // known family it names the nearest pinned contract and what pinning the release would verify.
+// engines/registry reports an unregistered family name with it too (empty Version): one condition,
+// one type.
 type UnknownError struct {
 	Family, Version string
 	Known           []string

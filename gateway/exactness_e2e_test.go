@@ -361,6 +361,9 @@ func TestE2ETemplateDriftSeenOnlyByRealizedHits(t *testing.T) {
 	if code, body := p.adminDo("POST", "/admin/rules/pool/endpoints/e9/exact/clear", p.token, ""); code != http.StatusNotFound || !strings.Contains(body, `endpoint \"e9\"`) {
 		t.Fatalf("clearing an unknown endpoint: %d %s", code, body)
 	}
+	if code, body := p.adminDo("POST", "/admin/rules/nope/endpoints/e1/exact/clear", p.token, ""); code != http.StatusNotFound || !strings.Contains(body, `no such endpoint: rule \"nope\"`) {
+		t.Fatalf("clearing in an unknown rule: %d %s", code, body)
+	}
 	if code, _ := p.adminDo("POST", "/admin/rules/pool/endpoints/e1/exact/clear", "wrong", ""); code != http.StatusUnauthorized {
 		t.Fatalf("clear without the token: %d", code)
 	}

@@ -185,6 +185,10 @@ func (a *adminBackend) SetEndpointState(rule, ep, state string) bool {
 func (a *adminBackend) ClearExactHold(rule, ep, hold string) (any, error) {
 	st, err := a.g.ClearExactHold(rule, ep, hold)
 	switch {
+	case errors.Is(err, ErrNoRule):
+		// The admin API answered an unknown rule in these words before ErrNoRule existed: the
+		// path names no endpoint. The answer stays byte for byte.
+		return nil, &statusError{http.StatusNotFound, fmt.Errorf("%w: rule %q", ErrNoEndpoint, rule)}
 	case errors.Is(err, ErrNoEndpoint):
 		return nil, &statusError{http.StatusNotFound, err}
 	case err != nil:

@@ -77,7 +77,10 @@ func (g *Gateway) RecordUsage(rule, endpoint string, kvExact bool, predicted, re
 // ErrHoldNotClearable is returned by ClearExactHold for a hold that lifts on evidence only.
 var ErrHoldNotClearable = errors.New("hold cannot be cleared by hand")
 
-// ErrNoEndpoint is returned by ClearExactHold for an unknown rule or endpoint.
+// ErrNoRule is returned by ClearExactHold for a rule the gateway does not run.
+var ErrNoRule = errors.New("no such rule")
+
+// ErrNoEndpoint is returned by ClearExactHold for an endpoint the rule does not have.
 var ErrNoEndpoint = errors.New("no such endpoint")
 
 // ClearExactHold lifts a realized-shortfall (or the router binding's token_drift) suspension on one
@@ -98,7 +101,7 @@ func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, er
 	}
 	rt, ok := g.runtime(rule)
 	if !ok {
-		return EndpointExact{}, fmt.Errorf("%w: rule %q", ErrNoEndpoint, rule)
+		return EndpointExact{}, fmt.Errorf("%w: %q", ErrNoRule, rule)
 	}
 	x := rt.exactOf(endpoint)
 	if x == nil {

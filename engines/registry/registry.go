@@ -6,9 +6,7 @@
 package registry
 
 import (
-	"fmt"
-	"strings"
-
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/llamacpp"
 	"github.com/kvexact/kvexact/engines/sglang"
@@ -19,24 +17,15 @@ import (
 // families in the order messages list them.
 var families = []engines.Family{vllm.Family, sglang.Family, trtllm.Family, llamacpp.Family}
 
-// UnknownError says a family name is not one of the registered families.
-type UnknownError struct{ Name string }
-
-func (e *UnknownError) Error() string {
-	if e.Name == "" {
-		return fmt.Sprintf("missing; want one of %s", strings.Join(Names(), ", "))
-	}
-	return fmt.Sprintf("%q is not one of %s", e.Name, strings.Join(Names(), ", "))
-}
-
-// Lookup returns the family registered under name.
+// Lookup returns the family registered under name. An unregistered name is the same condition as
+// a family no contract covers: a *contracts.UnknownError (empty Version) listing the families.
 func Lookup(name string) (engines.Family, error) {
 	for _, f := range families {
 		if f.Name() == name {
 			return f, nil
 		}
 	}
-	return nil, &UnknownError{Name: name}
+	return nil, &contracts.UnknownError{Family: name, Known: Names()}
 }
 
 // Names lists the registered family names.

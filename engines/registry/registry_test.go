@@ -3,6 +3,8 @@ package registry
 import (
 	"errors"
 	"testing"
+
+	"github.com/kvexact/kvexact/contracts"
 )
 
 func TestLookup(t *testing.T) {
@@ -13,9 +15,9 @@ func TestLookup(t *testing.T) {
 		}
 	}
 	_, err := Lookup("vllmx")
-	var ue *UnknownError
-	if !errors.As(err, &ue) || ue.Name != "vllmx" {
-		t.Fatalf("Lookup(vllmx) error = %v, want *UnknownError naming it", err)
+	var ue *contracts.UnknownError
+	if !errors.As(err, &ue) || ue.Family != "vllmx" || ue.Version != "" {
+		t.Fatalf("Lookup(vllmx) error = %v, want *contracts.UnknownError naming it", err)
 	}
 	if _, err := Lookup(""); err == nil {
 		t.Fatal("Lookup(\"\") succeeded")

@@ -12,7 +12,6 @@ package epp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -140,45 +140,22 @@ func hostPortOf(u *url.URL) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// clientError is an answer the picker gives the client itself (an ext_proc ImmediateResponse).
-type clientError struct {
-	status  int
-	typ     string
-	code    string
-	message string
+// invalid is a request error the picker answers the client itself (an ext_proc ImmediateResponse).
+func invalid(status int, code, format string, args ...any) *apierror.Error {
+	return apierror.Invalid(status, "", code, format, args...)
 }
 
-func (e *clientError) Error() string { return e.message }
-
-func invalid(status int, code, format string, args ...any) *clientError {
-	return &clientError{status: status, typ: "invalid_request_error", code: code, message: fmt.Sprintf(format, args...)}
-}
-
-func unavailable(status int, code, format string, args ...any) *clientError {
-	typ := "server_error"
+// unavailable is the picker's own failure; shedding (429) is a rate_limit_error, as in the proxy.
+func unavailable(status int, code, format string, args ...any) *apierror.Error {
+	e := apierror.Server(status, code, format, args...)
 	if status == http.StatusTooManyRequests {
-		typ = "rate_limit_error"
+		e.Type = apierror.TypeRateLimit
 	}
-	return &clientError{status: status, typ: typ, code: code, message: fmt.Sprintf(format, args...)}
-}
-
-// body renders the error in OpenAI's shape, as the standalone proxy does.
-func (e *clientError) body() []byte {
-	var v struct {
-		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	v.Error.Message, v.Error.Type, v.Error.Code = e.message, e.typ, e.code
-	b, _ := json.Marshal(v) // strings only: cannot fail
-	return b
+	return e
 }
 
 // routeError maps the router's errors to the protocol's answers: nothing eligible 503, shedding 429.
-func routeError(err error) *clientError {
+func routeError(err error) *apierror.Error {
 	switch {
 	case errors.Is(err, route.ErrShed):
 		return unavailable(http.StatusTooManyRequests, "overloaded", "%v; retry later", err)

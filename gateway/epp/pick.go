@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -26,7 +27,7 @@ type pick struct {
 }
 
 // decide parses the request, resolves its rule and routes it, honouring the subset hint.
-func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subset []string, hasSubset bool) (*pick, *clientError) {
+func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subset []string, hasSubset bool) (*pick, *apierror.Error) {
 	var req *route.Request
 	var router *route.Router
 	if body == nil {

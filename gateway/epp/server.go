@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	kvhealth "github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -436,17 +437,17 @@ func (st *stream) finish() {
 }
 
 // immediate answers the client without an upstream request (an ext_proc ImmediateResponse).
-func (st *stream) immediate(e *clientError) error {
-	st.s.cfg.Metrics.rejected(e.status)
+func (st *stream) immediate(e *apierror.Error) error {
+	st.s.cfg.Metrics.rejected(e.Status)
 	set := []*corev3.HeaderValueOption{header("content-type", "application/json")}
-	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
+	if e.RetryAfter() {
 		set = append(set, header("retry-after", "1"))
 	}
 	err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.status)},
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: set},
-		Body:    e.body(),
-		Details: e.code,
+		Body:    e.Body(),
+		Details: e.Code,
 	}}})
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvexact/kvexact/gateway/apierror"
 )
 
 // maxEngineError bounds the engine error body the proxy reads to rewrite it; a larger one is
@@ -29,9 +31,9 @@ func openAIError(status int, body []byte) (out []byte, rewritten bool) {
 	if status < 400 {
 		return body, false
 	}
-	e := &apiError{Status: status, Type: typeInvalid}
+	e := &apierror.Error{Status: status, Type: apierror.TypeInvalid}
 	if status >= 500 {
-		e.Type = typeServer
+		e.Type = apierror.TypeServer
 	}
 	var v map[string]json.RawMessage
 	if json.Unmarshal(body, &v) == nil && v != nil {
@@ -62,7 +64,7 @@ func openAIError(status int, body []byte) (out []byte, rewritten bool) {
 	if e.Message == "" {
 		e.Message = fmt.Sprintf("the engine answered %d %s with no message", status, http.StatusText(status))
 	}
-	return errorBody(e), true
+	return e.Body(), true
 }
 
 // relayEngineError answers with resp's error body in OpenAI's shape. It returns false, having

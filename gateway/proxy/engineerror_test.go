@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kvexact/kvexact/gateway/apierror"
 )
 
 func TestOpenAIError(t *testing.T) {
@@ -17,11 +19,11 @@ func TestOpenAIError(t *testing.T) {
 	}{
 		{"sglang", 400, `{"object":"error","message":"1 validation error: temperature","type":"BadRequestError","param":null,"code":400}`, true, "1 validation error: temperature", "BadRequestError", "400"},
 		{"trtllm-param", 400, `{"object":"error","message":"bad","type":"BadRequestError","param":"temperature","code":"bad_param"}`, true, "bad", "BadRequestError", "bad_param"},
-		{"fastapi-detail", 422, `{"detail":"Not allowed"}`, true, "Not allowed", typeInvalid, ""},
-		{"fastapi-list", 422, `{"detail":[{"loc":["body","temperature"],"msg":"Input should be a valid number"}]}`, true, "body.temperature: Input should be a valid number", typeInvalid, ""},
-		{"error-string", 500, `{"error":"boom"}`, true, "boom", typeServer, ""},
-		{"text", 400, "Cache not flushed.\n", true, "Cache not flushed.", typeInvalid, ""},
-		{"empty", 503, "", true, "the engine answered 503 Service Unavailable with no message", typeServer, ""},
+		{"fastapi-detail", 422, `{"detail":"Not allowed"}`, true, "Not allowed", apierror.TypeInvalid, ""},
+		{"fastapi-list", 422, `{"detail":[{"loc":["body","temperature"],"msg":"Input should be a valid number"}]}`, true, "body.temperature: Input should be a valid number", apierror.TypeInvalid, ""},
+		{"error-string", 500, `{"error":"boom"}`, true, "boom", apierror.TypeServer, ""},
+		{"text", 400, "Cache not flushed.\n", true, "Cache not flushed.", apierror.TypeInvalid, ""},
+		{"empty", 503, "", true, "the engine answered 503 Service Unavailable with no message", apierror.TypeServer, ""},
 		{"vllm-unchanged", 400, `{"error":{"message":"m","type":"BadRequestError","param":null,"code":400}}`, false, "m", "", ""},
 		{"llamacpp-unchanged", 500, `{"error":{"code":500,"message":"m","type":"server_error"}}`, false, "m", "", ""},
 		{"success-unchanged", 200, `{"object":"error"}`, false, "", "", ""},

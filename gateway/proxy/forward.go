@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -50,7 +51,7 @@ func (c *call) sendFailed(ep *route.Endpoint, err error) (*route.Endpoint, error
 		return ep, err
 	}
 	if c.ctx.Err() == nil {
-		c.fail(serverError(http.StatusBadGateway, "upstream_failed", "the request to %s failed: %v", ep.Name, err))
+		c.fail(apierror.Server(http.StatusBadGateway, "upstream_failed", "the request to %s failed: %v", ep.Name, err))
 	}
 	return nil, nil
 }

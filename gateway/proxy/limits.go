@@ -4,12 +4,14 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/apierror"
 )
 
 // limit applies the per-request limits the HTTP server does not: the number of header field lines
 // (net/http bounds their bytes only) and the body deadline, armed here and cleared once the body
 // has been read (readBody), so that a slow response stream is never cut by it.
-func (c *call) limit() *apiError {
+func (c *call) limit() *apierror.Error {
 	fields := 0
 	for _, vv := range c.r.Header {
 		fields += len(vv)
@@ -17,7 +19,7 @@ func (c *call) limit() *apiError {
 	if fields > c.p.cfg.MaxHeaderFields {
 		c.w.Header().Set("Connection", "close")
 		c.p.cfg.Metrics.clientError(c.rule.name, clientHeaderFields)
-		return &apiError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: typeInvalid, Code: "request_header_fields_too_large",
+		return &apierror.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: apierror.TypeInvalid, Code: "request_header_fields_too_large",
 			Message: "the request has " + strconv.Itoa(fields) + " header fields; at most " + strconv.Itoa(c.p.cfg.MaxHeaderFields) + " are accepted"}
 	}
 	if c.r.ProtoMajor == 1 && len(c.r.TransferEncoding) > 0 {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -52,7 +53,7 @@ func (c *call) models(id string) {
 		}
 	}
 	if asked > 0 && answered == 0 && len(data) == 0 {
-		c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint answered /v1/models"))
+		c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint answered /v1/models"))
 		return
 	}
 	var out []byte
@@ -66,7 +67,7 @@ func (c *call) models(id string) {
 			}
 		}
 		if out == nil {
-			c.fail(&apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: "the model `" + id + "` does not exist"})
+			c.fail(&apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeInvalid, Param: "model", Code: "model_not_found", Message: "the model `" + id + "` does not exist"})
 			return
 		}
 	} else {

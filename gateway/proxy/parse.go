@@ -16,6 +16,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
@@ -30,7 +31,7 @@ type request struct {
 }
 
 // parse reads the body of a generation request and parses it, once, into the typed request.
-func (c *call) parse(chat bool) *apiError {
+func (c *call) parse(chat bool) *apierror.Error {
 	if e := checkJSONType(c.r); e != nil {
 		return e
 	}
@@ -54,7 +55,7 @@ func (c *call) parse(chat bool) *apiError {
 
 // parseForwarded reads the body of a forwarded path; of it only its model is read (the body's
 // "model", else X-Model).
-func (c *call) parseForwarded() *apiError {
+func (c *call) parseForwarded() *apierror.Error {
 	raw, e := c.readBody()
 	if e != nil {
 		return e
@@ -71,10 +72,10 @@ func (c *call) parseForwarded() *apiError {
 // readBody reads the whole body within the size limit and the body deadline, as it arrives: the
 // buffer grows with the bytes received, never to a declared Content-Length up front (a client
 // declaring 16 MiB and sending one byte costs 16 KiB, not 16 MiB).
-func (c *call) readBody() ([]byte, *apiError) {
+func (c *call) readBody() ([]byte, *apierror.Error) {
 	limit := c.p.cfg.MaxBodyBytes
-	tooBig := func() *apiError {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalid, Code: "request_too_large",
+	tooBig := func() *apierror.Error {
+		return &apierror.Error{Status: http.StatusRequestEntityTooLarge, Type: apierror.TypeInvalid, Code: "request_too_large",
 			Message: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
 	n := c.r.ContentLength
@@ -99,7 +100,7 @@ func (c *call) readBody() ([]byte, *apiError) {
 			c.w.Header().Set("Connection", "close")
 			c.p.cfg.Metrics.clientError(c.rule.name, clientBodyTimeout)
 			c.p.log.Info("client body too slow", "timeout", c.p.cfg.BodyTimeout, "received", len(b), "request_id", c.id)
-			return nil, &apiError{Status: http.StatusRequestTimeout, Type: typeInvalid, Code: "request_timeout",
+			return nil, &apierror.Error{Status: http.StatusRequestTimeout, Type: apierror.TypeInvalid, Code: "request_timeout",
 				Message: "the request body did not arrive within " + c.p.cfg.BodyTimeout.String()}
 		}
 		return nil, badRequest("", "body_read_failed", "reading the request body failed: %v", err)
@@ -269,7 +270,7 @@ func (wb *wireBody) member(quoted []byte) *json.RawMessage {
 
 // checkJSONType answers 415 for a body that is declared as something other than JSON. A missing
 // Content-Type is accepted (some clients omit it); the body must still parse as JSON.
-func checkJSONType(r *http.Request) *apiError {
+func checkJSONType(r *http.Request) *apierror.Error {
 	ct := header(r.Header, "Content-Type")
 	if ct == "" || ct == "application/json" { // the common case, without a parameter map
 		return nil
@@ -278,14 +279,14 @@ func checkJSONType(r *http.Request) *apiError {
 	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
 		return nil
 	}
-	return &apiError{Status: http.StatusUnsupportedMediaType, Type: typeInvalid, Code: "unsupported_media_type",
+	return &apierror.Error{Status: http.StatusUnsupportedMediaType, Type: apierror.TypeInvalid, Code: "unsupported_media_type",
 		Message: "Content-Type " + quote(ct) + " is not supported; send application/json"}
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // parseBody reads an OpenAI completions (chat=false) or chat completions body.
-func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
+func parseBody(raw []byte, chat bool) (*parsed, *apierror.Error) {
 	p := new(parsed)
 	if e := p.parse(raw, chat); e != nil {
 		return nil, e
@@ -296,7 +297,7 @@ func parseBody(raw []byte, chat bool) (*parsed, *apiError) {
 // parse fills p from raw (p is zero). A chat body is decoded once into the value tree the chat
 // template needs, and its routing members are read from that tree; a completions body is scanned
 // for its routing members without building anything.
-func (p *parsed) parse(raw []byte, chat bool) *apiError {
+func (p *parsed) parse(raw []byte, chat bool) *apierror.Error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return badRequest("", "invalid_json", "the request body is empty; send a JSON object")
 	}
@@ -328,7 +329,7 @@ func (p *parsed) parse(raw []byte, chat bool) *apiError {
 	return p.readPrompt(wb.Prompt)
 }
 
-func scanError(err error) *apiError {
+func scanError(err error) *apierror.Error {
 	if err == errNotObject {
 		return badRequest("", "invalid_json", "%s", err.Error())
 	}
@@ -336,7 +337,7 @@ func scanError(err error) *apiError {
 }
 
 // parseChat decodes a chat body once (tokenize.ParseChatBody) and reads the routing members from it.
-func (p *parsed) parseChat(raw []byte) *apiError {
+func (p *parsed) parseChat(raw []byte) *apierror.Error {
 	cb, err := tokenize.ParseChatBody(raw)
 	if err != nil {
 		// The scanner words syntax errors as the completions path does; the tree's own message
@@ -404,7 +405,7 @@ func valueJSON(v any) json.RawMessage {
 }
 
 // readCommon reads model, stream and user.
-func (p *parsed) readCommon(model, stream, user json.RawMessage) *apiError {
+func (p *parsed) readCommon(model, stream, user json.RawMessage) *apierror.Error {
 	if isNull(model) {
 		return badRequest("model", "missing_model", "you must provide a model parameter")
 	}
@@ -429,7 +430,7 @@ func (p *parsed) readCommon(model, stream, user json.RawMessage) *apiError {
 
 // readKeyFields reads cache_salt, truncate_prompt_tokens and truncation_side, checked as vLLM's
 // request models check them (each a 400 there too).
-func (p *parsed) readKeyFields(salt, truncate, side json.RawMessage) *apiError {
+func (p *parsed) readKeyFields(salt, truncate, side json.RawMessage) *apierror.Error {
 	if !isNull(salt) {
 		if unmarshalString(salt, &p.cacheSalt) != nil {
 			return badRequest("cache_salt", "invalid_type", "cache_salt must be a string")
@@ -470,11 +471,11 @@ func unmarshalString(m json.RawMessage, dst *string) error {
 }
 
 // readPrompt accepts string | []string | []int | [][]int, as OpenAI does. Token ids are u32.
-func (p *parsed) readPrompt(m json.RawMessage) *apiError {
+func (p *parsed) readPrompt(m json.RawMessage) *apierror.Error {
 	if isNull(m) {
 		return badRequest("prompt", "missing_prompt", "prompt is required")
 	}
-	wrong := func() *apiError {
+	wrong := func() *apierror.Error {
 		return badRequest("prompt", "invalid_type", "prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays (token ids are integers in 0..4294967295)")
 	}
 	p.batch = 1

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/registry"
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -44,7 +45,7 @@ func dialectOf(r *rules.Rule) engines.PDDialect {
 func (c *call) pd(d *route.Decision) (*route.Endpoint, error) {
 	dl := dialectOf(c.rule.rt.Rule())
 	if dl == nil {
-		c.fail(serverError(http.StatusInternalServerError, "internal_error", "rule %s has no prefill/decode dialect", c.rule.name))
+		c.fail(apierror.Server(http.StatusInternalServerError, "internal_error", "rule %s has no prefill/decode dialect", c.rule.name))
 		return nil, nil
 	}
 	x := &pdAttempt{c: c, d: d, dialect: dl}
@@ -183,7 +184,7 @@ func (x *pdAttempt) RelayDecode(body []byte, viaPrefill bool) {
 	}
 	dec := c.rule.rt.ReselectDecode(x.d)
 	if dec == nil {
-		c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no decode endpoint is healthy"))
+		c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no decode endpoint is healthy"))
 		return
 	}
 	resp, l, err := c.send(c.ctx, dec, body, false)
@@ -232,15 +233,15 @@ func (x *pdAttempt) SendFailed(role engines.PDRole, err error) {
 }
 
 func (x *pdAttempt) Fail(status int, code, format string, args ...any) {
-	x.c.fail(serverError(status, code, format, args...))
+	x.c.fail(apierror.Server(status, code, format, args...))
 }
 
 func (x *pdAttempt) PrefillTimedOut() {
-	x.c.fail(serverError(http.StatusGatewayTimeout, "pd_prefill_timeout", "the prefill endpoint %s did not answer within %s", x.d.Target.Name, x.c.p.cfg.PrefillTimeout))
+	x.c.fail(apierror.Server(http.StatusGatewayTimeout, "pd_prefill_timeout", "the prefill endpoint %s did not answer within %s", x.d.Target.Name, x.c.p.cfg.PrefillTimeout))
 }
 
 func (x *pdAttempt) InternalError(err error) {
-	x.c.fail(serverError(http.StatusInternalServerError, "internal_error", "%v", err))
+	x.c.fail(apierror.Server(http.StatusInternalServerError, "internal_error", "%v", err))
 }
 
 func (x *pdAttempt) Params(found bool) {

@@ -14,6 +14,9 @@
 // circuit breaker. Like httputil.ReverseProxy it is a small core with a few named hooks (Rewrite,
 // OnDecision, Usage); the P/D choreographies are the engine families' (engines.PDDialect), driven
 // through the leg runner in pd.go.
+//
+// The answers the proxy gives itself are gateway/apierror's Error, the type the endpoint picker
+// (gateway/epp) answers with too (errors.go writes it).
 package proxy
 
 import (
@@ -25,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -158,7 +162,7 @@ func (c *call) allow(method string) bool {
 		return true
 	}
 	c.w.Header().Set("Allow", method)
-	c.fail(&apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed", Message: c.r.Method + " is not allowed on " + c.r.URL.Path + "; use " + method})
+	c.fail(&apierror.Error{Status: http.StatusMethodNotAllowed, Type: apierror.TypeInvalid, Code: "method_not_allowed", Message: c.r.Method + " is not allowed on " + c.r.URL.Path + "; use " + method})
 	return false
 }
 

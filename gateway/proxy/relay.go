@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -48,7 +49,7 @@ func (c *call) value(i int, v string) []string {
 }
 
 // fail answers with an OpenAI-shaped error unless the response has started.
-func (c *call) fail(e *apiError) {
+func (c *call) fail(e *apierror.Error) {
 	if c.resp.committed {
 		return
 	}
@@ -218,14 +219,14 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 				return relayRefused, started
 			}
 			c.p.log.Warn("upstream response broke off before its body", "rule", c.rule.name, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
-			c.fail(serverError(http.StatusBadGateway, diedCode, "the upstream endpoint %s failed before sending its body: %v", c.serverName(), rerr))
+			c.fail(apierror.Server(http.StatusBadGateway, diedCode, "the upstream endpoint %s failed before sending its body: %v", c.serverName(), rerr))
 			return upstreamDied, started
 		}
 		c.p.log.Warn("upstream response broke off", "rule", c.rule.name, "endpoint", c.serverName(), "err", rerr, "request_id", c.id)
 		if sse {
 			// The error event tells an SSE client why; the cut connection (end) tells every
 			// client that the stream is incomplete.
-			_, _ = c.w.Write(sseError(&apiError{Type: typeServer, Code: diedCode,
+			_, _ = c.w.Write(sseError(&apierror.Error{Type: apierror.TypeServer, Code: diedCode,
 				Message: fmt.Sprintf("the upstream endpoint %s stopped mid-stream: %v", c.serverName(), rerr)}))
 		}
 		_ = rc.Flush() // what was relayed reaches the client before the cut
@@ -279,8 +280,8 @@ func eventEnd(b []byte) int {
 }
 
 // sseError is an error event in the shape OpenAI-compatible servers stream errors.
-func sseError(e *apiError) []byte {
-	b := errorBody(e)
+func sseError(e *apierror.Error) []byte {
+	b := e.Body()
 	out := make([]byte, 0, len(b)+10)
 	out = append(out, "data: "...)
 	out = append(out, b...)

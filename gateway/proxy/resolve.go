@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -14,13 +15,13 @@ type resolved struct {
 }
 
 // resolve finds the model's router.
-func (c *call) resolve(model string) *apiError {
+func (c *call) resolve(model string) *apierror.Error {
 	rt, err := c.p.cfg.Routes.Resolve(c.listener, model)
 	if err != nil { // *resolver.UnknownModelError, the only error Resolve returns
 		if model == "" {
 			return badRequest("model", "missing_model", "you must provide a model parameter")
 		}
-		return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Param: "model", Code: "model_not_found", Message: "the model `" + model + "` does not exist"}
+		return &apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeInvalid, Param: "model", Code: "model_not_found", Message: "the model `" + model + "` does not exist"}
 	}
 	c.rule.rt, c.rule.name = rt, rt.Rule().Name
 	c.rule.inflight = true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -38,7 +39,7 @@ func (c *call) run() {
 		c.p.cfg.Metrics.failover(c.rule.name)
 		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
 	}
-	c.fail(serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
+	c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
 }
 
 // try is one attempt at serving the request on decision d: a single request for role-less
@@ -52,16 +53,16 @@ func (c *call) try(d *route.Decision) (*route.Endpoint, error) {
 }
 
 // routeError maps the router's errors to client answers.
-func routeError(err error, lastConnect error) *apiError {
+func routeError(err error, lastConnect error) *apierror.Error {
 	switch {
 	case errors.Is(err, route.ErrShed):
-		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error() + "; retry later", Type: typeRateLimit, Code: "overloaded"}
+		return &apierror.Error{Status: http.StatusTooManyRequests, Message: err.Error() + "; retry later", Type: apierror.TypeRateLimit, Code: "overloaded"}
 	case errors.Is(err, route.ErrParkTimeout):
-		return serverError(http.StatusGatewayTimeout, "park_timeout", "%v", err)
+		return apierror.Server(http.StatusGatewayTimeout, "park_timeout", "%v", err)
 	case errors.Is(err, route.ErrNoEndpoint) && lastConnect != nil:
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", lastConnect)
+		return apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", lastConnect)
 	case errors.Is(err, route.ErrNoEndpoint):
-		return serverError(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
+		return apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "%v", err)
 	}
-	return serverError(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
+	return apierror.Server(http.StatusInternalServerError, "routing_failed", "routing failed: %v", err)
 }

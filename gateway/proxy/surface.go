@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"path"
 
+	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -34,7 +35,7 @@ func (c *call) anyForwards(path string) bool {
 }
 
 // unknownPath is OpenAI's answer to a path it does not serve.
-func unknownPath(r *http.Request) *apiError {
-	return &apiError{Status: http.StatusNotFound, Type: typeInvalid, Code: "unknown_url",
+func unknownPath(r *http.Request) *apierror.Error {
+	return &apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeInvalid, Code: "unknown_url",
 		Message: "Invalid URL (" + r.Method + " " + r.URL.Path + "): the gateway serves the OpenAI API surface; other paths must be listed under a rule's passthrough"}
 }
