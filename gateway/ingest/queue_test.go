@@ -104,10 +104,21 @@ func TestZMQQueueFullDropsAndCounts(t *testing.T) {
 		t.Errorf("drop traces while stalled: counts %v, want [1] (the run's start)", got)
 	}
 	open()
+	// Publish the next message only once the pipeline has drained the queue: sent while the queue
+	// is still full it would be dropped too (the rule under test), and the test would wait for it.
+	eventually(t, 5*time.Second, "the stalled queue to drain", func() bool { return val("kvexact_ingest_queue_depth") == 0 })
 	p.publish(11, stored(t, 0, 2))
 	want := map[uint64]int{1: 1, 101: 1, 102: 1, 103: 1, 104: 1, 2: 1}
+	var got map[uint64]int
+	defer func() {
+		if t.Failed() {
+			t.Logf("inventory %v, want %v; gaps kept %v, cleared %v", got, want,
+				promtest.Value(t, reg, "kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "kept")),
+				promtest.Value(t, reg, "kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "cleared")))
+		}
+	}()
 	eventually(t, 5*time.Second, "inventory holds the queued messages' blocks", func() bool {
-		got := map[uint64]int{}
+		got = map[uint64]int{}
 		for _, kc := range idx.Snapshot(ep) {
 			got[kc.Key] = kc.Count
 		}
