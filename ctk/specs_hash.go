@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -689,7 +690,8 @@ func replayHas(ctx context.Context, family, addr string, seq, key uint64, timeou
 func replayAll(ctx context.Context, addr string, start uint64, timeout time.Duration, fn func(seq uint64, payload []byte) bool) error {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout), zmq4.WithLogger(log.New(io.Discard, "", 0)))
+	d := zmq4.NewDealer(rctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout), zmq4.WithLogger(log.New(io.Discard, "", 0)),
+		zmq4.WithMaxMessageSize(ingest.DefaultMaxMessageBytes)) // a bad frame header must not make ctk allocate what it announces
 	defer d.Close()
 	if err := d.Dial(addr); err != nil {
 		return fmt.Errorf("dial: %w", err)
