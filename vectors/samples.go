@@ -123,24 +123,7 @@ func LoadSamples(path string) (*SampleFile, error) {
 // ParseSamples decodes an event-payload sample file from data; name is used in errors. A
 // project-schema file is validated against the JSON Schema first.
 func ParseSamples(name string, data []byte) (*SampleFile, error) {
-	root, err := decodeJSON(name, data)
-	if err != nil {
-		return nil, err
-	}
-	p := &parser{file: name}
-	m, err := p.obj("$", root)
-	if err != nil {
-		return nil, p.wrap("$", fmt.Errorf("%w: %v", ErrNotSampleFile, err))
-	}
-	var f *SampleFile
-	if _, ok := m["schema"]; ok {
-		if err := validateProject(name, root); err != nil {
-			return nil, err
-		}
-		f, err = p.projectSamples(m)
-	} else {
-		f, err = p.originalSamples(m)
-	}
+	f, err := parseEither(name, data, ErrNotSampleFile, (*parser).projectSamples, (*parser).originalSamples)
 	if err != nil {
 		return nil, err
 	}

@@ -210,24 +210,7 @@ func Load(path string) (*File, error) {
 // Parse decodes a block-hash vector file from data; name is used in errors. A project-schema file is
 // validated against the JSON Schema first.
 func Parse(name string, data []byte) (*File, error) {
-	root, err := decodeJSON(name, data)
-	if err != nil {
-		return nil, err
-	}
-	p := &parser{file: name}
-	m, err := p.obj("$", root)
-	if err != nil {
-		return nil, p.wrap("$", fmt.Errorf("%w: %v", ErrNotVectorFile, err))
-	}
-	var f *File
-	if _, ok := m["schema"]; ok {
-		if err := validateProject(name, root); err != nil {
-			return nil, err
-		}
-		f, err = p.projectFile(m)
-	} else {
-		f, err = p.originalFile(m)
-	}
+	f, err := parseEither(name, data, ErrNotVectorFile, (*parser).projectFile, (*parser).originalFile)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +219,29 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// parseEither is what both loaders (block hashes, event samples) do before their own decoding:
+// the JSON, its top-level object (else notKind), then the project schema — validated against the
+// JSON Schema — when the file declares one, else the engine originals' layouts.
+func parseEither[F any](name string, data []byte, notKind error, project, original func(*parser, map[string]any) (F, error)) (F, error) {
+	var zero F
+	root, err := decodeJSON(name, data)
+	if err != nil {
+		return zero, err
+	}
+	p := &parser{file: name}
+	m, err := p.obj("$", root)
+	if err != nil {
+		return zero, p.wrap("$", fmt.Errorf("%w: %v", notKind, err))
+	}
+	if _, ok := m["schema"]; ok {
+		if err := validateProject(name, root); err != nil {
+			return zero, err
+		}
+		return project(p, m)
+	}
+	return original(p, m)
 }
 
 // checkOrigin keeps generated and engine-produced files apart.
