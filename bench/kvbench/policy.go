@@ -1,6 +1,7 @@
 package kvbench
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,6 +28,10 @@ type Policy struct {
 	Binding string `json:"binding,omitempty"`
 	// Predict is the KV-exact rule's predictOnRoute TTL (0: off).
 	Predict time.Duration `json:"predict,omitempty"`
+	// CapFloor and Epsilon set the KV-exact rule's loadLaw.capFloor and loadLaw.epsilon (0: the
+	// rule's default), for the law variants.
+	CapFloor int     `json:"capFloor,omitempty"`
+	Epsilon  float64 `json:"epsilon,omitempty"`
 }
 
 // clientSide policies decide in the client and send through one listener per engine.
@@ -84,7 +89,8 @@ func MainPolicies() []Policy {
 	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true}, Policy{Name: PolicyOracleCacheFirst, Oracle: true, CacheFirst: true})
 }
 
-// LawPolicies are the other load laws, run on the system-prompt workload.
+// LawPolicies are the other load laws, run on the system-prompt workload, and the hard law's
+// variants (HardLawVariants).
 func LawPolicies() []Policy {
 	var out []Policy
 	for _, s := range []string{"overlap", "prefix"} {
@@ -92,7 +98,26 @@ func LawPolicies() []Policy {
 			out = append(out, KVExact(s, l))
 		}
 	}
-	return out
+	return append(out, HardLawVariants()...)
+}
+
+// KVExactHard is KV-exact (overlap) under the hard law with an explicit cap floor and, when eps > 0,
+// headroom ε; the name says both, so a cell keeps its meaning when the rule's defaults change.
+func KVExactHard(floor int, eps float64) Policy {
+	p := KVExact("overlap", "hard")
+	p.Name += fmt.Sprintf(" floor=%d", floor)
+	if eps > 0 {
+		p.Name += fmt.Sprintf(" eps=%g", eps)
+	}
+	p.CapFloor, p.Epsilon = floor, eps
+	return p
+}
+
+// HardLawVariants are the hard law's variants of the pool-scale sweep (docs/routing.md, The load
+// law at pool scale): floor 1 with ε = 0.75 (the law before capFloor), floors 4 and 8 (an engine's
+// batch without queueing, and twice it), and ε = 2 (more multiplicative headroom, floor 1).
+func HardLawVariants() []Policy {
+	return []Policy{KVExactHard(1, 0.75), KVExactHard(4, 0.75), KVExactHard(8, 0.75), KVExactHard(1, 2)}
 }
 
 // oracle routes with full knowledge and no lookahead: the simulators' true cache contents, the

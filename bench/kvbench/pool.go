@@ -131,6 +131,12 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		}
 		rule.Scoring = pol.Scoring
 		rule.LoadLaw.Kind = pol.Law
+		if pol.CapFloor > 0 {
+			rule.LoadLaw.CapFloor = &pol.CapFloor
+		}
+		if pol.Epsilon > 0 {
+			rule.LoadLaw.Epsilon = &pol.Epsilon
+		}
 	}
 	for i := 0; i < shape.Endpoints; i++ {
 		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
@@ -257,14 +263,10 @@ func startPoolGateway(ctx context.Context, rule rules.Rule, pol Policy, ct *cont
 // it, an endpoint at its cap keeps every request sharing a short prefix (RAG's instruction) while
 // the others, never sent anything, score 0 — the first oracle piled a whole RAG run on one engine.
 func lawOf(r *rules.Rule) route.Law {
-	l := route.Law{Kind: route.LawKind(r.LoadLaw.Kind), FactorPct: 175}
+	l := route.LawOf(r.LoadLaw)
 	if l.Kind == "" {
 		l.Kind = route.LawHard
 	}
-	if r.LoadLaw.Epsilon != nil {
-		l.FactorPct = int(100*(1+*r.LoadLaw.Epsilon) + 0.5)
-	}
-	l.Lambda = r.LoadLaw.Lambda
 	l.SpillRelief = true // mode 3's default
 	if r.LoadLaw.SpillRelief != nil && r.KVExactMode == rules.KVExactPool {
 		l.SpillRelief = *r.LoadLaw.SpillRelief

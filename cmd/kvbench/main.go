@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -106,7 +107,8 @@ func runSweep(ctx context.Context, args []string) int {
 	if *policies != "" {
 		want := strings.Split(*policies, ",")
 		var keep []kvbench.Policy
-		for _, p := range plan.Policies {
+		// A named law variant runs on every workload and load of the run, like the main policies.
+		for _, p := range slices.Concat(plan.Policies, plan.LawPolicies) {
 			for _, w := range want {
 				if p.Name == strings.TrimSpace(w) {
 					keep = append(keep, p)
@@ -115,13 +117,14 @@ func runSweep(ctx context.Context, args []string) int {
 		}
 		if len(keep) == 0 {
 			var names []string
-			for _, p := range plan.Policies {
+			for _, p := range slices.Concat(plan.Policies, plan.LawPolicies) {
 				names = append(names, p.Name)
 			}
 			fmt.Fprintf(os.Stderr, "kvbench: --policies: none of %q is one of: %s\n", *policies, strings.Join(names, ", "))
 			return 2
 		}
 		plan.Policies = keep
+		plan.LawPolicies, plan.LawWorkloads, plan.LawLoads = nil, nil, nil
 	}
 	if *noLaws {
 		plan.LawPolicies, plan.LawWorkloads, plan.LawLoads = nil, nil, nil

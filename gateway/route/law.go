@@ -1,5 +1,7 @@
 package route
 
+import "github.com/kvexact/kvexact/gateway/rules"
+
 // Bounded-load laws (routing-semantics §6): given each candidate's cache score and load, pick the
 // KV-exact winner so that cache affinity never piles every request onto one hot endpoint. All maths
 // is integer, so the same inputs always give the same winner.
@@ -35,6 +37,26 @@ type Law struct {
 	Lambda int
 	// SpillRelief lets an over-cap winner spill to an under-cap endpoint with zero score.
 	SpillRelief bool
+	// CapFloor is the hard laws' least cap (values below 1 count as 1): an engine batches several
+	// sequences, so an endpoint with fewer than CapFloor requests in flight is never over its cap,
+	// however idle the rest of the pool is.
+	CapFloor int
+}
+
+// LawOf is the law a normalized rule's loadLaw configures: the router's, and the benchmark
+// oracle's, so both decide by the same fields.
+func LawOf(l rules.LoadLaw) Law {
+	law := Law{Kind: LawKind(l.Kind), FactorPct: 175, Lambda: l.Lambda, CapFloor: 1}
+	if l.Epsilon != nil {
+		law.FactorPct = int(100*(1+*l.Epsilon) + 0.5)
+	}
+	if l.SpillRelief != nil {
+		law.SpillRelief = *l.SpillRelief
+	}
+	if l.CapFloor != nil {
+		law.CapFloor = *l.CapFloor
+	}
+	return law
 }
 
 // Verdict is a law's choice.
@@ -97,7 +119,7 @@ func leastLoaded(cands []Scored, ok func(pos int) bool) int {
 	return pos
 }
 
-// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least 1. The winner is the
+// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least CapFloor. The winner is the
 // best score among candidates under their cap; if no under-cap candidate has a positive score, the
 // least-loaded under-cap candidate takes it when spill relief is on (else the least-loaded with a
 // positive score keeps the affinity); if every candidate is over its cap, the least-loaded one with
@@ -116,7 +138,7 @@ func (l Law) hard(cands []Scored, best, pct int) Verdict {
 	for i, c := range cands {
 		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
 		den := int64(100) * int64(totalCap)
-		caps[i] = int(max((num+den-1)/den, 1))
+		caps[i] = int(max((num+den-1)/den, int64(max(l.CapFloor, 1))))
 	}
 	pos := argmax(cands, under)
 	switch {

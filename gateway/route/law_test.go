@@ -1,6 +1,10 @@
 package route
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvexact/kvexact/gateway/rules"
+)
 
 func sc(score, load int) Scored { return Scored{Score: score, Load: load, Capacity: 1} }
 
@@ -56,5 +60,72 @@ func TestHardCapsFloorOne(t *testing.T) {
 		if c != 1 {
 			t.Errorf("cap[%d] = %d with zero load, want floor 1", i, c)
 		}
+	}
+}
+
+// The cap floor: below it no endpoint is over its cap, above it the (1+ε)·mean cap rules unchanged.
+func TestHardCapFloor(t *testing.T) {
+	floor4 := Law{Kind: LawHard, FactorPct: 175, SpillRelief: true, CapFloor: 4}
+	floor1 := Law{Kind: LawHard, FactorPct: 175, SpillRelief: true, CapFloor: 1}
+	for _, tc := range []struct {
+		name     string
+		law      Law
+		cands    []Scored
+		pos      int
+		spill    bool
+		wantCaps []int
+	}{
+		// total 3 over 4: ceil(1.75·3/4) = 2, so the holder at 3 is over cap without a floor…
+		{"floor 1: a holder at 3 in flight spills", floor1, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
+		// …and under the floor of 4 it keeps its request.
+		{"floor 4: a holder at 3 in flight keeps it", floor4, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 0, false, []int{4, 4, 4, 4}},
+		// At the floor it is over: ceil(1.75·4/4) = 2 < 4, cap 4, load 4 is not under.
+		{"floor 4: a holder at 4 spills to the least loaded", floor4, withIndex(sc(6, 4), sc(0, 1), sc(0, 0), sc(0, 0)), 2, true, []int{4, 4, 4, 4}},
+		// Over the floor the multiplicative cap decides: total 32, ceil(1.75·32/4) = 14 > 4.
+		{"floor 4: busy pool, the mean's cap rules", floor4, withIndex(sc(6, 14), sc(2, 6), sc(0, 6), sc(0, 6)), 1, true, []int{14, 14, 14, 14}},
+		{"floor 4: busy pool, under the mean's cap keeps it", floor4, withIndex(sc(6, 13), sc(2, 7), sc(0, 6), sc(0, 6)), 0, false, []int{14, 14, 14, 14}},
+		// Ties under the floor: equal score, equal load → the lowest position.
+		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{4, 4, 4, 4}},
+		// The floor is an upper bound on nothing: capacity shares still shape caps above it.
+		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{0, 9, 12, 3}, {1, 1, 0, 1}}, 0, false, []int{16, 6}},
+	} {
+		v := tc.law.Pick(tc.cands, 8)
+		if v.Pos != tc.pos || v.Spill != tc.spill || !equalInts(v.Caps, tc.wantCaps) {
+			t.Errorf("%s: got pos %d spill %v caps %v, want pos %d spill %v caps %v", tc.name, v.Pos, v.Spill, v.Caps, tc.pos, tc.spill, tc.wantCaps)
+		}
+		if w := tc.law.Pick(tc.cands, 8); w.Pos != v.Pos || !equalInts(w.Caps, v.Caps) {
+			t.Errorf("%s: not deterministic: %+v then %+v", tc.name, v, w)
+		}
+	}
+	// The adaptive law is the hard law with a wider factor: the floor applies to it too.
+	if v := (Law{Kind: LawAdaptive, CapFloor: 4}).Pick(withIndex(sc(6, 3), sc(0, 0)), 8); v.Pos != 0 || v.Caps[0] != 4 {
+		t.Errorf("adaptive with floor 4: %+v, want pos 0 with cap 4", v)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// LawOf reads every field of a normalized loadLaw, so the router and the benchmark's oracle decide
+// by the same law.
+func TestLawOfRule(t *testing.T) {
+	eps, floor, relief := 2.0, 6, true
+	l := LawOf(rules.LoadLaw{Kind: "hard", Epsilon: &eps, CapFloor: &floor, Lambda: 40, SpillRelief: &relief})
+	if l != (Law{Kind: LawHard, FactorPct: 300, CapFloor: 6, Lambda: 40, SpillRelief: true}) {
+		t.Errorf("LawOf: %+v", l)
+	}
+	var def rules.LoadLaw
+	l = LawOf(def)
+	if l.FactorPct != 175 || l.CapFloor != 1 || l.SpillRelief {
+		t.Errorf("LawOf(zero): %+v, want ε 0.75, floor 1, no relief", l)
 	}
 }

@@ -69,7 +69,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, minMatch: *r.MinMatchTokens}
-	rt.law = Law{Kind: LawKind(r.LoadLaw.Kind), FactorPct: int(100*(1+*r.LoadLaw.Epsilon) + 0.5), Lambda: r.LoadLaw.Lambda, SpillRelief: *r.LoadLaw.SpillRelief}
+	rt.law = LawOf(r.LoadLaw)
 	rt.predict = newPredictions(time.Duration(r.PredictOnRoute), cfg.Now)
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {

@@ -317,6 +317,9 @@ type LoadLaw struct {
 	Kind string `yaml:"kind" json:"kind"`
 	// Epsilon: hard law headroom over the mean, default 0.75 (cap = (1+ε)·mean share).
 	Epsilon *float64 `yaml:"epsilon" json:"epsilon,omitempty"`
+	// CapFloor: the hard laws' least per-endpoint cap, in requests in flight, default 1 (an
+	// endpoint below it is never over its cap: an engine batches that many without queueing).
+	CapFloor *int `yaml:"capFloor" json:"capFloor,omitempty"`
 	// Lambda: soft law load penalty, default 32.
 	Lambda int `yaml:"lambda" json:"lambda,omitempty"`
 	// SpillRelief lets an over-cap winner spill to the least-loaded endpoint of the whole pool;
@@ -874,6 +877,13 @@ func (l *LoadLaw) normalize(mode int) error {
 	}
 	if *l.Epsilon < 0 || *l.Epsilon > 9 {
 		return fieldErr("epsilon", "%g is outside 0..9", *l.Epsilon)
+	}
+	if l.CapFloor == nil {
+		f := 1
+		l.CapFloor = &f
+	}
+	if *l.CapFloor < 1 || *l.CapFloor > 100000 {
+		return fieldErr("capFloor", "%d is outside 1..100000", *l.CapFloor)
 	}
 	if l.Lambda == 0 {
 		l.Lambda = 32

@@ -83,6 +83,8 @@ func TestRejections(t *testing.T) {
 		{"seed: \"0\"", "blockSize: 5000", "rules[0].blockSize: 5000 is outside 1..4096"},
 		{"seed: \"0\"", "selector: random", `rules[0].selector: "random" is not one of rr, wrr, least-load, chwbl`},
 		{"seed: \"0\"", "loadLaw: {kind: medium}", `rules[0].loadLaw.kind: "medium" is not one of hard, soft, adaptive, off`},
+		{"seed: \"0\"", "loadLaw: {capFloor: 0}", "rules[0].loadLaw.capFloor: 0 is outside 1..100000"},
+		{"seed: \"0\"", "loadLaw: {capFloor: 100001}", "rules[0].loadLaw.capFloor: 100001 is outside 1..100000"},
 		{"seed: \"0\"", "minMatchTokens: 5000", "rules[0].minMatchTokens: 5000 is outside 0..4096"},
 		{"seed: \"0\"", "sed: \"0\"", "field sed not found"},
 		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557", "tcp://127.0.0.1:6558"]`, "rules[0].endpoints[0].events.replay: 2 addresses for 1 ranks"},
