@@ -37,9 +37,13 @@ type Law struct {
 	Lambda int
 	// SpillRelief lets an over-cap winner spill to an under-cap endpoint with zero score.
 	SpillRelief bool
-	// CapFloor is the hard laws' least cap (values below 1 count as 1): an engine batches several
-	// sequences, so an endpoint with fewer than CapFloor requests in flight is never over its cap,
-	// however idle the rest of the pool is.
+	// CapFloor is the hard laws' least cap for a holder of the prompt — a candidate whose score is at
+	// least half the prompt's blocks (values below 1 count as 1). An engine batches several
+	// sequences, so a holder with fewer than CapFloor requests in flight is not overloaded, and
+	// spilling its request would at least double the request's prefill. A shallower match (a
+	// shared instruction of a few blocks) gets no floor: with one, the few endpoints holding such
+	// a prefix soaked up every request up to the floor and the deep holders, busy with them,
+	// spilled (docs/routing.md, The load law at pool scale).
 	CapFloor int
 }
 
@@ -87,9 +91,9 @@ func (l Law) Pick(cands []Scored, queryBlocks int) Verdict {
 			total += c.Load
 		}
 		pct := clamp(175+125*(total-16)/10, 175, 300)
-		return l.hard(cands, best, pct)
+		return l.hard(cands, queryBlocks, best, pct)
 	default:
-		return l.hard(cands, best, l.FactorPct)
+		return l.hard(cands, queryBlocks, best, l.FactorPct)
 	}
 }
 
@@ -119,12 +123,13 @@ func leastLoaded(cands []Scored, ok func(pos int) bool) int {
 	return pos
 }
 
-// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least CapFloor. The winner is the
+// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least 1, and at least
+// CapFloor for a holder (2·score_i ≥ queryBlocks). The winner is the
 // best score among candidates under their cap; if no under-cap candidate has a positive score, the
 // least-loaded under-cap candidate takes it when spill relief is on (else the least-loaded with a
 // positive score keeps the affinity); if every candidate is over its cap, the least-loaded one with
 // a positive score.
-func (l Law) hard(cands []Scored, best, pct int) Verdict {
+func (l Law) hard(cands []Scored, queryBlocks, best, pct int) Verdict {
 	if pct < 100 {
 		pct = 175
 	}
@@ -138,7 +143,10 @@ func (l Law) hard(cands []Scored, best, pct int) Verdict {
 	for i, c := range cands {
 		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
 		den := int64(100) * int64(totalCap)
-		caps[i] = int(max((num+den-1)/den, int64(max(l.CapFloor, 1))))
+		caps[i] = int(max((num+den-1)/den, 1))
+		if queryBlocks > 0 && 2*c.Score >= queryBlocks {
+			caps[i] = max(caps[i], l.CapFloor)
+		}
 	}
 	pos := argmax(cands, under)
 	switch {

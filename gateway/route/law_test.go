@@ -63,7 +63,8 @@ func TestHardCapsFloorOne(t *testing.T) {
 	}
 }
 
-// The cap floor: below it no endpoint is over its cap, above it the (1+ε)·mean cap rules unchanged.
+// The cap floor: a holder of at least half the prompt below it is never over its cap; above it,
+// and for shallower matches, the (1+ε)·mean cap rules unchanged. The prompt has 8 blocks.
 func TestHardCapFloor(t *testing.T) {
 	floor4 := Law{Kind: LawHard, FactorPct: 175, SpillRelief: true, CapFloor: 4}
 	floor1 := Law{Kind: LawHard, FactorPct: 175, SpillRelief: true, CapFloor: 1}
@@ -77,16 +78,22 @@ func TestHardCapFloor(t *testing.T) {
 	}{
 		// total 3 over 4: ceil(1.75·3/4) = 2, so the holder at 3 is over cap without a floor…
 		{"floor 1: a holder at 3 in flight spills", floor1, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
-		// …and under the floor of 4 it keeps its request.
-		{"floor 4: a holder at 3 in flight keeps it", floor4, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 0, false, []int{4, 4, 4, 4}},
-		// At the floor it is over: ceil(1.75·4/4) = 2 < 4, cap 4, load 4 is not under.
-		{"floor 4: a holder at 4 spills to the least loaded", floor4, withIndex(sc(6, 4), sc(0, 1), sc(0, 0), sc(0, 0)), 2, true, []int{4, 4, 4, 4}},
+		// …and under the floor of 4 it keeps its request; non-holders keep the mean's cap.
+		{"floor 4: a holder at 3 in flight keeps it", floor4, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 0, false, []int{4, 2, 2, 2}},
+		// Exactly half the prompt is a holder; one block less is not.
+		{"floor 4: half the prompt is a holder", floor4, withIndex(sc(4, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 0, false, []int{4, 2, 2, 2}},
+		{"floor 4: less than half is no holder, it spills", floor4, withIndex(sc(3, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
+		// A shallow shared prefix (a RAG instruction) gets no floor: the request goes on to an idle
+		// endpoint instead of piling onto the few that hold the instruction.
+		{"floor 4: shallow matches stay under the mean's cap", floor4, withIndex(sc(1, 2), sc(1, 2), sc(0, 0), sc(0, 0)), 2, true, []int{2, 2, 2, 2}},
+		// At the floor a holder is over: cap 4, load 4 is not under; spill relief → least loaded.
+		{"floor 4: a holder at 4 spills to the least loaded", floor4, withIndex(sc(6, 4), sc(0, 1), sc(0, 0), sc(0, 0)), 2, true, []int{4, 3, 3, 3}},
 		// Over the floor the multiplicative cap decides: total 32, ceil(1.75·32/4) = 14 > 4.
 		{"floor 4: busy pool, the mean's cap rules", floor4, withIndex(sc(6, 14), sc(2, 6), sc(0, 6), sc(0, 6)), 1, true, []int{14, 14, 14, 14}},
 		{"floor 4: busy pool, under the mean's cap keeps it", floor4, withIndex(sc(6, 13), sc(2, 7), sc(0, 6), sc(0, 6)), 0, false, []int{14, 14, 14, 14}},
-		// Ties under the floor: equal score, equal load → the lowest position.
-		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{4, 4, 4, 4}},
-		// The floor is an upper bound on nothing: capacity shares still shape caps above it.
+		// Ties among holders under the floor: equal score, equal load → the lowest position.
+		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{2, 4, 4, 2}},
+		// Capacity shares still shape caps above the floor.
 		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{0, 9, 12, 3}, {1, 1, 0, 1}}, 0, false, []int{16, 6}},
 	} {
 		v := tc.law.Pick(tc.cands, 8)

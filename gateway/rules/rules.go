@@ -317,8 +317,9 @@ type LoadLaw struct {
 	Kind string `yaml:"kind" json:"kind"`
 	// Epsilon: hard law headroom over the mean, default 0.75 (cap = (1+ε)·mean share).
 	Epsilon *float64 `yaml:"epsilon" json:"epsilon,omitempty"`
-	// CapFloor: the hard laws' least per-endpoint cap, in requests in flight, default 1 (an
-	// endpoint below it is never over its cap: an engine batches that many without queueing).
+	// CapFloor: the hard laws' least cap, in requests in flight, of an endpoint holding at least
+	// half the prompt's blocks, default 1 (such a holder below it is never over its cap: an engine
+	// batches that many without queueing).
 	CapFloor *int `yaml:"capFloor" json:"capFloor,omitempty"`
 	// Lambda: soft law load penalty, default 32.
 	Lambda int `yaml:"lambda" json:"lambda,omitempty"`
