@@ -272,14 +272,25 @@ func TestOracleSpillsPastItsCap(t *testing.T) {
 	if law.Kind != route.LawHard || law.FactorPct != 175 || !law.SpillRelief {
 		t.Fatalf("oracle law %+v, want mode 3's default (hard, ε 0.75, spill relief)", law)
 	}
+	// The oracle follows the gateway's default law field by field (a new default moves both).
+	r3 := &rules.Rule{Name: "kvx", KVExactMode: rules.KVExactPool, Engine: r.Engine, Seed: &seed0, Endpoints: r.Endpoints}
+	if err := r3.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if gw := route.LawOf(r3.LoadLaw); law != gw {
+		t.Fatalf("oracle law %+v, the gateway's default mode-3 law %+v", law, gw)
+	}
 	caches := []map[uint64]int{{1: 1}, {}, {}, {}}
 	o := newOracleOf(4, func(i int) map[uint64]int { return caches[i] }, law, 16, 512)
 	per := map[int]int{}
-	for i := 0; i < 8; i++ { // 8 concurrent requests sharing block 1, then each its own
+	// 3·floor + 2 concurrent requests sharing block 1, then each its own: a holder keeps at most
+	// max(floor, its cap), so at least three engines serve them.
+	n := 3*law.CapFloor + 2
+	for i := 0; i < n; i++ {
 		per[o.pick(nil, []uint64{1, uint64(100 + i)}).idx]++
 	}
-	if per[0] == 8 || len(per) < 3 {
-		t.Fatalf("8 concurrent requests sharing one block went %v", per)
+	if per[0] == n || len(per) < 3 {
+		t.Fatalf("%d concurrent requests sharing one block went %v", n, per)
 	}
 }
 
