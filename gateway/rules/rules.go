@@ -318,9 +318,9 @@ type LoadLaw struct {
 	// Epsilon: hard law headroom over the mean, default 0.75 (cap = (1+ε)·mean share).
 	Epsilon *float64 `yaml:"epsilon" json:"epsilon,omitempty"`
 	// CapFloor: the hard laws' least cap, in requests in flight, of an endpoint holding at least
-	// half the prompt's blocks, default 4 (such a holder below it is never over its cap: an engine
-	// batches several sequences without queueing, and a spill repeats the prefill it holds;
-	// docs/routing.md). 1 is the law before the floor.
+	// half the prompt's blocks, default 8 (such a holder below it is never over its cap: an engine
+	// batches several sequences, and waiting behind a few mostly cached requests costs less than
+	// the prefill a spill repeats; docs/routing.md). 1 is the law before the floor.
 	CapFloor *int `yaml:"capFloor" json:"capFloor,omitempty"`
 	// Lambda: soft law load penalty, default 32.
 	Lambda int `yaml:"lambda" json:"lambda,omitempty"`
@@ -881,7 +881,7 @@ func (l *LoadLaw) normalize(mode int) error {
 		return fieldErr("epsilon", "%g is outside 0..9", *l.Epsilon)
 	}
 	if l.CapFloor == nil {
-		f := 4 // the pool-scale sweeps' choice (docs/routing.md)
+		f := 8 // the pool-scale sweeps' choice (docs/routing.md)
 		l.CapFloor = &f
 	}
 	if *l.CapFloor < 1 || *l.CapFloor > 100000 {

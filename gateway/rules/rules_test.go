@@ -32,8 +32,8 @@ func TestDefaults(t *testing.T) {
 	if *r.MinMatchTokens != 16 || r.LoadLaw.Kind != "hard" || *r.LoadLaw.Epsilon != 0.75 || !*r.LoadLaw.SpillRelief {
 		t.Errorf("routing defaults wrong: %+v", r.LoadLaw)
 	}
-	if *r.LoadLaw.CapFloor != 4 {
-		t.Errorf("loadLaw.capFloor default %d, want 4 (docs/routing.md, The load law at pool scale)", *r.LoadLaw.CapFloor)
+	if *r.LoadLaw.CapFloor != 8 {
+		t.Errorf("loadLaw.capFloor default %d, want 8 (docs/routing.md, The load law at pool scale)", *r.LoadLaw.CapFloor)
 	}
 	if r.Breaker.FailureThreshold != 5 || time.Duration(r.Breaker.OpenFor) != 30*time.Second || *r.Breaker.OriginErrorThreshold != 3 {
 		t.Errorf("breaker defaults wrong: %+v", r.Breaker)
