@@ -4,8 +4,9 @@
 # *without* PGO, one rr rule over `kvbench upstream -n 4`, wrk -t2 -c32 with the small completion
 # request, the profile taken from the admin listener's /debug/pprof/profile while wrk runs.
 # The project ships no cmd/gateway/default.pgo: on this benchmark a PGO build did not pay (within
-# ±2 % of CPU per request, docs/benchmarks/proxy.md, 2026-12-01) and it doubles the gateway's cold
-# build. To try one:  scripts/pgo.sh && go build -pgo=.cache/pgo/gateway.pgo -o gw-pgo ./cmd/gateway
+# ±2 % of CPU per request, docs/benchmarks/proxy.md, 2026-12-01) and it compiles the gateway
+# packages a second time (≈ 250 s of CPU here). To try one:
+#   scripts/pgo.sh && go build -pgo=.cache/pgo/gateway.pgo -o gw-pgo ./cmd/gateway
 # (copied to cmd/gateway/default.pgo instead, every build of cmd/gateway — go build, go test of
 # the package, kvbench's fallback build, the container images — would use it).
 #   PGO_SECONDS=30   length of the profile (wrk runs 2 s longer)
