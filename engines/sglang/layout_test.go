@@ -255,3 +255,30 @@ func FuzzDecodeSGLangMap(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeSGLangLayouts decodes the same 256-page store in both layouts; the sub-benchmarks
+// alternate within each -count round, so the two are compared on the same machine state.
+func BenchmarkDecodeSGLangLayouts(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 5))
+	e := engines.Event{Kind: engines.BlockStored, BlockSize: 16, Medium: "GPU", SessionID: "agent-7"}
+	for i := 0; i < 256; i++ {
+		e.BlockHashes = append(e.BlockHashes, uint64(int64(r.Uint64())))
+		for j := 0; j < 16; j++ {
+			e.TokenIDs = append(e.TokenIDs, uint32(r.IntN(151000)))
+		}
+	}
+	for _, l := range []Layout{LayoutArray, LayoutMap} {
+		p, _ := EncodeBatchLayout(engines.Batch{Timestamp: 1, Events: []engines.Event{e}, HasDPRank: true}, l)
+		b.Run(l.String(), func(b *testing.B) {
+			var dst engines.Batch
+			b.SetBytes(int64(len(p)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := DecodeBatchInto(&dst, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(256*float64(b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
