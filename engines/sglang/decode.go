@@ -121,6 +121,15 @@ func kindOf(tag []byte) engines.Kind {
 	return 0
 }
 
+// Positional field names of the array layout, after the tag; "metadata" is v0.5.18's trailing
+// {"cache_salt": …} map (BlockStoredWithMetadata).
+var (
+	storedOrder  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "metadata"}
+	removedOrder = []string{"block_hashes", "medium"}
+)
+
+// arrayEvent reads a tagged-array event (v0.5.18 and before) through the map layout's field
+// decoder, by position; trailing elements of a later release are skipped.
 func (d *decoder) arrayEvent(i int, e *engines.Event) error {
 	start := d.r.Offset()
 	n, err := d.r.ArrayLen()
@@ -138,78 +147,30 @@ func (d *decoder) arrayEvent(i int, e *engines.Event) error {
 	if e.Kind = kindOf(tag); e.Kind == 0 {
 		return reject(engines.ReasonUnknownEvent, tagOff, ev(i, "type"), fmt.Errorf("unknown event type %q", tag))
 	}
+	var order []string
 	min := 1
 	switch e.Kind {
 	case engines.BlockStored:
-		min = 5
+		order, min = storedOrder, 5
 	case engines.BlockRemoved:
-		min = 2
+		order, min = removedOrder, 2
 	}
 	if n < min {
 		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i), fmt.Errorf("%s array of %d, want at least %d", e.Kind, n, min))
 	}
-	j := 1
-	switch e.Kind {
-	case engines.BlockStored:
-		if err := d.hashes(i, e); err != nil {
-			return err
-		}
-		if !d.r.IsNil() {
-			v, err := d.hash()
-			if err != nil {
-				return d.fail(err, ev(i, "parent_block_hash"))
-			}
-			e.Parent, e.HasParent = v, true
-		}
-		if err := d.tokens(i, e); err != nil {
-			return err
-		}
-		off := d.r.Offset()
-		if e.BlockSize, err = d.r.Int32(); err != nil {
-			return d.fail(err, ev(i, "block_size"))
-		}
-		if e.BlockSize < 0 {
-			return reject(engines.ReasonSchemaMismatch, off, ev(i, "block_size"), fmt.Errorf("negative block size %d", e.BlockSize))
-		}
-		j = 5
-		if j < n {
-			if !d.r.IsNil() {
-				if e.LoRAID, err = d.r.Int64(); err != nil {
-					return d.fail(err, ev(i, "lora_id"))
-				}
-				e.HasLoRAID = true
-			}
-			j++
-		}
-		if j < n {
-			if e.Medium, err = d.optStr(i, "medium"); err != nil {
+	for j := 1; j < n; j++ {
+		if j-1 < len(order) {
+			if _, _, err := d.field(i, e, []byte(order[j-1])); err != nil {
 				return err
 			}
-			j++
+			continue
 		}
-		if j < n {
-			if err := d.metadata(i, e); err != nil {
-				return err
-			}
-			j++
-		}
-		splitBlocks(e)
-	case engines.BlockRemoved:
-		if err := d.hashes(i, e); err != nil {
-			return err
-		}
-		j = 2
-		if j < n {
-			if e.Medium, err = d.optStr(i, "medium"); err != nil {
-				return err
-			}
-			j++
-		}
-	}
-	for ; j < n; j++ { // fields of a later release
-		if err := d.r.Skip(); err != nil {
+		if err := d.r.Skip(); err != nil { // fields of a later release
 			return d.fail(err, fmt.Sprintf("events[%d][%d]", i, j))
 		}
+	}
+	if e.Kind == engines.BlockStored {
+		splitBlocks(e)
 	}
 	return nil
 }
@@ -349,6 +310,8 @@ func (d *decoder) field(i int, e *engines.Event, k []byte) (bit int, known bool,
 	case "session_id":
 		e.SessionID, err = d.optStr(i, "session_id")
 		return 0, true, err
+	case "metadata":
+		return 0, true, d.metadata(i, e)
 	}
 	return 0, false, nil
 }
