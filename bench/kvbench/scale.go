@@ -150,8 +150,8 @@ func MeasureScale(ctx context.Context, toks *tokenize.Pool, model string, plan S
 				if !plan.MultiTurn || n < multiTurnMin {
 					continue
 				}
-				for _, kb := range plan.KeyCacheBytes {
-					c, err = rig.measureMultiTurn(ctx, cached, ctok, n, plan, kb)
+				for i, kb := range plan.KeyCacheBytes {
+					c, err = rig.measureMultiTurn(ctx, cached, ctok, n, plan, kb, i > 0)
 					if err != nil {
 						return nil, fmt.Errorf("%d endpoints, %d keys, %d tokens, multi-turn: %w", eps, resident, n, err)
 					}
@@ -371,8 +371,8 @@ func conversation(tok *tokenize.Tokenizer, n, next int) (*tokenize.ChatRequest, 
 // measureMultiTurn stores the conversation's earlier turns on one endpoint and times decisions of
 // chat requests that append one new user turn each (a different one per decision), the segment
 // cache (and the key cache of keyCacheBytes, 0: none) warmed by one untimed request — the previous
-// turn of the conversation.
-func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, tok *tokenize.Tokenizer, n int, plan ScalePlan, keyCacheBytes int64) (ScaleCell, error) {
+// turn of the conversation. again: the same conversation as the cell before, on the same endpoint.
+func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, tok *tokenize.Tokenizer, n int, plan ScalePlan, keyCacheBytes int64, again bool) (ScaleCell, error) {
 	router, err := s.routerOn(cached, route.NewKeyCache(keyCacheBytes))
 	if err != nil {
 		return ScaleCell{}, err
@@ -389,7 +389,9 @@ func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, 
 	if err != nil {
 		return ScaleCell{}, err
 	}
-	s.endpoint = (s.endpoint + 1) % len(s.eps)
+	if !again {
+		s.endpoint = (s.endpoint + 1) % len(s.eps)
+	}
 	want := s.eps[s.endpoint]
 	if err := s.inv.Store(want.ID, keys); err != nil {
 		return ScaleCell{}, err
