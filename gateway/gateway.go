@@ -90,6 +90,7 @@ type Gateway struct {
 	cfg     *rules.Config
 	store   *rules.Store
 	pool    *tokenize.Pool
+	keys    *route.KeyCache // shared by every rule's keyer (entries are per key space); nil: off
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	now     func() time.Time
@@ -168,12 +169,20 @@ func New(opts Options) (*Gateway, error) {
 	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
 		return nil, err
 	}
+	keyBytes := int64(route.DefaultKeyCacheBytes)
+	if n := opts.Config.Tokenizers.KeyCacheBytes; n != nil {
+		keyBytes = *n
+	}
+	keys := route.NewKeyCache(keyBytes)
+	if err := registerKeyCacheMetrics(opts.Registry, keys); err != nil {
+		return nil, err
+	}
 	im, err := ingest.NewMetrics(opts.Registry)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
+		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
 		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
@@ -364,7 +373,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, Cache: g.keys}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
