@@ -63,6 +63,11 @@ func WriteDocument(rawDir, sectionsDir, chartsDir, out string) error {
 	if m, err := os.ReadFile(filepath.Join(rawDir, "machine.txt")); err == nil {
 		fmt.Fprintf(&b, "This run: %s, generated %s.\n\n", strings.Join(strings.Fields(strings.ReplaceAll(string(m), "\n", "; ")), " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	}
+	if _, err := os.Stat(filepath.Join(sectionsDir, "peers.md")); err == nil {
+		b.WriteString("The peer strategies (Dynamo, SGLang, AIBrix, llm-d) beside kvexact, the 16- and 64-engine sweeps,\n" +
+			"`kvbench scale` and the multi-turn (segment cache) decision cells: [`docs/benchmarks/peers.md`](benchmarks/peers.md),\n" +
+			"each with its command, core count and load (also included below, section 3).\n\n")
+	}
 	b.WriteString("Contents: [1. Routing quality](#1-routing-quality-kvbench) · [2. Overhead](#2-overhead) · [3. Component benchmarks](#3-component-benchmarks)\n\n")
 	writeRouting(&b, rep, rel)
 	writeOverhead(&b, ov, rel, rawDir)
@@ -88,8 +93,8 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 		return
 	}
 	m := rep.Machine
-	fmt.Fprintf(b, "Command: `go run ./cmd/kvbench --out .cache/bench/kvbench --charts docs/bench` (recorded: `%s`), %d cores (%s), %s, load average %s before and %s after (the machine is shared); %.0f s.\n\n",
-		rep.Command, m.Cores, m.CPU, m.Go, m.Load, rep.MachineAfter.Load, rep.Elapsed)
+	fmt.Fprintf(b, "Command: `go run ./cmd/kvbench --out .cache/bench/kvbench --charts docs/bench` (recorded: `%s`), %d cores (%s), %s, load average %s before and %s after (the machine is shared); %.0f s; %s.\n\n",
+		rep.Command, m.Cores, m.CPU, m.Go, m.Load, rep.MachineAfter.Load, rep.Elapsed, commitText(m.Commit))
 	p, ps := rep.Plan, rep.Pool
 	fmt.Fprintf(b, "**Setup.** One process: %d vLLM %s simulators (`engines/sim`, engine hash binding `sha256`, PYTHONHASHSEED pinned) with %d KV blocks of 16 tokens each, %d running requests per engine, %s per uncached prompt token and %s per output token; a fresh pool and gateway per cell, so every cell starts cold. KV-exact policies run under a certificate for the rule's profile (as `ctk certify` writes it), with the rule's `least-load` selector on a miss. The **oracle** decides in the client with the simulators' true cache contents (`sim.CacheKeys`), the blocks of every request in flight on each engine and true in-flight counts, under the gateway's own hard load law (ε = 0.75), and sends through the same gateway data path (a single-endpoint rule per engine), so only the decision differs; the target *oracle is an upper bound* checks, per workload and load, that no policy beats it by more than two standard errors. The **peers' strategies** (Dynamo without KV events, SGLang's approximate tree, AIBrix prefix-cache, llm-d estimate; llm-d precise is KV-exact's router binding) decide in the client the same way, from what each peer's router knows (docs/benchmarks/peers.md cites their algorithms).\n\n",
 		ps.Endpoints, release, ps.CapacityBlocks, ps.MaxConcurrency, ps.PrefillPerToken, ps.DecodePerToken)
@@ -113,7 +118,17 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 			invalid++
 		}
 	}
-	fmt.Fprintf(b, "%d cells, %d valid, %d invalid.\n\n", len(rep.Cells), len(rep.Cells)-invalid, invalid)
+	failed := rep.Failed()
+	fmt.Fprintf(b, "%d cells, %d valid, %d invalid (of which %d failed to run).\n\n", len(rep.Cells), len(rep.Cells)-invalid, invalid, len(failed))
+	if missing := rep.Missing(); len(missing) > 0 {
+		// An interrupted run: what it measured is shown, and what it did not is named.
+		fmt.Fprintf(b, "**Partial run: %d of %d planned cells measured.** Missing (never measured, so neither in the tables nor the charts; the targets that need them say \"not evaluated\"):\n\n",
+			len(rep.Cells), len(rep.Cells)+len(missing))
+		for _, id := range missing {
+			fmt.Fprintf(b, "- %s\n", id)
+		}
+		b.WriteString("\n")
+	}
 
 	b.WriteString("### Targets (default KV-exact: overlap scoring, hard law)\n\n| target | workload | load | result | verdict |\n|---|---|---:|---|---|\n")
 	for _, t := range rep.Targets {
@@ -138,13 +153,20 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 		b.WriteString("| policy | load | req/s offered | cached ratio | TTFT p50 / p90 / p99 ms | E2E p50 / p90 / p99 ms | throughput req/s | goodput req/s | imbalance | errors | hit counter Δ | hits confirmed / false (of which cold-start seeded) | predicted → actual cached tok | valid |\n")
 		b.WriteString("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|---|\n")
 		cells := cellsOf(rep, w)
+		if len(cells) == 0 {
+			b.WriteString("| *no cell of this workload was measured* | | | | | | | | | | | | | |\n\n")
+			continue
+		}
 		for _, c := range cells {
 			var hits float64
 			for _, v := range c.Evidence.HitCounterDelta {
 				hits += v
 			}
 			valid := "yes"
-			if !c.Valid {
+			switch {
+			case c.Error != "":
+				valid = "**failed**"
+			case !c.Valid:
 				valid = "**invalid**"
 			}
 			ev := c.Evidence
@@ -168,7 +190,7 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 		b.WriteString("\n")
 	}
 	if invalid > 0 {
-		b.WriteString("### Invalid cells\n\n")
+		b.WriteString("### Invalid and failed cells\n\n")
 		for _, c := range rep.Cells {
 			if !c.Valid {
 				fmt.Fprintf(b, "- %s / %s / load %.1f: %s\n", c.Workload, c.Policy, c.Load, strings.Join(c.Invalid, "; "))
@@ -177,6 +199,14 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 		b.WriteString("\n")
 	}
 	b.WriteString("Reading the numbers: one run per cell (no repetitions; the publish gate of routing-semantics §14.4 — N ≥ 5, CV ≤ 10 % — is not met by this few-minute sweep), about 80–400 measured requests each, so p99 is close to the maximum and differences of a few percent are noise, more so on a shared machine. Simulated engines sleep instead of computing, so batching does not slow a running request; saturation is queueing for engine slots and KV blocks.\n\n")
+}
+
+// commitText names the commit a run's binary was built from.
+func commitText(c string) string {
+	if c == "" {
+		return "commit not recorded (not a go build from a repository)"
+	}
+	return "built from commit `" + c + "`"
 }
 
 func lawOnly(p Plan) []string {
