@@ -61,14 +61,14 @@ func WriteDocument(rawDir, sectionsDir, chartsDir, out string) error {
 		"`docs/benchmarks/*.md` and are included verbatim, each followed by this run's figures; the routing and\n" +
 		"overhead sections are written from kvbench's JSON (`.cache/bench/kvbench/*.json`).\n\n")
 	if m, err := os.ReadFile(filepath.Join(rawDir, "machine.txt")); err == nil {
-		fmt.Fprintf(&b, "This run: %s, generated %s.\n\n", strings.Join(strings.Fields(strings.ReplaceAll(string(m), "\n", "; ")), " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+		fmt.Fprintf(&b, "This run: %s, generated %s.\n\n", strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(m)), "\n", "; ")), " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	}
 	if _, err := os.Stat(filepath.Join(sectionsDir, "peers.md")); err == nil {
 		b.WriteString("The peer strategies (Dynamo, SGLang, AIBrix, llm-d) beside kvexact, the 16- and 64-engine sweeps,\n" +
 			"`kvbench scale` and the multi-turn (segment cache) decision cells: [`docs/benchmarks/peers.md`](benchmarks/peers.md),\n" +
 			"each with its command, core count and load (also included below, section 3).\n\n")
 	}
-	b.WriteString("Contents: [1. Routing quality](#1-routing-quality-kvbench) · [2. Overhead](#2-overhead) · [3. Component benchmarks](#3-component-benchmarks)\n\n")
+	b.WriteString("Contents: [1. Routing quality](#1-routing-quality-kvbench) · [2. Overhead](#2-overhead) · [2b. Pool scale](#2b-pool-scale-kvbench-scale) · [3. Component benchmarks](#3-component-benchmarks)\n\n")
 	writeRouting(&b, rep, rel)
 	writeOverhead(&b, ov, rel, rawDir)
 	if sc, err := os.ReadFile(filepath.Join(rawDir, "kvbench", "scale.md")); err == nil {
