@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 // binder is the bind stage: it turns decoded events into inventory updates under one key binding.
@@ -18,9 +19,13 @@ type binder struct {
 	km        *engines.KeyMap
 	maxMapped int
 
-	groups  map[int]bool // group_idx → indexed (full attention), learned from BlockStored
-	pres    *presence    // the contract's "presence" residency rule, nil for "copies"
-	group   int          // group_idx of the event being applied (presence rule)
+	groups map[int]bool // group_idx → indexed (full attention), learned from BlockStored
+	// side holds the groups of other kinds the engine's hit rule reads (sliding window, Mamba,
+	// chunked local), nil when the endpoint has no group residency (their events are skipped).
+	side    *kvgroups.Endpoint
+	specs   map[int]kvgroups.Spec // what side was last told per group (Learn only on change)
+	pres    *presence             // the contract's "presence" residency rule, nil for "copies"
+	group   int                   // group_idx of the event being applied (presence rule)
 	presBuf []uint64
 }
 
@@ -28,6 +33,9 @@ type binder struct {
 // every rank's router-key map. Group kinds are configuration, not state, and survive.
 func (b *binder) clear(rank int, cause string) {
 	b.km.Clear()
+	if b.side != nil {
+		b.side.Clear()
+	}
 	b.emit(Update{Rank: rank, Op: OpClear, Cause: cause})
 	b.p.cleared(cause)
 }
@@ -39,13 +47,7 @@ func gpu(medium string) bool { return medium == "" || strings.EqualFold(medium, 
 // mask blocks outside the window, Mamba groups keep state rather than per-block KV, and
 // encoder/cross attention are not the prompt's prefix: a hit on them is not a reusable prefix. An
 // absent kind (engines or releases that send none) is indexed.
-func fullAttention(kind string) bool {
-	switch kind {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
-}
+func fullAttention(kind string) bool { return kvgroups.KindOf(kind) == kvgroups.KindFull }
 
 // groupIndexed decides for an event whether its group is indexed. Stores teach the group's kind; a
 // removal in a group never seen stored is not applied (its copy was never counted, and the same
@@ -57,9 +59,51 @@ func (b *binder) groupIndexed(ev *engines.Event) bool {
 	if ev.Kind == engines.BlockStored {
 		ok := fullAttention(ev.SpecKind)
 		b.groups[ev.GroupIdx] = ok
+		b.learn(ev)
 		return ok
 	}
 	return b.groups[ev.GroupIdx]
+}
+
+// learn tells the group residency a group's spec when it first appears or changes.
+func (b *binder) learn(ev *engines.Event) {
+	if b.side == nil {
+		return
+	}
+	s := kvgroups.Spec{Kind: kvgroups.KindOf(ev.SpecKind), Window: ev.SlidingWin, BlockSize: ev.BlockSize}
+	if old, ok := b.specs[ev.GroupIdx]; ok && old == s {
+		return
+	}
+	b.specs[ev.GroupIdx] = s
+	b.side.Learn(ev.GroupIdx, s)
+}
+
+// sideEvent applies an event of a group the inventory does not index to the group residency, when
+// the endpoint has one and the group's kind takes part in the hit rule. It reports whether it did.
+// Only the engine binding: the router binding's key map is shared by all groups, and a removal
+// in one group would drop a mapping another group still needs.
+func (b *binder) sideEvent(rank int, ev *engines.Event) bool {
+	if b.side == nil || b.router != nil {
+		return false
+	}
+	s, ok := b.specs[ev.GroupIdx]
+	if !ok || s.Kind == kvgroups.KindNone || s.Kind == kvgroups.KindFull {
+		return false
+	}
+	switch ev.Kind {
+	case engines.BlockStored:
+		b.side.Store(rank, ev.GroupIdx, ev.BlockHashes, b.pres != nil)
+		b.Applied(rank, "BlockStored")
+		if b.side.Len() > b.maxMapped {
+			b.clear(rank, "map_overflow")
+		}
+	case engines.BlockRemoved:
+		b.side.Remove(rank, ev.GroupIdx, ev.BlockHashes)
+		b.Applied(rank, "BlockRemoved")
+	default:
+		return false
+	}
+	return true
 }
 
 // event applies one decoded event from rank.
@@ -80,7 +124,9 @@ func (b *binder) event(rank int, ev *engines.Event) {
 		return
 	}
 	if !b.groupIndexed(ev) {
-		b.Skip(rank, "group_kind", 1)
+		if !b.sideEvent(rank, ev) {
+			b.Skip(rank, "group_kind", 1)
+		}
 		return
 	}
 	b.group = ev.GroupIdx
