@@ -44,8 +44,10 @@ type seq struct {
 	tokens  []uint32
 	ex      *hashcore.Extras
 	storedN int // leading blocks whose keys are cached (hit, stored or shared)
-	hitN    int // leading blocks that were prefix-cache hits at admission
-	reserve int // blocks still reserved for this request
+	// winFrom, winTo: the blocks [winFrom, winTo) the request holds in the sliding-window group.
+	winFrom, winTo int
+	hitN           int // leading blocks that were prefix-cache hits at admission
+	reserve        int // blocks still reserved for this request
 }
 
 // storedFunc builds a BlockStored event for blocks [first, last) of s (all full, freshly cached).
@@ -66,6 +68,7 @@ type cache struct {
 	copies     int // hashed blocks (cached copies)
 	onStored   storedFunc
 	pending    []engines.Event
+	win        *windowGroup // a hybrid model's sliding-window group, nil for one group
 
 	queriedTokens uint64 // prefix-cache queried tokens (vllm:prefix_cache_queries_total)
 	hitTokens     uint64 // prefix-cache hit tokens (vllm:prefix_cache_hits_total)
@@ -263,6 +266,9 @@ func (c *cache) hits(keys []uint64, promptLen int) int {
 // promise them yet.
 func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 	n := c.hits(s.keys, promptLen)
+	if c.win != nil {
+		n = c.win.hit(s.keys, n)
+	}
 	freeHits := 0
 	copies := make([]int32, n)
 	for i := 0; i < n; i++ {
@@ -286,6 +292,9 @@ func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 		c.emitStored(c.onStored(s, 0, n))
 	}
 	s.storedN, s.hitN, s.reserve = n, n, need
+	if c.win != nil {
+		c.win.admit(s)
+	}
 	c.reserved += need
 	c.queriedTokens += uint64(promptLen)
 	c.hitTokens += uint64(n * c.bs)
@@ -357,6 +366,9 @@ func (c *cache) store(s *seq, upto int) {
 	if upto > s.storedN {
 		s.storedN = upto
 	}
+	if c.win != nil && c.onStored != nil {
+		c.win.store(s, upto, c.onStored)
+	}
 }
 
 // storePartial caches the trailing partial block of s under key (TensorRT-LLM), emitting ev.
@@ -386,6 +398,9 @@ func (c *cache) release(s *seq) {
 		c.unhold(s.blocks[j])
 	}
 	s.blocks = s.blocks[:0]
+	if c.win != nil {
+		c.win.release(s)
+	}
 	c.reserved -= s.reserve
 	s.reserve = 0
 }
@@ -400,6 +415,9 @@ func (c *cache) clear() int {
 	}
 	clear(c.index)
 	c.copies = 0
+	if c.win != nil {
+		c.win.clear()
+	}
 	return n
 }
 
@@ -420,6 +438,9 @@ func (c *cache) removeAll() {
 				progress = true
 			}
 		}
+	}
+	if c.win != nil {
+		c.win.removeAll()
 	}
 }
 
