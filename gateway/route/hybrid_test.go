@@ -86,3 +86,57 @@ func TestHybridScoreFollowsTheEngine(t *testing.T) {
 		t.Errorf("full-attention-only decision → %s score %d, want a with 8", d2.TargetN, d2.Score)
 	}
 }
+
+// BenchmarkScoreGroups is one KV-exact decision over 16 endpoints holding 200 of a 256-block
+// prompt: the inventory alone (no group residency), group residency with no hybrid endpoint
+// (the production default for one-group models), and every endpoint a full + sliding-window
+// model (window 128 tokens) whose groups hold the whole prefix.
+func BenchmarkScoreGroups(b *testing.B) {
+	keys := keysN(256)
+	for _, v := range []string{"index-only", "groups-not-hybrid", "hybrid-swa"} {
+		b.Run(v, func(b *testing.B) {
+			r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.30.0"}, KVExactMode: 3}
+			for i := 0; i < 16; i++ {
+				r.Endpoints = append(r.Endpoints, rules.Endpoint{Name: string(rune('a' + i)), Address: "http://127.0.0.1:1"})
+			}
+			zero := 0
+			r.LoadLaw.ColdStartSeedN = &zero
+			if err := r.Normalize(); err != nil {
+				b.Fatal(err)
+			}
+			inv := inventory.New(inventory.Config{})
+			groups := kvgroups.New(r.BlockSize)
+			var eps []*Endpoint
+			var cert inventory.Mask
+			for i, e := range r.Endpoints {
+				id, _ := inv.AddEndpoint(e.Name)
+				cert.Set(id)
+				_ = inv.Store(id, keys[:200])
+				if v == "hybrid-swa" {
+					g := groups.Endpoint(id)
+					g.Learn(0, kvgroups.Spec{Kind: kvgroups.KindFull, BlockSize: r.BlockSize})
+					g.Learn(1, kvgroups.Spec{Kind: kvgroups.KindSlidingWindow, Window: 128, BlockSize: r.BlockSize})
+					g.Store(0, 1, keys[:200], true)
+				}
+				eps = append(eps, &Endpoint{ID: id, Index: i, Name: e.Name, Role: RoleNormal, Weight: 1, Capacity: 1, Health: health.NewEndpoint(e.Name, e.Address, health.BreakerConfig{})})
+			}
+			cfg := Config{Rule: r, Endpoints: eps, Index: inv, Keyer: fixedKeyer{keys: keys}, Certified: cert}
+			if v != "index-only" {
+				cfg.Groups = groups
+			}
+			rt, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := rt.Route(ctx, prompt, inventory.Mask{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.Release()
+			}
+		})
+	}
+}
