@@ -134,3 +134,20 @@ func TestV028SamplesGroupResidency(t *testing.T) {
 		t.Errorf("after AllBlocksCleared: %d group entries", side.Len())
 	}
 }
+
+// TestGroupResidencyRouterBindingSkips: under the router binding a sliding-window group's events
+// are still skipped (group_kind), even with group residency configured: the router-key map is
+// shared by the groups, and a removal in one would drop a mapping the other still needs.
+func TestGroupResidencyRouterBindingSkips(t *testing.T) {
+	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
+	side := kvgroups.New(16).Endpoint(0)
+	s, _, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", Binding: BindingRouter, BlockSize: 16, Groups: side})
+	b, err := vllm.DecodeBatch(pay["hybrid_sliding_window_dp1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.batch(b.DPRank, 0, &b)
+	if skips["group_kind"] != 2 || side.Len() != 0 {
+		t.Errorf("group_kind skips %d, group entries %d: want 2 and 0", skips["group_kind"], side.Len())
+	}
+}

@@ -278,8 +278,9 @@ func (x *Index) Hybrid() bool { return x.hybrid.Load() > 0 }
 // Result is the engine's hit for one endpoint.
 type Result struct {
 	Blocks int // the prefix hit, in prompt keys
-	// Limit names the group that cut the hit below the full-attention prefix ("" when none did):
-	// "group 1 (sliding_window, window 4096)".
+	// Limit names what held the hit below the prompt: the group that cut it ("group 1
+	// (sliding_window, window 4096)"), "full_attention" (its prefix ended there), "alignment" (the
+	// scheduler block), or why no hit can be promised; "" when the whole prompt hit.
 	Limit string
 }
 
