@@ -22,10 +22,13 @@ type binder struct {
 	groups map[int]bool // group_idx → indexed (full attention), learned from BlockStored
 	// side holds the groups of other kinds the engine's hit rule reads (sliding window, Mamba,
 	// chunked local), nil when the endpoint has no group residency (their events are skipped).
-	side    *kvgroups.Endpoint
-	specs   map[int]kvgroups.Spec // what side was last told per group (Learn only on change)
-	pres    *presence             // the contract's "presence" residency rule, nil for "copies"
-	group   int                   // group_idx of the event being applied (presence rule)
+	side  *kvgroups.Endpoint
+	specs map[int]kvgroups.Spec // what side was last told per group (Learn only on change)
+	// sideKMs are the router binding's engine-id → router-key maps of the side groups, one per
+	// group: a group's removal must not drop a mapping the inventory's groups or another still use.
+	sideKMs map[int]*engines.KeyMap
+	pres    *presence // the contract's "presence" residency rule, nil for "copies"
+	group   int       // group_idx of the event being applied (presence rule)
 	presBuf []uint64
 }
 
@@ -36,6 +39,7 @@ func (b *binder) clear(rank int, cause string) {
 	if b.side != nil {
 		b.side.Clear()
 	}
+	clear(b.sideKMs)
 	b.emit(Update{Rank: rank, Op: OpClear, Cause: cause})
 	b.p.cleared(cause)
 }
@@ -71,6 +75,12 @@ func (b *binder) learn(ev *engines.Event) {
 		return
 	}
 	s := kvgroups.Spec{Kind: kvgroups.KindOf(ev.SpecKind), Window: ev.SlidingWin, BlockSize: ev.BlockSize}
+	if s.Kind == kvgroups.KindMamba && b.router != nil {
+		// A Mamba store lists only its checkpoint blocks while its token ids span the null blocks
+		// before them: the router binding cannot tell which block a hash is, so the group stays
+		// out of the rule (full attention alone decides, as before group residency).
+		s.Kind = kvgroups.KindNone
+	}
 	if old, ok := b.specs[ev.GroupIdx]; ok && old == s {
 		return
 	}
@@ -80,30 +90,62 @@ func (b *binder) learn(ev *engines.Event) {
 
 // sideEvent applies an event of a group the inventory does not index to the group residency, when
 // the endpoint has one and the group's kind takes part in the hit rule. It reports whether it did.
-// Only the engine binding: the router binding's key map is shared by all groups, and a removal
-// in one group would drop a mapping another group still needs.
+// Under the router binding the event is rehashed as the inventory's are, through the group's own
+// key map.
 func (b *binder) sideEvent(rank int, ev *engines.Event) bool {
-	if b.side == nil || b.router != nil {
+	if b.side == nil {
 		return false
 	}
 	s, ok := b.specs[ev.GroupIdx]
 	if !ok || s.Kind == kvgroups.KindNone || s.Kind == kvgroups.KindFull {
 		return false
 	}
+	out := sideOutput{b: b, group: ev.GroupIdx}
+	if b.router != nil {
+		km := b.sideKMs[ev.GroupIdx]
+		if km == nil {
+			km = engines.NewKeyMap()
+			b.sideKMs[ev.GroupIdx] = km
+		}
+		b.router.Bind(rank, ev, km, out)
+		return true
+	}
 	switch ev.Kind {
 	case engines.BlockStored:
-		b.side.Store(rank, ev.GroupIdx, ev.BlockHashes, b.pres != nil)
+		out.Store(rank, ev.BlockHashes)
 		b.Applied(rank, "BlockStored")
-		if b.side.Len() > b.maxMapped {
-			b.clear(rank, "map_overflow")
-		}
+		out.Grew(rank)
 	case engines.BlockRemoved:
-		b.side.Remove(rank, ev.GroupIdx, ev.BlockHashes)
+		out.Remove(rank, ev.BlockHashes)
 		b.Applied(rank, "BlockRemoved")
 	default:
 		return false
 	}
 	return true
+}
+
+// sideOutput is the binder as a side group's engines.BindOutput: keys go to the group residency.
+type sideOutput struct {
+	b     *binder
+	group int
+}
+
+func (o sideOutput) Store(rank int, keys []uint64) {
+	o.b.side.Store(rank, o.group, keys, o.b.pres != nil)
+}
+func (o sideOutput) Remove(rank int, keys []uint64)      { o.b.side.Remove(rank, o.group, keys) }
+func (o sideOutput) Skip(rank int, reason string, n int) { o.b.Skip(rank, reason, n) }
+func (o sideOutput) Applied(rank int, kind string)       { o.b.Applied(rank, kind) }
+
+// Grew bounds the side state as the inventory's: past MaxMapped entries the endpoint is cleared.
+func (o sideOutput) Grew(rank int) {
+	n := o.b.side.Len()
+	for _, km := range o.b.sideKMs {
+		n += km.Len()
+	}
+	if n > o.b.maxMapped {
+		o.b.clear(rank, "map_overflow")
+	}
 }
 
 // event applies one decoded event from rank.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/kvexact/kvexact/contracts"
@@ -19,7 +20,7 @@ import (
 	"github.com/kvexact/kvexact/vectors"
 )
 
-// TestHybridSamplesEngineHit runs vLLM's hybrid-model event streams (sliding-window and Mamba
+// TestHybridSamplesEngineHit runs, under the engine and the router binding, vLLM's hybrid-model event streams (sliding-window and Mamba
 // groups beside full attention; vectors/vllm/v0.28.0/hybrid-samples.json) through a v0.28
 // endpoint's pipeline with group residency, then scores each sample's prompts through the router:
 // the KV-exact prefix must be the hit vLLM's own rule gives, and the evidence must name the group
@@ -46,18 +47,24 @@ func TestHybridSamplesEngineHit(t *testing.T) {
 				t.Fatalf("re-encode: %v\n got %x\nwant %x", err, out, s.Payload)
 			}
 			for _, ph := range s.PrefixHits {
-				for _, groupsOn := range []bool{true, false} {
-					t.Run(fmt.Sprintf("%s/groups=%v", ph.Name, groupsOn), func(t *testing.T) {
-						d := hybridDecision(t, f.Header.Algo, seed, ph, &b, groupsOn)
+				for _, c := range []struct {
+					binding  Binding
+					groupsOn bool
+				}{{BindingEngine, true}, {BindingEngine, false}, {BindingRouter, true}} {
+					groupsOn := c.groupsOn
+					t.Run(fmt.Sprintf("%s/%s/groups=%v", ph.Name, c.binding, groupsOn), func(t *testing.T) {
+						d := hybridDecision(t, f.Header.Algo, seed, ph, &b, c.binding, groupsOn)
 						ev := d.Endpoints[0]
+						// The router binding leaves Mamba groups out (ingest.md): full attention decides.
+						mambaRouter := c.binding == BindingRouter && slices.Contains(s.Flags, "MambaGroup")
 						want := ph.HitTokens / ph.HashBlockSize
-						if !groupsOn {
+						if !groupsOn || mambaRouter {
 							want = ph.FullTokens / ph.HashBlockSize
 						}
 						if ev.Prefix != want {
 							t.Fatalf("prefix %d blocks, want %d (engine hit %d tokens, full attention alone %d): %+v", ev.Prefix, want, ph.HitTokens, ph.FullTokens, ev)
 						}
-						if !groupsOn {
+						if !groupsOn || mambaRouter {
 							return
 						}
 						switch lim := fmt.Sprintf("group %d (", ph.LimitingGroup); {
@@ -90,7 +97,7 @@ func contractFor(t *testing.T, family, release string) *contracts.Contract {
 
 // hybridDecision applies batch b to a fresh endpoint (group residency on or off) and routes
 // ph's prompt through a mode-3 router over it.
-func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHit, b *engines.Batch, groupsOn bool) *route.Decision {
+func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHit, b *engines.Batch, binding Binding, groupsOn bool) *route.Decision {
 	t.Helper()
 	idx := inventory.New(inventory.Config{})
 	ep, err := idx.AddEndpoint("ep")
@@ -98,7 +105,7 @@ func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHi
 		t.Fatal(err)
 	}
 	groups := kvgroups.New(ph.HashBlockSize)
-	cfg := Config{Family: "vllm", Release: "v0.28.0", Endpoint: "ep"}
+	cfg := Config{Family: "vllm", Release: "v0.28.0", Endpoint: "ep", Binding: binding, BlockSize: ph.HashBlockSize}
 	if groupsOn {
 		cfg.Groups = groups.Endpoint(ep)
 	}
@@ -120,7 +127,11 @@ func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHi
 		t.Fatal(err)
 	}
 	e := &route.Endpoint{ID: ep, Name: "ep", Role: route.RoleNormal, Weight: 1, Capacity: 1, Health: health.NewEndpoint("ep", "http://127.0.0.1:1", health.BreakerConfig{})}
-	rc := route.Config{Rule: r, Endpoints: []*route.Endpoint{e}, Index: idx, Keyer: &route.PromptKeyer{Hasher: h}, Certified: inventory.MaskOf(ep)}
+	keyer := &route.PromptKeyer{Hasher: h}
+	if binding == BindingRouter {
+		keyer = &route.PromptKeyer{RouterBlockSize: ph.HashBlockSize}
+	}
+	rc := route.Config{Rule: r, Endpoints: []*route.Endpoint{e}, Index: idx, Keyer: keyer, Certified: inventory.MaskOf(ep)}
 	if groupsOn {
 		rc.Groups = groups
 	}

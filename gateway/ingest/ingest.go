@@ -119,8 +119,9 @@ type Config struct {
 	MaxMessageBytes int64
 
 	// Groups receives the endpoint's KV-cache groups of kinds the inventory does not index
-	// (sliding window, Mamba, chunked local) for the engine's hit rule (gateway/kvgroups). Nil:
-	// their events are skipped (skipped_total{reason="group_kind"}), as before hybrid scoring.
+	// (sliding window, Mamba, chunked local) for the engine's hit rule (gateway/kvgroups), under
+	// either binding. Nil: their events are skipped (skipped_total{reason="group_kind"}), as before
+	// hybrid scoring.
 	Groups *kvgroups.Endpoint
 
 	Metrics *Metrics     // optional

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
@@ -135,19 +136,30 @@ func TestV028SamplesGroupResidency(t *testing.T) {
 	}
 }
 
-// TestGroupResidencyRouterBindingSkips: under the router binding a sliding-window group's events
-// are still skipped (group_kind), even with group residency configured: the router-key map is
-// shared by the groups, and a removal in one would drop a mapping the other still needs.
-func TestGroupResidencyRouterBindingSkips(t *testing.T) {
+// TestGroupResidencyRouterBinding: under the router binding a sliding-window group's events are
+// rehashed into router keys through the group's own key map: its removal of block 0 drops the
+// group's copy only, the full-attention group's mapping and inventory entry stay.
+func TestGroupResidencyRouterBinding(t *testing.T) {
 	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
-	side := kvgroups.New(16).Endpoint(0)
-	s, _, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", Binding: BindingRouter, BlockSize: 16, Groups: side})
+	groups := kvgroups.New(16)
+	side := groups.Endpoint(0)
+	s, snap, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", Binding: BindingRouter, BlockSize: 16, Groups: side})
 	b, err := vllm.DecodeBatch(pay["hybrid_sliding_window_dp1"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.batch(b.DPRank, 0, &b)
-	if skips["group_kind"] != 2 || side.Len() != 0 {
-		t.Errorf("group_kind skips %d, group entries %d: want 2 and 0", skips["group_kind"], side.Len())
+	if skips["group_kind"] != 0 || skips["unknown_block"] != 0 || side.Len() != 1 {
+		t.Errorf("skips %v, group entries %d: want no skip and block 1 of the sliding group", skips, side.Len())
+	}
+	keys, err := hashcore.RouterKeys(0, b.Events[0].TokenIDs, 16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap(); !equalCounts(got, setOf(keys...)) {
+		t.Fatalf("inventory %s, want the full-attention group's two router keys %v", fmtCounts(got), keys)
+	}
+	if r, ok := groups.Hit(0, keys, 2); !ok || r.Blocks != 0 {
+		t.Errorf("hit %+v %v, want 0 (the sliding group holds block 1 only)", r, ok)
 	}
 }
