@@ -12,6 +12,7 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // TestE2EHybridSlidingWindow: a vLLM of the newest pinned release simulating a hybrid model (full
@@ -21,10 +22,18 @@ import (
 // must predict, per prompt, what the engine then reports as cached: a prompt sharing 30 blocks
 // hits 30 (the window's 4 blocks before block 30 are held); one sharing 20 hits nothing, although
 // full attention alone — the prediction before group residency, still shown as fullPrefix — says 20.
+// Both bindings: the router binding rehashes the sliding group's events through its own key map.
 func TestE2EHybridSlidingWindow(t *testing.T) {
+	for _, binding := range []string{"engine", "router"} {
+		t.Run(binding, func(t *testing.T) { hybridSlidingWindow(t, binding) })
+	}
+}
+
+func hybridSlidingWindow(t *testing.T, binding string) {
 	const bs = 16
 	p := startPool(t, poolSpec{family: "vllm", release: "v0.30.0", n: 1, seed: strp("0"), mode: 3, certify: true, blockSize: bs,
-		simMod: func(_ int, c *sim.Config) { c.SlidingWindow, c.SlidingWindowBlocks = 4*bs, 16 }})
+		simMod:  func(_ int, c *sim.Config) { c.SlidingWindow, c.SlidingWindowBlocks = 4*bs, 16 },
+		ruleMod: func(r *rules.Rule) { r.Binding = binding }})
 	base := make([]uint32, 40*bs+3)
 	for i := range base {
 		base[i] = uint32(1000 + i)
