@@ -48,6 +48,8 @@ func TestLookup(t *testing.T) {
 		{"vllm", "0.30.1rc1", "vllm-v0.30"},
 		{"vllm", "0.19.0", "vllm-kv-array-v1"},
 		{"sglang", "0.5.18", "sglang-kv-rank-v1"},
+		{"sglang", "v0.5.21", "sglang-v0.5.21"},
+		{"sglang", "0.5.21.post1", "sglang-v0.5.21"},
 		{"trtllm", "1.2", "trtllm-kv-http-v1"},
 		{"trtllm", "1.2.1", "trtllm-kv-http-v1"},
 		{"llamacpp", "b10573", "llamacpp-nokv-v1"},
@@ -118,6 +120,8 @@ func TestUnknownNamesNearest(t *testing.T) {
 		{"vllm", major, n.ID},
 		{"vllm", "0.9.2", "vllm-kv-array-v1"},
 		{"sglang", "0.5.19", "sglang-kv-rank-v1"},
+		{"sglang", "0.5.20", "sglang-kv-rank-v1"},
+		{"sglang", "0.5.22", "sglang-v0.5.21"},
 	} {
 		_, err := Lookup(tc.family, tc.version)
 		var ue *UnknownError

@@ -103,6 +103,9 @@ type Event struct {
 	Locality    string // vLLM after v0.25.1 (`main`): "LOCAL" / "REMOTE", "" when absent
 
 	CacheSalt string // SGLang BlockStoredWithMetadata; TensorRT-LLM newer builds
+	// SessionID is the session of the request whose store the event reports (SGLang from v0.5.21,
+	// PR #37482): attribution only, never a hash input, and not an owner of a shared block.
+	SessionID string
 
 	// TensorRT-LLM envelope and payload fields.
 	EventID       uint64

@@ -443,10 +443,48 @@ func evSGLangPages(prior []byte, blocks [][]uint32, bigram bool) (keys []uint64,
 	return keys, prior
 }
 
+// evSGLangMapEvent reads a v0.5.21 tagged-map event's rendering through the array one.
+func evSGLangMapEvent(t *testing.T, v any) engines.Event {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return evSGLangEvent(t, v)
+	}
+	switch m["type"] {
+	case "AllBlocksCleared":
+		return evSGLangEvent(t, []any{"AllBlocksCleared"})
+	case "BlockRemoved":
+		return evSGLangEvent(t, []any{"BlockRemoved", m["block_hashes"], m["medium"]})
+	}
+	a := []any{"BlockStored", m["block_hashes"], m["parent_block_hash"], m["token_ids"], m["block_size"], m["lora_id"], m["medium"]}
+	if salt, ok := m["cache_salt"]; ok {
+		a = append(a, map[string]any{"cache_salt": salt})
+	}
+	e := evSGLangEvent(t, a)
+	e.SessionID = evStr(m["session_id"])
+	return e
+}
+
+// TestEventSamplesSGLang: each pinned layout's samples (v0.5.18 arrays, captured from SGLang's own
+// publisher; v0.5.21 maps, reconstructed) decode to their rendering, re-encode byte for byte in
+// their release's layout, and carry the page hashes recomputed from their tokens.
 func TestEventSamplesSGLang(t *testing.T) {
-	f := evLoad(t, "sglang/v0.5.18/events-samples.json")
-	if len(f.Samples) != 6 {
-		t.Fatalf("%d SGLang samples, want 6", len(f.Samples))
+	for _, rel := range []struct {
+		dir   string
+		n     int
+		event func(*testing.T, any) engines.Event
+	}{{"v0.5.18", 6, evSGLangEvent}, {"v0.5.21", 7, evSGLangMapEvent}} {
+		t.Run(rel.dir, func(t *testing.T) { evSGLangRelease(t, rel.dir, rel.n, rel.event) })
+	}
+}
+
+func evSGLangRelease(t *testing.T, release string, n int, event func(*testing.T, any) engines.Event) {
+	f := evLoad(t, "sglang/"+release+"/events-samples.json")
+	if len(f.Samples) != n {
+		t.Fatalf("%d SGLang %s samples, want %d", len(f.Samples), release, n)
+	}
+	layout, err := sglang.LayoutForRelease(release)
+	if err != nil {
+		t.Fatal(err)
 	}
 	digests := map[uint64][]byte{} // published key → full digest, to chain continuations
 	for _, s := range f.Samples {
@@ -457,11 +495,11 @@ func TestEventSamplesSGLang(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := evBatch(t, s.Decoded.([]any), evSGLangEvent)
+			want := evBatch(t, s.Decoded.([]any), event)
 			if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Fatalf("decoded vs the sample's rendering (-want +got):\n%s", d)
 			}
-			out, err := sglang.EncodeBatch(got)
+			out, err := sglang.EncodeBatchLayout(got, layout)
 			if err != nil || !bytes.Equal(out, p) {
 				t.Fatalf("re-encode: %v\n got %x\nwant %x", err, out, p)
 			}

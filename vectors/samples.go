@@ -438,6 +438,9 @@ var sampleFlagDescriptions = map[string]string{
 	"HashOnlyStore":             "a store with hashes only: no tokens, block size 0",
 	"SlidingWindowGroup":        "a sliding-window KV-cache group's events beside the full-attention group's",
 	"DataParallelRank":          "a batch of a data-parallel rank other than 0",
+	"Cleared":                   "AllBlocksCleared: the engine dropped every block (start, cache flush)",
+	"Coalesced":                 "one event carrying several blocks of one chain (or every block an eviction dropped)",
+	"SessionID":                 "a store attributed to the session of the request that caused it: not a hash input, not block ownership",
 	"MambaGroup":                "a Mamba (linear-attention) KV-cache group's events beside the full-attention group's: only checkpointed blocks are stored",
 	"FullAttentionOverPredicts": "at least one prompt where the full-attention group alone would predict a longer hit than the engine's rule gives",
 }

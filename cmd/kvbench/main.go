@@ -3,7 +3,7 @@
 // decision and delivery proofs of each cell, and writes JSON results and SVG charts.
 //
 //	kvbench [--quick] [--out dir] [--charts dir]   routing quality sweep
-//	kvbench overhead [--out dir] [--gateway bin]    decision time and proxy throughput vs nginx
+//	kvbench overhead [--out dir] [--gateway bin] [--no-decision]  decision time and proxy throughput vs nginx
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
@@ -207,6 +207,7 @@ func runOverhead(ctx context.Context, args []string) int {
 	wrk := fs.String("wrk", "wrk", "wrk binary")
 	gatewayBin := fs.String("gateway", "", "`PATH` of the gateway binary to measure (default: a gateway binary beside this executable, else go build ./cmd/gateway into a temporary directory)")
 	skipProxy := fs.Bool("no-proxy", false, "decision time only")
+	skipDecision := fs.Bool("no-decision", false, "proxy comparison only (no decision-time benchmarks): for alternating gateway builds quickly")
 	latencyRate := fs.Int("latency-rate", 1000, "fixed rate of the latency rounds, small requests/s (0: no latency rounds)")
 	latencyDur := fs.Duration("latency-duration", 3*time.Second, "length of each fixed-rate run")
 	streamN := fs.Int("stream-requests", 300, "streaming requests per target per round for time to first byte (0: none)")
@@ -232,11 +233,16 @@ func runOverhead(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "kvbench overhead: gateway binary %s\n", gw)
 		}
 	}
-	toks := tokenize.NewPool("")
-	var err error
-	if ov.Decision, err = kvbench.MeasureDecision(ctx, toks, *model, []int{1024, 8192}); err != nil {
-		fmt.Fprintf(os.Stderr, "kvbench overhead: decision: %v\n", err)
-		return 1
+	if *skipDecision && *skipProxy {
+		fmt.Fprintln(os.Stderr, "kvbench overhead: --no-decision and --no-proxy together leave nothing to measure")
+		return 2
+	}
+	if !*skipDecision {
+		var err error
+		if ov.Decision, err = kvbench.MeasureDecision(ctx, tokenize.NewPool(""), *model, []int{1024, 8192}); err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench overhead: decision: %v\n", err)
+			return 1
+		}
 	}
 	for _, d := range ov.Decision {
 		fmt.Fprintf(os.Stderr, "decision %5d tokens (%d blocks): tokenize %.0f µs, hash %.0f µs, whole decision %.0f µs (%d allocs), score %d\n",

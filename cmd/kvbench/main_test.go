@@ -136,6 +136,33 @@ func TestOverheadWithoutNginx(t *testing.T) {
 	}
 }
 
+// TestOverheadNoDecision: --no-decision measures the proxy comparison alone (no decision figures,
+// so alternating gateway builds takes seconds, not the decision benchmarks' minute); the proxy's
+// prerequisites are still checked, and together with --no-proxy nothing is left to run (exit 2).
+func TestOverheadNoDecision(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "kvbench")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if code := runOverhead(ctx, []string{"--no-decision", "--no-proxy", "--out", out}); code != 2 {
+		t.Fatalf("--no-decision --no-proxy exited %d, want 2", code)
+	}
+	if code := runOverhead(ctx, []string{"--no-decision", "--out", out, "--nginx", filepath.Join(dir, "no-nginx"), "--gateway", "/bin/true"}); code != exitNoProxy {
+		t.Fatalf("--no-decision without nginx exited %d, want %d", code, exitNoProxy)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "overhead.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ov kvbench.Overhead
+	if err := json.Unmarshal(b, &ov); err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.Decision) != 0 || !strings.Contains(ov.ProxyError, "nginx not found") {
+		t.Errorf("%d decision figures (want none), proxy error %q", len(ov.Decision), ov.ProxyError)
+	}
+}
+
 // TestScaleSmoke runs kvbench scale on a tiny plan: every decision must be the KV-exact hit on the
 // endpoint holding the prompt (MeasureScale fails otherwise), and the JSON and table come out.
 func TestScaleSmoke(t *testing.T) {

@@ -1,5 +1,6 @@
 // Package sglang is SGLang's KV-event wire: msgspec array_like batches [ts, events, attn_dp_rank]
-// whose events are tagged arrays with signed 64-bit page hashes (pin v0.5.18).
+// whose events are tagged arrays (v0.5.18) or tagged maps (v0.5.21, layout.go) with signed 64-bit
+// page hashes.
 package sglang
 
 import (
@@ -11,9 +12,10 @@ import (
 	"github.com/kvexact/kvexact/engines/internal/mpack"
 )
 
-// DecodeBatch decodes one ZMQ payload. Hashes of either int family are reinterpreted bit for bit as
-// uint64; absent trailing optional fields (pre-v0.5.17 omit_defaults) are accepted, as is the v0.5.18
-// metadata map carrying cache_salt. A batch is accepted whole or rejected whole with an
+// DecodeBatch decodes one ZMQ payload, its events tagged arrays or tagged maps element by element.
+// Hashes of either int family are reinterpreted bit for bit as uint64; absent trailing optional
+// fields (pre-v0.5.17 omit_defaults) are accepted, as is the v0.5.18 metadata map carrying
+// cache_salt; a map event's unknown keys are skipped. A batch is accepted whole or rejected whole with an
 // *engines.DecodeError naming the byte offset and field.
 func DecodeBatch(payload []byte) (engines.Batch, error) {
 	var b engines.Batch
@@ -93,13 +95,43 @@ func (d *decoder) batch(dst *engines.Batch) error {
 }
 
 func (d *decoder) event(i int, e *engines.Event) error {
-	start := d.r.Offset()
-	if t, err := d.r.Peek(); err != nil {
+	t, err := d.r.Peek()
+	if err != nil {
 		return d.fail(err, fmt.Sprintf("events[%d]", i))
-	} else if t != mpack.TypeArray {
-		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i),
-			fmt.Errorf("event is a %s; SGLang events are tagged arrays", t))
 	}
+	switch t {
+	case mpack.TypeArray:
+		return d.arrayEvent(i, e)
+	case mpack.TypeMap:
+		return d.mapEvent(i, e)
+	}
+	return reject(engines.ReasonSchemaMismatch, d.r.Offset(), fmt.Sprintf("events[%d]", i),
+		fmt.Errorf("event is a %s; SGLang events are tagged arrays or tagged maps", t))
+}
+
+func kindOf(tag []byte) engines.Kind {
+	switch string(tag) {
+	case "BlockStored":
+		return engines.BlockStored
+	case "BlockRemoved":
+		return engines.BlockRemoved
+	case "AllBlocksCleared":
+		return engines.AllBlocksCleared
+	}
+	return 0
+}
+
+// Positional field names of the array layout, after the tag; "metadata" is v0.5.18's trailing
+// {"cache_salt": …} map (BlockStoredWithMetadata).
+var (
+	storedOrder  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "metadata"}
+	removedOrder = []string{"block_hashes", "medium"}
+)
+
+// arrayEvent reads a tagged-array event (v0.5.18 and before) through the map layout's field
+// decoder, by position; trailing elements of a later release are skipped.
+func (d *decoder) arrayEvent(i int, e *engines.Event) error {
+	start := d.r.Offset()
 	n, err := d.r.ArrayLen()
 	if err != nil {
 		return d.fail(err, fmt.Sprintf("events[%d]", i))
@@ -112,84 +144,176 @@ func (d *decoder) event(i int, e *engines.Event) error {
 	if err != nil {
 		return d.fail(err, ev(i, "type"))
 	}
-	min := 1
-	switch string(tag) {
-	case "BlockStored":
-		e.Kind, min = engines.BlockStored, 5
-	case "BlockRemoved":
-		e.Kind, min = engines.BlockRemoved, 2
-	case "AllBlocksCleared":
-		e.Kind = engines.AllBlocksCleared
-	default:
+	if e.Kind = kindOf(tag); e.Kind == 0 {
 		return reject(engines.ReasonUnknownEvent, tagOff, ev(i, "type"), fmt.Errorf("unknown event type %q", tag))
+	}
+	var order []string
+	min := 1
+	switch e.Kind {
+	case engines.BlockStored:
+		order, min = storedOrder, 5
+	case engines.BlockRemoved:
+		order, min = removedOrder, 2
 	}
 	if n < min {
 		return reject(engines.ReasonSchemaMismatch, start, fmt.Sprintf("events[%d]", i), fmt.Errorf("%s array of %d, want at least %d", e.Kind, n, min))
 	}
-	j := 1
-	switch e.Kind {
-	case engines.BlockStored:
-		if err := d.hashes(i, e); err != nil {
-			return err
-		}
-		if !d.r.IsNil() {
-			v, err := d.hash()
-			if err != nil {
-				return d.fail(err, ev(i, "parent_block_hash"))
-			}
-			e.Parent, e.HasParent = v, true
-		}
-		if err := d.tokens(i, e); err != nil {
-			return err
-		}
-		off := d.r.Offset()
-		if e.BlockSize, err = d.r.Int32(); err != nil {
-			return d.fail(err, ev(i, "block_size"))
-		}
-		if e.BlockSize < 0 {
-			return reject(engines.ReasonSchemaMismatch, off, ev(i, "block_size"), fmt.Errorf("negative block size %d", e.BlockSize))
-		}
-		j = 5
-		if j < n {
-			if !d.r.IsNil() {
-				if e.LoRAID, err = d.r.Int64(); err != nil {
-					return d.fail(err, ev(i, "lora_id"))
-				}
-				e.HasLoRAID = true
-			}
-			j++
-		}
-		if j < n {
-			if e.Medium, err = d.optStr(i, "medium"); err != nil {
+	for j := 1; j < n; j++ {
+		if j-1 < len(order) {
+			if _, _, err := d.field(i, e, []byte(order[j-1])); err != nil {
 				return err
 			}
-			j++
+			continue
 		}
-		if j < n {
-			if err := d.metadata(i, e); err != nil {
-				return err
-			}
-			j++
-		}
-		splitBlocks(e)
-	case engines.BlockRemoved:
-		if err := d.hashes(i, e); err != nil {
-			return err
-		}
-		j = 2
-		if j < n {
-			if e.Medium, err = d.optStr(i, "medium"); err != nil {
-				return err
-			}
-			j++
-		}
-	}
-	for ; j < n; j++ { // fields of a later release
-		if err := d.r.Skip(); err != nil {
+		if err := d.r.Skip(); err != nil { // fields of a later release
 			return d.fail(err, fmt.Sprintf("events[%d][%d]", i, j))
 		}
 	}
+	if e.Kind == engines.BlockStored {
+		splitBlocks(e)
+	}
 	return nil
+}
+
+const (
+	seenHashes = 1 << iota
+	seenParent
+	seenTokens
+	seenBlockSize
+)
+
+// mapEvent reads a tagged-map event (v0.5.21+): msgspec writes "type" first, but the tag is looked
+// for anywhere, and keys are taken by name in any order.
+func (d *decoder) mapEvent(i int, e *engines.Event) error {
+	start := d.r.Offset()
+	n, err := d.r.MapLen()
+	if err != nil {
+		return d.fail(err, fmt.Sprintf("events[%d]", i))
+	}
+	body := d.r.Offset()
+	tagOff := -1
+	for j := 0; j < n && tagOff < 0; j++ {
+		k, err := d.r.Str()
+		if err != nil {
+			return d.fail(err, fmt.Sprintf("events[%d] key %d", i, j))
+		}
+		if string(k) != "type" {
+			if err := d.r.Skip(); err != nil {
+				return d.fail(err, ev(i, string(k)))
+			}
+			continue
+		}
+		tagOff = d.r.Offset()
+		tag, err := d.r.Str()
+		if err != nil {
+			return d.fail(err, ev(i, "type"))
+		}
+		if e.Kind = kindOf(tag); e.Kind == 0 {
+			return reject(engines.ReasonUnknownEvent, tagOff, ev(i, "type"), fmt.Errorf("unknown event type %q", tag))
+		}
+	}
+	if tagOff < 0 {
+		return reject(engines.ReasonSchemaMismatch, start, ev(i, "type"), errors.New("map event without a type tag"))
+	}
+	d.r.Seek(body)
+	seen := 0
+	for j := 0; j < n; j++ {
+		k, err := d.r.Str()
+		if err != nil {
+			return d.fail(err, fmt.Sprintf("events[%d] key %d", i, j))
+		}
+		bit, known, err := d.field(i, e, k)
+		if err != nil {
+			return err
+		}
+		seen |= bit
+		if !known {
+			if err := d.r.Skip(); err != nil { // "type", keys of a later release
+				return d.fail(err, ev(i, string(k)))
+			}
+		}
+	}
+	want := 0
+	switch e.Kind {
+	case engines.BlockStored:
+		want = seenHashes | seenParent | seenTokens | seenBlockSize
+	case engines.BlockRemoved:
+		want = seenHashes
+	}
+	if miss := want &^ seen; miss != 0 {
+		name := "block_size"
+		switch miss & -miss {
+		case seenHashes:
+			name = "block_hashes"
+		case seenParent:
+			name = "parent_block_hash"
+		case seenTokens:
+			name = "token_ids"
+		}
+		return reject(engines.ReasonSchemaMismatch, start, ev(i, name), fmt.Errorf("%s without required field %s", e.Kind, name))
+	}
+	if e.Kind == engines.BlockStored {
+		splitBlocks(e)
+	}
+	return nil
+}
+
+// field decodes one named field of a map event; known is false for a key the event kind does not
+// have (the caller skips its value).
+func (d *decoder) field(i int, e *engines.Event, k []byte) (bit int, known bool, err error) {
+	if e.Kind == engines.AllBlocksCleared {
+		return 0, false, nil
+	}
+	switch string(k) {
+	case "block_hashes":
+		return seenHashes, true, d.hashes(i, e)
+	case "medium":
+		e.Medium, err = d.optStr(i, "medium")
+		return 0, true, err
+	}
+	if e.Kind != engines.BlockStored {
+		return 0, false, nil
+	}
+	switch string(k) {
+	case "parent_block_hash":
+		e.Parent, e.HasParent = 0, false
+		if !d.r.IsNil() {
+			if e.Parent, err = d.hash(); err != nil {
+				return 0, true, d.fail(err, ev(i, "parent_block_hash"))
+			}
+			e.HasParent = true
+		}
+		return seenParent, true, nil
+	case "token_ids":
+		return seenTokens, true, d.tokens(i, e)
+	case "block_size":
+		off := d.r.Offset()
+		if e.BlockSize, err = d.r.Int32(); err != nil {
+			return 0, true, d.fail(err, ev(i, "block_size"))
+		}
+		if e.BlockSize < 0 {
+			return 0, true, reject(engines.ReasonSchemaMismatch, off, ev(i, "block_size"), fmt.Errorf("negative block size %d", e.BlockSize))
+		}
+		return seenBlockSize, true, nil
+	case "lora_id":
+		e.LoRAID, e.HasLoRAID = 0, false
+		if !d.r.IsNil() {
+			if e.LoRAID, err = d.r.Int64(); err != nil {
+				return 0, true, d.fail(err, ev(i, "lora_id"))
+			}
+			e.HasLoRAID = true
+		}
+		return 0, true, nil
+	case "cache_salt":
+		e.CacheSalt, err = d.optStr(i, "cache_salt")
+		return 0, true, err
+	case "session_id":
+		e.SessionID, err = d.optStr(i, "session_id")
+		return 0, true, err
+	case "metadata":
+		return 0, true, d.metadata(i, e)
+	}
+	return 0, false, nil
 }
 
 func (d *decoder) hash() (uint64, error) {
@@ -202,6 +326,7 @@ func (d *decoder) hashes(i int, e *engines.Event) error {
 	if err != nil {
 		return d.fail(err, ev(i, "block_hashes"))
 	}
+	e.BlockHashes = e.BlockHashes[:0]
 	for j := 0; j < n; j++ {
 		v, err := d.hash()
 		if err != nil {

@@ -282,7 +282,8 @@ func FuzzDecodeSGLang(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
-		if d := cmp.Diff(b, b2, cmpopts.EquateEmpty(), cmpopts.EquateNaNs()); d != "" {
+		// The array layout has no session_id (a map event's, v0.5.21, is dropped by design).
+		if d := cmp.Diff(b, b2, cmpopts.EquateEmpty(), cmpopts.EquateNaNs(), cmpopts.IgnoreFields(engines.Event{}, "SessionID")); d != "" {
 			t.Fatalf("unstable:\n%s", d)
 		}
 	})

@@ -43,7 +43,8 @@ type seq struct {
 	keys    []uint64
 	tokens  []uint32
 	ex      *hashcore.Extras
-	storedN int // leading blocks whose keys are cached (hit, stored or shared)
+	session string // SGLang session_id of the request
+	storedN int    // leading blocks whose keys are cached (hit, stored or shared)
 	// winFrom, winTo: the blocks [winFrom, winTo) the request holds in the sliding-window group.
 	winFrom, winTo int
 	hitN           int // leading blocks that were prefix-cache hits at admission
@@ -172,7 +173,7 @@ func (c *cache) emitStored(ev engines.Event) {
 		last := &c.pending[len(c.pending)-1]
 		if last.Kind == engines.BlockStored && ev.HasParent && len(last.BlockHashes) > 0 &&
 			last.BlockHashes[len(last.BlockHashes)-1] == ev.Parent && last.BlockSize == ev.BlockSize &&
-			last.CacheSalt == ev.CacheSalt && (last.BlockTokens == nil) == (ev.BlockTokens == nil) {
+			last.CacheSalt == ev.CacheSalt && last.SessionID == ev.SessionID && (last.BlockTokens == nil) == (ev.BlockTokens == nil) {
 			last.BlockHashes = append(last.BlockHashes, ev.BlockHashes...)
 			last.TokenIDs = append(last.TokenIDs, ev.TokenIDs...)
 			if last.BlockTokens != nil {

@@ -632,6 +632,7 @@ func (r *rank) storedEvent(s *seq, first, last int) engines.Event {
 		if s.ex != nil {
 			ev.CacheSalt = s.ex.CacheSalt
 		}
+		ev.SessionID = s.session // the array layout (v0.5.18) drops it
 	case "trtllm":
 		ev.TokenIDs = append([]uint32(nil), toks...)
 		ev.BlockTokens = make([][]uint32, last-first)
@@ -655,6 +656,7 @@ type genReq struct {
 	prompt    []uint32
 	maxTokens int
 	ex        *hashcore.Extras
+	session   string // SGLang session_id, on the request's stores where the release's wire has it
 	// remote is the number of leading prompt tokens whose KV a prefill engine computed (P/D
 	// decode side): they cost no prefill time and count as cached.
 	remote int
@@ -724,7 +726,7 @@ func (e *Engine) generate(ctx context.Context, q *genReq) (*genRes, error) {
 	if !r.cache.fits(total) {
 		return nil, fmt.Errorf("request needs %d blocks, the KV cache has %d", ceilDiv(total, e.cfg.BlockSize), r.cache.capacity())
 	}
-	s := &seq{ex: q.ex}
+	s := &seq{ex: q.ex, session: q.session}
 	keyer, err := e.newKeyer(q.ex)
 	if err != nil {
 		return nil, err

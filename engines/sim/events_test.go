@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/sglang"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 )
 
@@ -75,7 +77,7 @@ func workload(t *testing.T, e *Engine, n, workers int, seed uint64) {
 // publisher (slow joiner) come from replay.
 func TestZMQEventsRebuildCache(t *testing.T) {
 	for _, tc := range []struct{ family, release string }{
-		{"vllm", "v0.25.1"}, {"vllm", "v0.23.0"}, {"sglang", "v0.5.18"},
+		{"vllm", "v0.25.1"}, {"vllm", "v0.23.0"}, {"sglang", "v0.5.18"}, {"sglang", "v0.5.21"},
 	} {
 		t.Run(tc.family+"-"+tc.release, func(t *testing.T) {
 			seed := "0"
@@ -141,6 +143,9 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seq %d: %v", s, err)
 				}
+				if tc.family == "sglang" {
+					checkSGLangLayout(t, tc.release, p)
+				}
 				if !b.HasDPRank || b.DPRank != 0 {
 					t.Fatalf("seq %d: rank %v/%d", s, b.HasDPRank, b.DPRank)
 				}
@@ -181,6 +186,33 @@ func TestZMQEventsRebuildCache(t *testing.T) {
 			}
 			t.Logf("%d batches, %d stored events (%d duplicate copies), %d removed events, %d resident keys", next, stores, dupStores, removes, len(res))
 		})
+	}
+}
+
+// checkSGLangLayout: every event of an SGLang payload is in its release's layout (v0.5.18 tagged
+// arrays, v0.5.21 tagged maps); the decoder accepts both, so only the bytes tell them apart.
+func checkSGLangLayout(t *testing.T, release string, p []byte) {
+	t.Helper()
+	l, err := sglang.LayoutForRelease(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "array"
+	if l == sglang.LayoutMap {
+		want = "map"
+	}
+	var batch []any
+	if err := msgpack.Unmarshal(p, &batch); err != nil || len(batch) != 3 {
+		t.Fatalf("batch: %v %v", err, batch)
+	}
+	for i, ev := range batch[1].([]any) {
+		got := "array"
+		if _, ok := ev.(map[string]any); ok {
+			got = "map"
+		}
+		if got != want {
+			t.Fatalf("%s event %d is a %s, want a %s: %v", release, i, got, want, ev)
+		}
 	}
 }
 

@@ -29,6 +29,8 @@ type oaiBody struct {
 	} `json:"stream_options"`
 	AddSpecialTokens *bool   `json:"add_special_tokens"`
 	CacheSalt        *string `json:"cache_salt"`
+	// SGLang: the request's session, echoed on its stores from v0.5.21 (PR #37482).
+	SessionID *string `json:"session_id"`
 	// vLLM P/D.
 	KVTransferParams json.RawMessage `json:"kv_transfer_params"`
 	// SGLang P/D and DP pinning.
@@ -90,6 +92,7 @@ type preparedReq struct {
 	usage     bool // stream_options.include_usage
 	rank      int
 	ex        *hashcore.Extras
+	session   string // SGLang session_id
 	model     string
 	n         int // choices (OpenAI n): one generation, n copies of it, as the prompt's blocks are shared
 }
@@ -187,6 +190,9 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 			p.ex = &hashcore.Extras{CacheSalt: *b.CacheSalt}
 		}
 	}
+	if b.SessionID != nil && e.cfg.Family == "sglang" {
+		p.session = *b.SessionID
+	}
 	if lora != nil {
 		if p.ex == nil {
 			p.ex = &hashcore.Extras{}
@@ -283,7 +289,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, p *prep
 	ctx := r.Context()
 	id := e.responseID(p.kind)
 	created := time.Now().Unix()
-	q := &genReq{rank: p.rank, prompt: p.prompt, maxTokens: p.maxTokens, ex: p.ex}
+	q := &genReq{rank: p.rank, prompt: p.prompt, maxTokens: p.maxTokens, ex: p.ex, session: p.session}
 	pd, status, msg := e.preparePD(ctx, p, q)
 	if status != 0 {
 		e.writeError(w, status, msg, "")

@@ -10,7 +10,7 @@ import (
 )
 
 // encoderFor returns the family's ZeroMQ payload encoder for the release (the project's own wire
-// encoders; vLLM's layout follows the release).
+// encoders; vLLM's and SGLang's layouts follow the release).
 func encoderFor(family, release string) (func(engines.Batch) ([]byte, error), error) {
 	switch family {
 	case "vllm":
@@ -20,7 +20,11 @@ func encoderFor(family, release string) (func(engines.Batch) ([]byte, error), er
 		}
 		return func(b engines.Batch) ([]byte, error) { return vllm.EncodeBatch(b, layout) }, nil
 	case "sglang":
-		return sglang.EncodeBatch, nil
+		layout, err := sglang.LayoutForRelease(release)
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		return func(b engines.Batch) ([]byte, error) { return sglang.EncodeBatchLayout(b, layout) }, nil
 	}
 	return nil, fmt.Errorf("sim: family %s publishes no ZeroMQ events", family)
 }
