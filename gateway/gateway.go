@@ -31,6 +31,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -90,6 +91,7 @@ type Gateway struct {
 	cfg     *rules.Config
 	store   *rules.Store
 	pool    *tokenize.Pool
+	keys    *route.KeyCache // shared by every rule's keyer (entries are per key space); nil: off
 	reg     *prometheus.Registry
 	log     *slog.Logger
 	now     func() time.Time
@@ -115,6 +117,7 @@ type ruleRuntime struct {
 	contract *contracts.Contract
 	router   *route.Router
 	index    *inventory.Index
+	groups   *kvgroups.Index // KV-cache groups beside full attention (hybrid models)
 	eps      []*route.Endpoint
 	keyer    *route.PromptKeyer
 	exact    ExactStatus
@@ -168,12 +171,20 @@ func New(opts Options) (*Gateway, error) {
 	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
 		return nil, err
 	}
+	keyBytes := int64(route.DefaultKeyCacheBytes)
+	if n := opts.Config.Tokenizers.KeyCacheBytes; n != nil {
+		keyBytes = *n
+	}
+	keys := route.NewKeyCache(keyBytes)
+	if err := registerKeyCacheMetrics(opts.Registry, keys); err != nil {
+		return nil, err
+	}
 	im, err := ingest.NewMetrics(opts.Registry)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, reg: opts.Registry,
+		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
 		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
@@ -348,7 +359,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if ct == nil {
 		return nil, fmt.Errorf("no contract for %s %s", r.Engine.Family, r.Engine.Release)
 	}
-	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
+	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize)}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
@@ -364,7 +375,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, Cache: g.keys}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -394,7 +405,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
-	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if rt.exact.Enabled {
 		cfg.Keyer = rt.keyer
 	} else {
@@ -574,6 +585,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
 			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
+			Groups: rt.groups.Endpoint(ep.ID),
 		})
 		if err != nil {
 			cancel()

@@ -32,12 +32,15 @@ type ScaleCell struct {
 	// (their keys resident on one endpoint), plus one new user turn; the gateway's tokenizer pool
 	// has its segment cache (tokenizers.segmentCacheBytes default). Otherwise every decision is a
 	// cold completions prompt: no segment cache.
-	MultiTurn    bool `json:"multiTurn,omitempty"`
-	Endpoints    int  `json:"endpoints"`
-	Resident     int  `json:"residentKeys"`
-	PromptTokens int  `json:"promptTokens"`
-	Blocks       int  `json:"blocks"`
-	Decisions    int  `json:"decisions"`
+	MultiTurn bool `json:"multiTurn,omitempty"`
+	// KeyCacheBytes is a multi-turn cell's key cache (route.KeyCache; 0: none): the gateway's
+	// default reuses the earlier turns' block keys as well.
+	KeyCacheBytes int64 `json:"keyCacheBytes,omitempty"`
+	Endpoints     int   `json:"endpoints"`
+	Resident      int   `json:"residentKeys"`
+	PromptTokens  int   `json:"promptTokens"`
+	Blocks        int   `json:"blocks"`
+	Decisions     int   `json:"decisions"`
 	// Decision is the whole KV-exact decision (Router.Explain: tokenize, hash, score, law), ms.
 	Decision Percentiles `json:"decisionMs"`
 	// CPUms is the process's CPU time (user + system, GC included) per decision, ms: what a
@@ -77,6 +80,8 @@ type ScalePlan struct {
 	// MultiTurn adds a multi-turn cell (ScaleCell.MultiTurn) for every prompt size of at least
 	// multiTurnMin tokens.
 	MultiTurn bool
+	// KeyCacheBytes: each multi-turn cell runs once per value, in this order (0: no key cache).
+	KeyCacheBytes []int64
 }
 
 // multiTurnMin is the smallest prompt measured as a conversation (four turns of multiTurnTurn).
@@ -88,7 +93,8 @@ const multiTurnTurn = 2000
 // DefaultScalePlan: 16 and 64 endpoints, 10M resident keys, prompts of 1k to 100k tokens. 100M
 // keys need about 3 GiB of heap: kvbench scale --resident 100000000 runs them on purpose.
 func DefaultScalePlan() ScalePlan {
-	return ScalePlan{Endpoints: []int{16, 64}, Resident: []int{10_000_000}, Prompts: []int{1024, 8192, 32768, 102400}, Repeats: 200, Budget: 8 * time.Second, MultiTurn: true}
+	return ScalePlan{Endpoints: []int{16, 64}, Resident: []int{10_000_000}, Prompts: []int{1024, 8192, 32768, 102400}, Repeats: 200, Budget: 8 * time.Second, MultiTurn: true,
+		KeyCacheBytes: []int64{route.DefaultKeyCacheBytes}}
 }
 
 // MeasureScale runs the plan; progress sees each cell.
@@ -144,13 +150,15 @@ func MeasureScale(ctx context.Context, toks *tokenize.Pool, model string, plan S
 				if !plan.MultiTurn || n < multiTurnMin {
 					continue
 				}
-				c, err = rig.measureMultiTurn(ctx, cached, ctok, n, plan)
-				if err != nil {
-					return nil, fmt.Errorf("%d endpoints, %d keys, %d tokens, multi-turn: %w", eps, resident, n, err)
-				}
-				out.Cells = append(out.Cells, c)
-				if progress != nil {
-					progress(c)
+				for i, kb := range plan.KeyCacheBytes {
+					c, err = rig.measureMultiTurn(ctx, cached, ctok, n, plan, kb, i > 0)
+					if err != nil {
+						return nil, fmt.Errorf("%d endpoints, %d keys, %d tokens, multi-turn: %w", eps, resident, n, err)
+					}
+					out.Cells = append(out.Cells, c)
+					if progress != nil {
+						progress(c)
+					}
 				}
 			}
 			rig.inv = nil // the next fill starts from an empty heap
@@ -233,15 +241,16 @@ func newScaleRig(toks *tokenize.Pool, model string, ct *contracts.Contract, n, r
 	si := ScaleInventory{Endpoints: n, Resident: resident, BytesPerKey: float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(resident),
 		StoreOpsPerSec: float64(resident) / fill.Seconds()}
 	rig.rule, rig.cert = r, cert
-	if rig.router, err = rig.routerOn(toks); err != nil {
+	if rig.router, err = rig.routerOn(toks, nil); err != nil {
 		return nil, ScaleInventory{}, err
 	}
 	return rig, si, nil
 }
 
-// routerOn is the rig's router with its keyer on the tokenizers of toks.
-func (s *scaleRig) routerOn(toks *tokenize.Pool) (*route.Router, error) {
-	return route.New(route.Config{Rule: s.rule, Endpoints: s.eps, Index: s.inv, Keyer: &route.PromptKeyer{Pool: toks, Hasher: s.hasher}, Certified: s.cert})
+// routerOn is the rig's router with its keyer on the tokenizers of toks and the key cache keys
+// (nil: none).
+func (s *scaleRig) routerOn(toks *tokenize.Pool, keys *route.KeyCache) (*route.Router, error) {
+	return route.New(route.Config{Rule: s.rule, Endpoints: s.eps, Index: s.inv, Keyer: &route.PromptKeyer{Pool: toks, Hasher: s.hasher, Cache: keys}, Certified: s.cert})
 }
 
 // selfCPU is the process's user + system time so far.
@@ -330,7 +339,7 @@ func ScaleTable(s *Scale) string {
 		}
 		prompt := fmt.Sprint(c.PromptTokens)
 		if c.MultiTurn {
-			prompt += " multi-turn"
+			prompt += " multi-turn" + c.keyCacheLabel()
 		}
 		app("| %d | %d | %s | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %s |\n", c.Endpoints, c.Resident, prompt, c.Blocks, c.Decisions,
 			c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Tokenize.P99, t)
@@ -361,9 +370,10 @@ func conversation(tok *tokenize.Tokenizer, n, next int) (*tokenize.ChatRequest, 
 
 // measureMultiTurn stores the conversation's earlier turns on one endpoint and times decisions of
 // chat requests that append one new user turn each (a different one per decision), the segment
-// cache warmed by one untimed request — the previous turn of the conversation.
-func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, tok *tokenize.Tokenizer, n int, plan ScalePlan) (ScaleCell, error) {
-	router, err := s.routerOn(cached)
+// cache (and the key cache of keyCacheBytes, 0: none) warmed by one untimed request — the previous
+// turn of the conversation. again: the same conversation as the cell before, on the same endpoint.
+func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, tok *tokenize.Tokenizer, n int, plan ScalePlan, keyCacheBytes int64, again bool) (ScaleCell, error) {
+	router, err := s.routerOn(cached, route.NewKeyCache(keyCacheBytes))
 	if err != nil {
 		return ScaleCell{}, err
 	}
@@ -379,7 +389,9 @@ func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, 
 	if err != nil {
 		return ScaleCell{}, err
 	}
-	s.endpoint = (s.endpoint + 1) % len(s.eps)
+	if !again {
+		s.endpoint = (s.endpoint + 1) % len(s.eps)
+	}
 	want := s.eps[s.endpoint]
 	if err := s.inv.Store(want.ID, keys); err != nil {
 		return ScaleCell{}, err
@@ -391,7 +403,7 @@ func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, 
 		}
 		return &route.Request{Model: s.model, Chat: true, ChatRequest: cr}, nil
 	}
-	c := ScaleCell{MultiTurn: true, Endpoints: len(s.eps), Resident: s.resident, Blocks: len(keys)}
+	c := ScaleCell{MultiTurn: true, KeyCacheBytes: keyCacheBytes, Endpoints: len(s.eps), Resident: s.resident, Blocks: len(keys)}
 	warm, err := request(0)
 	if err != nil {
 		return c, err
@@ -437,4 +449,15 @@ func (s *scaleRig) measureMultiTurn(ctx context.Context, cached *tokenize.Pool, 
 	c.Decisions = len(dec)
 	c.Decision, c.Tokenize = pct(dec), pct(tk)
 	return c, nil
+}
+
+// keyCacheLabel marks a multi-turn cell whose key cache is not the gateway's default.
+func (c ScaleCell) keyCacheLabel() string {
+	switch c.KeyCacheBytes {
+	case route.DefaultKeyCacheBytes:
+		return ""
+	case 0:
+		return ", no key cache"
+	}
+	return fmt.Sprintf(", key cache %d B", c.KeyCacheBytes)
 }

@@ -7,7 +7,7 @@
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
-//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400] [--multiturn]
+//	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400] [--multiturn] [--key-cache-bytes 67108864]
 //	                                                decision time, memory per key at pool scale
 package main
 
@@ -371,10 +371,19 @@ func runScale(ctx context.Context, args []string) int {
 	repeats := fs.Int("repeats", def.Repeats, "decisions timed per cell (at most; --budget bounds the time)")
 	budget := fs.Duration("budget", def.Budget, "time spent per cell at most (at least 5 decisions)")
 	multiTurn := fs.Bool("multiturn", def.MultiTurn, "also time prompts of 8k tokens or more as multi-turn chats with one new turn (segment cache)")
+	keyCache := fs.String("key-cache-bytes", ints64(def.KeyCacheBytes), "comma-separated key cache sizes, one multi-turn cell each, in this order (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	plan := kvbench.ScalePlan{Repeats: *repeats, Budget: *budget, MultiTurn: *multiTurn}
+	for _, x := range strings.Split(*keyCache, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "kvbench scale: --key-cache-bytes: %q is not a whole number of bytes (0: none)\n", x)
+			return 2
+		}
+		plan.KeyCacheBytes = append(plan.KeyCacheBytes, n)
+	}
 	for _, f := range []struct {
 		name, v string
 		dst     *[]int
@@ -396,7 +405,7 @@ func runScale(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "inventory %d endpoints, %d keys: %.1f B/key, %.2f M stores/s\n", c.Endpoints, c.Resident, c.BytesPerKey, c.StoreOpsPerSec/1e6)
 		case kvbench.ScaleCell:
 			fmt.Fprintf(os.Stderr, "decision %d endpoints, %d keys, %6d tokens%s: p50 %.2f ms p99 %.2f ms, CPU %.2f ms (tokenize p50 %.2f ms), %d decisions\n",
-				c.Endpoints, c.Resident, c.PromptTokens, map[bool]string{true: " multi-turn"}[c.MultiTurn], c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
+				c.Endpoints, c.Resident, c.PromptTokens, map[bool]string{true: " multi-turn" + fmt.Sprintf(" (key cache %d B)", c.KeyCacheBytes)}[c.MultiTurn], c.Decision.P50, c.Decision.P99, c.CPUms, c.Tokenize.P50, c.Decisions)
 		}
 	})
 	if err != nil {
@@ -423,6 +432,14 @@ func ints(v []int) string {
 	var s []string
 	for _, x := range v {
 		s = append(s, strconv.Itoa(x))
+	}
+	return strings.Join(s, ",")
+}
+
+func ints64(v []int64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, strconv.FormatInt(x, 10))
 	}
 	return strings.Join(s, ",")
 }

@@ -222,6 +222,23 @@ func TestScaleMultiTurnSmoke(t *testing.T) {
 	if err != nil || !strings.Contains(string(md), " multi-turn |") {
 		t.Fatalf("scale.md has no multi-turn row (%v):\n%s", err, md)
 	}
+	// One multi-turn cell per --key-cache-bytes value, the same conversation on the same endpoint.
+	if code := runScale(context.Background(), []string{"--out", dir, "--endpoints", "3", "--resident", "20000", "--prompts", "8192", "--repeats", "5", "--key-cache-bytes", "0,1048576"}); code != 0 {
+		t.Fatalf("kvbench scale --key-cache-bytes 0,1048576 exited %d", code)
+	}
+	if b, err = os.ReadFile(filepath.Join(dir, "scale.json")); err != nil {
+		t.Fatal(err)
+	}
+	sc = kvbench.Scale{}
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Cells) != 3 || sc.Cells[1].KeyCacheBytes != 0 || sc.Cells[2].KeyCacheBytes != 1<<20 || sc.Cells[2].Score < sc.Cells[2].Blocks {
+		t.Fatalf("cells %+v, want a cold cell and multi-turn ones without and with a key cache", sc.Cells)
+	}
+	if code := runScale(context.Background(), []string{"--out", dir, "--key-cache-bytes", "-1"}); code != 2 {
+		t.Fatalf("--key-cache-bytes -1 exited %d, want 2", code)
+	}
 	_, err = kvbench.MeasureScale(context.Background(), tokenize.NewPool("", tokenize.WithSegmentCacheBytes(1<<20)), "llama3", kvbench.DefaultScalePlan(), nil)
 	if err == nil || !strings.Contains(err.Error(), "segment cache") {
 		t.Fatalf("MeasureScale on a cached pool: %v, want a refusal", err)

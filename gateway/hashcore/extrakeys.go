@@ -31,6 +31,11 @@ func ExtraKeys(ex *Extras, numTokens, blockSize int) ([][]any, error) {
 	return ex.blockRange(0, n, blockSize), nil
 }
 
+// none reports whether ex gives no block an extra key.
+func (ex *Extras) none() bool {
+	return ex == nil || (ex.LoRAName == "" && ex.CacheSalt == "" && len(ex.MM) == 0 && ex.PromptEmbeds == nil)
+}
+
 // validate rejects extras vLLM could not have produced.
 func (ex *Extras) validate() error {
 	if ex == nil {
@@ -64,7 +69,7 @@ func (ex *Extras) blockRange(first, last, blockSize int) [][]any {
 		return nil
 	}
 	out := make([][]any, last-first)
-	if ex == nil || (ex.LoRAName == "" && ex.CacheSalt == "" && len(ex.MM) == 0 && ex.PromptEmbeds == nil) {
+	if ex.none() {
 		return out
 	}
 	mmIdx := 0

@@ -239,7 +239,8 @@ func Default() Impl {
 //                0x03 int    i64le (may be negative: mm offsets)
 //                0x04 tuple  u32le n, then n items
 //              SGLang never has extras (the salt is already in Parent).
-//   Digests    out, len NumBlocks*Algo.DigestLen(): block digests (router: le64(key)).
+//   Digests    out, len NumBlocks*Algo.DigestLen(): block digests (router: le64(key)); nil asks for
+//              keys only.
 //   Keys       out, len NumBlocks: Algo.KeyOf(digest) for each block.
 //   Preimage0  out, optional: when non-nil and NumBlocks > 0, C sets *Preimage0 to a Go-owned copy of
 //              block 0's exact pre-image bytes (debugging and parity: first_block_preimage_hex).
@@ -363,8 +364,8 @@ func (h *Hasher) checkExtras(ex *Extras) error {
 // blockExtras returns the per-block extra-key values for blocks [first, first+n) of a prompt of
 // numTokens tokens, one-shot (prompt) semantics.
 func (h *Hasher) blockExtras(ex *Extras, numTokens int) ([][]any, error) {
-	if h.b.Algorithm == SGLangSHA256 || ex == nil {
-		return nil, nil
+	if h.b.Algorithm == SGLangSHA256 || ex.none() {
+		return nil, nil // not a nil entry per block: 24 bytes each, 150 KB for a 100k-token prompt
 	}
 	return ExtraKeys(ex, numTokens, h.b.BlockSize)
 }
@@ -413,18 +414,67 @@ func (h *Hasher) run(tokens []uint32, ex *Extras, dst []uint64, wantDigests bool
 	if pre != nil {
 		n = min(n, 1)
 	}
-	return h.chain(parent, tokens, n, extras, dst, pre)
+	var digests []byte
+	if wantDigests {
+		digests = make([]byte, n*h.b.Algorithm.DigestLen())
+	}
+	return h.chainInto(parent, tokens, n, extras, dst, digests, pre)
+}
+
+// KeysFrom returns the keys of blocks [from, n) of a prompt (n = NumBlocks(len(tokens))),
+// appended to dst[:0]: bit for bit Keys' last n-from keys, with ex's one-shot extra keys. parent is
+// the full digest of block from-1 (as Digests or an earlier KeysFrom gave it); from 0 chains on
+// RootFor(ex) and ignores parent. digests, when non-nil, receives the (n-from)·DigestLen bytes of
+// those blocks' digests. It is how a caller that kept a prompt's digests hashes only the blocks of a
+// prompt that come after an exactly equal id prefix: a block's digest depends on the ids up to it
+// and on its extras alone.
+func (h *Hasher) KeysFrom(tokens []uint32, ex *Extras, from int, parent []byte, dst []uint64, digests []byte) ([]uint64, error) {
+	if err := h.checkExtras(ex); err != nil {
+		return nil, err
+	}
+	n := h.b.numBlocks(len(tokens))
+	if from < 0 || from > n {
+		return nil, fmt.Errorf("hashcore: first block %d outside 0..%d (%d tokens, block size %d)", from, n, len(tokens), h.b.BlockSize)
+	}
+	dl := h.b.Algorithm.DigestLen()
+	if digests != nil && len(digests) < (n-from)*dl {
+		return nil, fmt.Errorf("hashcore: digest buffer of %d bytes for %d blocks of %d", len(digests), n-from, dl)
+	}
+	if from == 0 {
+		var err error
+		if parent, err = h.RootFor(ex); err != nil {
+			return nil, err
+		}
+	} else if len(parent) != dl {
+		return nil, fmt.Errorf("hashcore: parent digest of %d bytes, %s chains on %d", len(parent), h.b.Algorithm, dl)
+	}
+	extras, err := h.blockExtras(ex, len(tokens))
+	if err != nil {
+		return nil, err
+	}
+	extras = extras[min(from, len(extras)):]
+	if digests != nil {
+		digests = digests[:(n-from)*dl]
+	}
+	_, keys, err := h.chainInto(parent, tokens[from*h.b.BlockSize:], n-from, extras, dst, digests, nil)
+	return keys, err
 }
 
 // chain hashes n full blocks of tokens chaining from parent with the given per-block extras.
 func (h *Hasher) chain(parent []byte, tokens []uint32, n int, extras [][]any, dst []uint64, pre *[]byte) ([]byte, []uint64, error) {
+	return h.chainInto(parent, tokens, n, extras, dst, make([]byte, n*h.b.Algorithm.DigestLen()), pre)
+}
+
+// chainInto is chain writing the digests to digests (n·DigestLen bytes), or none when it is nil:
+// Keys needs no digest, and 32 bytes per block of a 100k-token prompt is a 200 KB allocation.
+func (h *Hasher) chainInto(parent []byte, tokens []uint32, n int, extras [][]any, dst []uint64, digests []byte, pre *[]byte) ([]byte, []uint64, error) {
 	if len(extras) > n {
 		extras = extras[:n]
 	}
 	req := &chainRequest{
 		Algo: h.b.Algorithm, BlockSize: h.b.BlockSize, Bigram: h.b.Bigram,
 		Parent: parent, Tokens: tokens, NumBlocks: n,
-		Digests:   make([]byte, n*h.b.Algorithm.DigestLen()),
+		Digests:   digests,
 		Keys:      growKeys(dst, n),
 		Preimage0: pre,
 	}
@@ -526,6 +576,6 @@ func RouterKeysWith(impl Impl, parent uint64, tokens []uint32, blockSize int, ex
 		return nil, fmt.Errorf("hashcore: %d extra-key entries for %d full blocks", len(extras), n)
 	}
 	p := binary.LittleEndian.AppendUint64(nil, parent)
-	_, keys, err := h.chain(p, tokens, n, extras, dst, nil)
+	_, keys, err := h.chainInto(p, tokens, n, extras, dst, nil, nil)
 	return keys, err
 }

@@ -62,6 +62,9 @@ type PromptKeyer struct {
 	// SaltedRoot: the engine roots a salted request's chain at its cache_salt (SGLang), and its
 	// events say so; router keys then carry the salt in block 0's extras, as ingest does.
 	SaltedRoot bool
+	// Cache, when set, reuses the keys of an earlier prompt's unchanged id prefix (keycache.go):
+	// exact, so the keys are the same with or without it.
+	Cache *KeyCache
 }
 
 // unkeyable names request shapes no keyer can reproduce, before any tokenizing.
@@ -177,26 +180,27 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, strin
 		return nil, m, reason
 	}
 	if k.Hasher != nil {
-		keys, err := k.Hasher.Keys(ids, ex, nil)
+		keys, err := k.Cache.Keys(k.Hasher, ids, ex)
 		if err != nil {
 			return nil, MissHashes, err.Error()
 		}
 		return keys, MissNone, ""
 	}
-	var extras [][]any
+	// Router keys hash vLLM's one-shot extra keys of what the engine's events carry: LoRA name and
+	// cache_salt with block extras, else an SGLang salt in block 0's extras, as ingest's binder does.
+	var rex *hashcore.Extras
 	switch {
-	case k.BlockExtras && (ex.LoRAName != "" || ex.CacheSalt != ""):
-		var err error
-		if extras, err = hashcore.ExtraKeys(ex, len(ids), k.RouterBlockSize); err != nil {
-			return nil, MissHashes, err.Error()
-		}
+	case k.BlockExtras:
+		rex = ex
 	case k.SaltedRoot && ex.CacheSalt != "":
-		// ingest's binder puts an SGLang salt in block 0's extras; so do prompts.
-		extras = [][]any{{ex.CacheSalt}}
+		rex = &hashcore.Extras{CacheSalt: ex.CacheSalt}
 	}
-	keys, err := hashcore.RouterKeys(0, ids, k.RouterBlockSize, extras, nil)
-	if err != nil {
-		return nil, MissHashes, fmt.Sprintf("router keys: %v", err)
+	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.RouterXXH3V1, BlockSize: k.RouterBlockSize}, hashcore.Default())
+	if err == nil {
+		var keys []uint64
+		if keys, err = k.Cache.Keys(h, ids, rex); err == nil {
+			return keys, MissNone, ""
+		}
 	}
-	return keys, MissNone, ""
+	return nil, MissHashes, fmt.Sprintf("router keys: %v", err)
 }

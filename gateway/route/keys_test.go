@@ -3,6 +3,9 @@ package route
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -124,12 +127,15 @@ func BenchmarkDecision(b *testing.B) {
 			inv.Store(id, keys[:len(keys)*(i+1)/16])
 			eps = append(eps, &Endpoint{ID: id, Index: i, Name: e.Name, Role: RoleNormal, Weight: 1, Capacity: 1, Health: health.NewEndpoint(e.Name, e.Address, health.BreakerConfig{})})
 		}
-		rt, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Keyer: &PromptKeyer{Pool: pool, Hasher: h}, Certified: cert})
+		keyer := &PromptKeyer{Pool: pool, Hasher: h}
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // the zero-hit watchdog warns of the new prompts
+		rt, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Keyer: keyer, Certified: cert, Log: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
 		req := &Request{Model: "llama3", Prompt: text}
-		b.Run(map[int]string{1024: "1k", 8192: "8k"}[n], func(b *testing.B) {
+		name := map[int]string{1024: "1k", 8192: "8k"}[n]
+		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				d, err := rt.Route(context.Background(), req, inventory.Mask{})
 				if err != nil || d.Tier != TierKVExact {
@@ -138,5 +144,20 @@ func BenchmarkDecision(b *testing.B) {
 				d.Release()
 			}
 		})
+		// A new prompt per decision (its first word differs, so no block is shared, nor resident):
+		// what the key cache costs when it never hits, against the same prompts without it.
+		for _, cache := range []*KeyCache{nil, NewKeyCache(DefaultKeyCacheBytes)} {
+			keyer.Cache = cache
+			b.Run(name+"-new-prompts"+map[bool]string{true: "-key-cache"}[cache != nil], func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					d, err := rt.Route(context.Background(), &Request{Model: "llama3", Prompt: strconv.Itoa(i) + text}, inventory.Mask{})
+					if err != nil || d.Blocks == 0 { // keyed, and held nowhere: the law falls back
+						b.Fatalf("%v %+v", err, d)
+					}
+					d.Release()
+				}
+			})
+		}
+		keyer.Cache = nil
 	}
 }

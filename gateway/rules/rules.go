@@ -164,6 +164,10 @@ type Tokenizers struct {
 	// (docs/tokenizer.md, "Segment cache"); unset means tokenize.DefaultSegmentCacheBytes (64 MiB),
 	// 0 turns it off.
 	SegmentCacheBytes *int64 `yaml:"segmentCacheBytes" json:"segmentCacheBytes,omitempty"`
+	// KeyCacheBytes bounds the exact cache of recently keyed prompts' block keys, from which a
+	// prompt whose token ids extend one of them reuses the keys of the common blocks (docs/routing.md,
+	// "Key cache"); unset means route.DefaultKeyCacheBytes (64 MiB), 0 turns it off.
+	KeyCacheBytes *int64 `yaml:"keyCacheBytes" json:"keyCacheBytes,omitempty"`
 }
 
 // Rule is one routing rule.
@@ -490,6 +494,9 @@ func (c *Config) Normalize() error {
 	}
 	if n := c.Tokenizers.SegmentCacheBytes; n != nil && *n < 0 {
 		return fieldErr("tokenizers.segmentCacheBytes", "%d must be 0 (off) or positive", *n)
+	}
+	if n := c.Tokenizers.KeyCacheBytes; n != nil && *n < 0 {
+		return fieldErr("tokenizers.keyCacheBytes", "%d must be 0 (off) or positive", *n)
 	}
 	if err := c.Server.normalize(); err != nil {
 		return prefix("server", err)

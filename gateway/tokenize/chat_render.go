@@ -201,7 +201,7 @@ func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out, err := c.tmpl.RenderValues(data)
+	out, err := c.tmpl.RenderValuesSized(data, contentBytes(req)+256)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrTemplate, err)
 	}
@@ -209,6 +209,20 @@ func (ct *ChatTemplate) Render(req *ChatRequest) (string, error) {
 		return continueFinal(out, data["messages"])
 	}
 	return out, nil
+}
+
+// contentBytes is the length of the messages' string contents: about what the rendering holds
+// besides the template's own text.
+func contentBytes(req *ChatRequest) int {
+	n := 0
+	for _, m := range req.Messages {
+		if o, ok := m.(*object); ok {
+			if s, ok := o.val("content").(string); ok {
+				n += len(s)
+			}
+		}
+	}
+	return n
 }
 
 // renderData picks the template and builds its variables, as transformers passes them.

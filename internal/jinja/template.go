@@ -37,21 +37,28 @@ func (t *Template) Render(data map[string]any) (string, error) {
 		vals[k] = FromGoValue(v)
 	}
 
-	return render(t.nodes, vals)
+	return render(t.nodes, vals, 0)
 }
 
 // RenderValues is like Render but accepts pre-converted Value data.
 func (t *Template) RenderValues(data map[string]Value) (string, error) {
-	return render(t.nodes, data)
+	return render(t.nodes, data, 0)
+}
+
+// RenderValuesSized is RenderValues with the output's expected size, so that a long rendering
+// (a 100k-token chat) is not copied once per doubling of its buffer. (kvexact addition.)
+func (t *Template) RenderValuesSized(data map[string]Value, size int) (string, error) {
+	return render(t.nodes, data, size)
 }
 
 // =============================================================================
 
 // render executes the AST with the given data and returns the result.
-func render(nodes []node, data map[string]Value) (string, error) {
+func render(nodes []node, data map[string]Value, size int) (string, error) {
 	e := evaluator{
 		output: strings.Builder{},
 	}
+	e.output.Grow(size)
 
 	// Use the cached builtins scope directly. The scope is initialized
 	// once at package init and is only read after that (lookupFilter,
