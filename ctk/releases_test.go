@@ -101,6 +101,16 @@ var _ = Describe("pinned vLLM releases", func() {
 })
 
 var _ = Describe("a hybrid vLLM geometry", func() {
+	It("certifies a hybrid model (full attention + a sliding-window group) of the newest release for the engine and router bindings", func() {
+		// The sliding-window group stores the same keys under group_idx 1 with its kind and window;
+		// certification compares the full-attention keys, and the second group must not confuse it.
+		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed, c.SlidingWindow, c.SlidingWindowBlocks = strp("0"), 64, 32 })
+		res := certify(poolFor(e, "P0", `seed: "0"`), nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverEngine, certificate.CoverRouter))
+		Expect(spec(res, "P0", "block keys").State).To(Equal(ctk.Pass))
+	})
+
 	It("refuses the engine binding with the block-size leg when hashes are chained finer than the events' blocks, and still certifies the router binding", func() {
 		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
 		// The engine in front states hash_block_size 8 for its 16-token group (two KV-cache groups of

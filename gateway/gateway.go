@@ -31,6 +31,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -116,6 +117,7 @@ type ruleRuntime struct {
 	contract *contracts.Contract
 	router   *route.Router
 	index    *inventory.Index
+	groups   *kvgroups.Index // KV-cache groups beside full attention (hybrid models)
 	eps      []*route.Endpoint
 	keyer    *route.PromptKeyer
 	exact    ExactStatus
@@ -357,7 +359,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if ct == nil {
 		return nil, fmt.Errorf("no contract for %s %s", r.Engine.Family, r.Engine.Release)
 	}
-	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
+	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize)}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
@@ -403,7 +405,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
-	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if rt.exact.Enabled {
 		cfg.Keyer = rt.keyer
 	} else {
@@ -583,6 +585,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
 			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
+			Groups: rt.groups.Endpoint(ep.ID),
 		})
 		if err != nil {
 			cancel()

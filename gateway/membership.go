@@ -34,7 +34,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			return false, nil // same name, another endpoint: rebuild
 		}
 	}
-	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, keyer: old.keyer, sources: map[string]*source{}}
+	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, groups: old.groups, keyer: old.keyer, sources: map[string]*source{}}
 	var added []inventory.EndpointID
 	undo := func() {
 		for _, id := range added {
@@ -115,6 +115,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			<-s.done
 		}
 		_ = old.index.RemoveEndpoint(old.eps[i].ID) // registered by the old runtime: cannot be unknown
+		old.groups.RemoveEndpoint(old.eps[i].ID)
 		g.ingestM.Forget(r.Name, e.Name)
 		g.statusM.forgetEndpoint(r.Name, e.Name)
 	}

@@ -7,14 +7,30 @@
 #   KVBENCH_ARGS=     extra flags for the kvbench sweep (e.g. --quick)
 #   SKIP_GO_BENCH=1   reuse the component benchmarks already in .cache/bench/
 #   SKIP_KVBENCH=1    reuse kvbench's JSON already in .cache/bench/kvbench/ (charts are not redrawn)
+#   BENCH_RAW=dir     where the raw results are (default .cache/bench)
+#   BENCH_DOC=file    the document to write (default docs/BENCHMARKS.md)
+# A measuring run copies its raw results (not the binaries) to docs/bench/raw/, committed with the
+# document: SKIP_GO_BENCH=1 SKIP_KVBENCH=1 then regenerates the document in any checkout (e.g. after
+# merging other sections of docs/benchmarks/) from docs/bench/raw/ when .cache/bench has no run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
-out=.cache/bench
-mkdir -p "$out/kvbench" docs/bench
-{
-  echo "cores: $(nproc), cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee "$out/machine.txt"
+out=${BENCH_RAW:-.cache/bench}
+measure=1
+if [ -n "${SKIP_GO_BENCH:-}" ] && [ -n "${SKIP_KVBENCH:-}" ]; then
+  measure=""
+  if [ -z "${BENCH_RAW:-}" ] && [ ! -f "$out/machine.txt" ]; then
+    out=docs/bench/raw
+  fi
+  echo "== document only, from the raw results in $out/"
+fi
+bin=.cache/bench # the binaries, never copied with the raw results
+mkdir -p "$out/kvbench" "$bin" docs/bench
+# The machine line describes the run that measured: a document-only pass keeps it.
+if [ -n "$measure" ] || [ ! -f "$out/machine.txt" ]; then
+  echo "cores: $(nproc), cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(go version | cut -d' ' -f3-), load average at start: $(cut -d' ' -f1-3 /proc/loadavg), started $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')" > "$out/machine.txt"
+fi
+cat "$out/machine.txt"
 benchtime=${BENCHTIME:-1s}
 if [ -z "${SKIP_GO_BENCH:-}" ]; then
   for pkg in gateway/hashcore gateway/inventory gateway/tokenize gateway/ingest gateway/route gateway/proxy \
@@ -41,26 +57,52 @@ if [ -z "${SKIP_GO_BENCH:-}" ]; then
     scripts/bench-hf-tokenizers.sh | tee "$out/hf-tokenizers.txt" || echo "HuggingFace baseline skipped (see above)"
   fi
 fi
-go build -o "$out/kvbench-bin" ./cmd/kvbench
+go build -buildvcs=auto -o "$bin/kvbench-bin" ./cmd/kvbench
 if [ -z "${SKIP_KVBENCH:-}" ]; then
   # The gateway of the proxy comparison runs as its own process, like nginx: built from this tree.
-  go build -o "$out/gateway-bin" ./cmd/gateway
+  # (-buildvcs=auto: the binaries record the commit they measure, whatever GOFLAGS says.)
+  go build -buildvcs=auto -o "$bin/gateway-bin" ./cmd/gateway
+  # The sweep saves results.json after every cell. Exit status 3: every cell ran but some failed
+  # (recorded with their reasons, which the document lists); any other failure (interrupted, no
+  # tokenizer) leaves the cells measured so far, which the document shows as a partial run. Either
+  # way the other steps and the document still run; the script's status says something failed.
+  failed=""
+  rc=0
   # shellcheck disable=SC2086
-  "$out/kvbench-bin" --out "$out/kvbench" --charts docs/bench ${KVBENCH_ARGS:-}
+  "$bin/kvbench-bin" --out "$out/kvbench" --charts docs/bench ${KVBENCH_ARGS:-} || rc=$?
+  case "$rc" in
+    0) ;;
+    3) echo "== kvbench sweep: some cells failed (see above); the document lists them"; failed="$failed sweep(cells)" ;;
+    *) echo "== kvbench sweep exited $rc; the document shows the cells it measured"; failed="$failed sweep($rc)" ;;
+  esac
   # Exit status 3: the proxy comparison did not run (e.g. nginx or wrk missing: apt-get install -y
   # nginx-light wrk) but overhead.json was written with the reason, which the document prints.
-  # Any other failure stops the run, as before.
   rc=0
-  "$out/kvbench-bin" overhead --out "$out/kvbench" --charts docs/bench --gateway "$out/gateway-bin" || rc=$?
+  "$bin/kvbench-bin" overhead --out "$out/kvbench" --charts docs/bench --gateway "$bin/gateway-bin" || rc=$?
+  case "$rc" in
+    0) ;;
+    3) echo "== kvbench overhead: proxy comparison not run (see above); the document says why" ;;
+    *) echo "== kvbench overhead exited $rc"; failed="$failed overhead($rc)" ;;
+  esac
   # Pool scale: 16 and 64 endpoints over 10M resident keys, prompts up to 100k tokens
   # (KVBENCH_SCALE_ARGS, e.g. --resident 10000000,100000000 for the 100M cell: about 3 GiB).
+  rc=0
   # shellcheck disable=SC2086
-  "$out/kvbench-bin" scale --out "$out/kvbench" ${KVBENCH_SCALE_ARGS:-}
-  if [ "$rc" -eq 3 ]; then
-    echo "== kvbench overhead: proxy comparison not run (see above); the document says why"
-  elif [ "$rc" -ne 0 ]; then
-    exit "$rc"
+  "$bin/kvbench-bin" scale --out "$out/kvbench" ${KVBENCH_SCALE_ARGS:-} || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "== kvbench scale exited $rc"; failed="$failed scale($rc)"
   fi
 fi
-"$out/kvbench-bin" doc --raw "$out" --sections docs/benchmarks --charts docs/bench --out docs/BENCHMARKS.md
-echo "docs/BENCHMARKS.md regenerated; raw results in $out/"
+doc=${BENCH_DOC:-docs/BENCHMARKS.md}
+"$bin/kvbench-bin" doc --raw "$out" --sections docs/benchmarks --charts docs/bench --out "$doc"
+echo "$doc regenerated; raw results in $out/"
+if [ -n "$measure" ] && [ "$out" != docs/bench/raw ]; then
+  rm -rf docs/bench/raw && mkdir -p docs/bench/raw/kvbench
+  cp "$out"/*.txt docs/bench/raw/
+  cp "$out"/kvbench/*.json "$out"/kvbench/*.md docs/bench/raw/kvbench/ 2>/dev/null || true
+  echo "raw results copied to docs/bench/raw/ (commit them with the document)"
+fi
+if [ -n "${failed:-}" ]; then
+  echo "== failed:$failed"
+  exit 1
+fi

@@ -57,6 +57,19 @@ type Sample struct {
 	Decoded any
 	// BlockSize is the tokens per block the payload's stores use, 0 when the file does not say.
 	BlockSize int
+	// PrefixHits are prompts scored against the blocks the payload leaves cached, with the hit
+	// the engine's own rule gives (project files; hybrid models' samples).
+	PrefixHits []PrefixHit
+}
+
+// PrefixHit is one prompt against a sample's cached blocks.
+type PrefixHit struct {
+	Name, Comment string
+	HashBlockSize int      // tokens per block of the prompt's chain
+	Prompt        []uint32 // token ids
+	HitTokens     int      // the engine's hit length
+	FullTokens    int      // the full-attention group's hit alone
+	LimitingGroup int      // the group that cut the hit, -1 when none did
 }
 
 // Sample returns the sample named name.
@@ -182,6 +195,9 @@ func (p *parser) projectSamples(m map[string]any) (*SampleFile, error) {
 			}
 			s.ID, s.Layout = id, layout
 			s.Result, _ = tm["result"].(string)
+			if s.PrefixHits, err = p.prefixHits(path+".prefixHits", tm["prefixHits"]); err != nil {
+				return nil, err
+			}
 			if s.Flags, err = p.strings_(path+".flags", tm["flags"]); err != nil {
 				return nil, err
 			}
@@ -342,6 +358,65 @@ func (p *parser) sample(fields map[string]string, transport, path string, m map[
 	return s, nil
 }
 
+// prefixHits reads a sample's prompts with their expected hits (absent: none). The JSON Schema has
+// checked the shape; this converts.
+func (p *parser) prefixHits(path string, v any) ([]PrefixHit, error) {
+	if v == nil {
+		return nil, nil
+	}
+	list, err := p.arr(path, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PrefixHit, len(list))
+	for i, e := range list {
+		ep := fmt.Sprintf("%s[%d]", path, i)
+		m, err := p.obj(ep, e)
+		if err != nil {
+			return nil, err
+		}
+		ph := &out[i]
+		if ph.Name, err = p.str(ep+".name", m["name"]); err != nil {
+			return nil, err
+		}
+		ph.Comment, _ = m["comment"].(string)
+		if ph.HashBlockSize, err = p.count(ep+".hashBlockSize", m["hashBlockSize"], 1, math.MaxInt32); err != nil {
+			return nil, err
+		}
+		toks, err := p.arr(ep+".prompt", m["prompt"])
+		if err != nil {
+			return nil, err
+		}
+		for j, t := range toks {
+			n, err := p.count(fmt.Sprintf("%s.prompt[%d]", ep, j), t, 0, math.MaxUint32)
+			if err != nil {
+				return nil, err
+			}
+			ph.Prompt = append(ph.Prompt, uint32(n))
+		}
+		x, err := p.obj(ep+".expected", m["expected"])
+		if err != nil {
+			return nil, err
+		}
+		if ph.HitTokens, err = p.count(ep+".expected.hitTokens", x["hitTokens"], 0, math.MaxInt32); err != nil {
+			return nil, err
+		}
+		if ph.FullTokens, err = p.count(ep+".expected.fullAttentionTokens", x["fullAttentionTokens"], 0, math.MaxInt32); err != nil {
+			return nil, err
+		}
+		ph.LimitingGroup = -1
+		if g := x["limitingGroup"]; g != nil {
+			if ph.LimitingGroup, err = p.count(ep+".expected.limitingGroup", g, 0, math.MaxInt32); err != nil {
+				return nil, err
+			}
+		}
+		if ph.HitTokens > ph.FullTokens {
+			return nil, p.errf(ep+".expected", "hitTokens %d above fullAttentionTokens %d: no group can add to full attention's hit", ph.HitTokens, ph.FullTokens)
+		}
+	}
+	return out, nil
+}
+
 func uniqueSampleNames(p *parser, f *SampleFile) error {
 	names := map[string]int{}
 	for _, s := range f.Samples {
@@ -357,13 +432,15 @@ func uniqueSampleNames(p *parser, f *SampleFile) error {
 // shares (EngineRootSeed: its keys come from such a case). A project sample file lists each flag
 // it uses, with this description, in its notes map.
 var sampleFlagDescriptions = map[string]string{
-	"FullReportReemission": `kv_cache_report_mode="full": blocks already held are re-emitted as a store (no new copy)`,
-	"SecondaryTier":        "an event of a tier other than the GPU (CPU offload, STORAGE): it never touches GPU residency",
-	"Locality":             "an event carries a storage tier's locality (LOCAL or REMOTE)",
-	"HashOnlyStore":        "a store with hashes only: no tokens, block size 0",
-	"SlidingWindowGroup":   "a sliding-window KV-cache group's events beside the full-attention group's",
-	"DataParallelRank":     "a batch of a data-parallel rank other than 0",
-	"Cleared":              "AllBlocksCleared: the engine dropped every block (start, cache flush)",
-	"Coalesced":            "one event carrying several blocks of one chain (or every block an eviction dropped)",
-	"SessionID":            "a store attributed to the session of the request that caused it: not a hash input, not block ownership",
+	"FullReportReemission":      `kv_cache_report_mode="full": blocks already held are re-emitted as a store (no new copy)`,
+	"SecondaryTier":             "an event of a tier other than the GPU (CPU offload, STORAGE): it never touches GPU residency",
+	"Locality":                  "an event carries a storage tier's locality (LOCAL or REMOTE)",
+	"HashOnlyStore":             "a store with hashes only: no tokens, block size 0",
+	"SlidingWindowGroup":        "a sliding-window KV-cache group's events beside the full-attention group's",
+	"DataParallelRank":          "a batch of a data-parallel rank other than 0",
+	"Cleared":                   "AllBlocksCleared: the engine dropped every block (start, cache flush)",
+	"Coalesced":                 "one event carrying several blocks of one chain (or every block an eviction dropped)",
+	"SessionID":                 "a store attributed to the session of the request that caused it: not a hash input, not block ownership",
+	"MambaGroup":                "a Mamba (linear-attention) KV-cache group's events beside the full-attention group's: only checkpointed blocks are stored",
+	"FullAttentionOverPredicts": "at least one prompt where the full-attention group alone would predict a longer hit than the engine's rule gives",
 }

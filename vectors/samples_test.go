@@ -119,7 +119,7 @@ func TestReconstructedHoldsNoBlockHashes(t *testing.T) {
 // reads holds its invariants (tcIds 1..n in order, a ZeroMQ sample's sequence frame is its seq).
 func FuzzParseSamples(f *testing.F) {
 	dir := mustDir(f)
-	for _, rel := range []string{"vllm/v0.28.0/events-samples.json", "vllm/v0.25.1/events-samples.json", "sglang/v0.5.18/events-samples.json", "trtllm/v1.2/kv-cache-events-samples.json"} {
+	for _, rel := range []string{"vllm/v0.28.0/events-samples.json", "vllm/v0.28.0/hybrid-samples.json", "vllm/v0.25.1/events-samples.json", "sglang/v0.5.18/events-samples.json", "trtllm/v1.2/kv-cache-events-samples.json"} {
 		data, err := os.ReadFile(filepath.Join(dir, rel))
 		if err != nil {
 			f.Fatal(err)
@@ -138,6 +138,11 @@ func FuzzParseSamples(f *testing.F) {
 			}
 			if s.Transport == TransportZMQ && (len(s.SeqFrame) != 8 || binary.BigEndian.Uint64(s.SeqFrame) != s.Seq) {
 				t.Fatalf("%s: seq frame %x for seq %d", s.Name, s.SeqFrame, s.Seq)
+			}
+			for _, ph := range s.PrefixHits {
+				if ph.HitTokens > ph.FullTokens || ph.HashBlockSize < 1 || ph.LimitingGroup < -1 {
+					t.Fatalf("%s/%s: %+v", s.Name, ph.Name, ph)
+				}
 			}
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 )
@@ -54,11 +53,13 @@ type Machine struct {
 	CPU   string `json:"cpu"`
 	Go    string `json:"go"`
 	Load  string `json:"loadAverage"`
+	// Commit is the commit the binary was built from (other work lands while a long run goes on).
+	Commit string `json:"commit,omitempty"`
 }
 
 // ThisMachine reads the core count, CPU model and load average.
 func ThisMachine() Machine {
-	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), Commit: buildCommit()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "model name") {
@@ -92,68 +93,78 @@ type Report struct {
 	Overhead     *Overhead          `json:"overhead,omitempty"`
 }
 
-// Run measures every cell of the plan. progress, when set, sees each cell as it finishes.
-func Run(ctx context.Context, env *Env, plan Plan, progress func(*Cell)) (*Report, error) {
+// Run measures every cell of the plan (PlannedCells' order). A cell that fails is recorded with
+// its reason (Cell.Error, invalid) and the sweep goes on; only a cancelled ctx stops it, and then
+// the report holds what was measured (Report.Missing names the rest). progress, when set, sees the
+// report after each cell, its targets recomputed: the caller saves it there.
+func Run(ctx context.Context, env *Env, plan Plan, progress func(*Report, *Cell)) (*Report, error) {
 	rep := &Report{Started: time.Now(), Machine: ThisMachine(), Plan: plan, Pool: env.Pool, SLOms: ms(env.SLO), Warmup: env.Warmup,
 		Capacity: map[string]float64{}}
 	tok, err := env.Tokenizers.Get(env.Model)
 	if err != nil {
 		return nil, err
 	}
-	workloads := append([]string(nil), plan.Workloads...)
-	for _, w := range plan.LawWorkloads {
-		if !contains(workloads, w) {
-			workloads = append(workloads, w)
+	finish := func() {
+		rep.Targets = Targets(rep)
+		rep.Elapsed = time.Since(rep.Started).Seconds()
+		rep.MachineAfter = ThisMachine()
+	}
+	record := func(c *Cell) {
+		rep.Cells = append(rep.Cells, c)
+		finish()
+		if progress != nil {
+			progress(rep, c)
 		}
 	}
-	for _, wn := range workloads {
-		// Size the sweep from the workload's own prompts: capacity is for nothing cached.
-		probe, err := BuildWorkload(wn, plan.Seed, 200, 1, plan.Shape, env.Model, tok)
-		if err != nil {
-			return nil, err
+	type built struct {
+		w    *Workload
+		rate float64
+		err  error
+	}
+	cache := map[string]built{} // the workload of the current (workload, load), shared by its policies
+	for _, pc := range PlannedCells(plan) {
+		if ctx.Err() != nil {
+			break
 		}
-		capRate := env.Pool.Capacity(probe.MeanPromptTokens, plan.Shape.MaxTokens)
-		rep.Capacity[wn] = capRate
-		loads := append([]float64(nil), plan.Loads...)
-		for _, l := range plan.LawLoads {
-			if !slices.Contains(loads, l) {
-				loads = append(loads, l)
-			}
-		}
-		slices.Sort(loads)
-		for _, load := range loads {
-			pols := []Policy{}
-			if contains(plan.Workloads, wn) && slices.Contains(plan.Loads, load) {
-				pols = append(pols, plan.Policies...)
-			}
-			if contains(plan.LawWorkloads, wn) && slices.Contains(plan.LawLoads, load) {
-				pols = append(pols, plan.LawPolicies...)
-			}
-			if len(pols) == 0 {
+		capRate, ok := rep.Capacity[pc.Workload]
+		if !ok {
+			// Size the sweep from the workload's own prompts: capacity is for nothing cached.
+			probe, err := BuildWorkload(pc.Workload, plan.Seed, 200, 1, plan.Shape, env.Model, tok)
+			if err != nil {
+				record(failedCell(pc.CellID, 0, fmt.Errorf("build workload: %w", err)))
 				continue
 			}
-			rate := load * capRate
-			n := int(math.Round(rate * plan.Duration.Seconds()))
+			capRate = env.Pool.Capacity(probe.MeanPromptTokens, plan.Shape.MaxTokens)
+			rep.Capacity[pc.Workload] = capRate
+		}
+		key := fmt.Sprintf("%s/%g", pc.Workload, pc.Load)
+		b, ok := cache[key]
+		if !ok {
+			clear(cache)
+			b.rate = pc.Load * capRate
+			n := int(math.Round(b.rate * plan.Duration.Seconds()))
 			n = min(max(n, plan.MinRequests), plan.MaxRequests)
-			w, err := BuildWorkload(wn, plan.Seed, n, rate, plan.Shape, env.Model, tok)
-			if err != nil {
-				return nil, err
-			}
-			for _, pol := range pols {
-				c, err := RunCell(ctx, env, w, pol, load, rate)
-				if err != nil {
-					return rep, fmt.Errorf("%s / %s / load %.2f: %w", wn, pol.Name, load, err)
-				}
-				rep.Cells = append(rep.Cells, c)
-				if progress != nil {
-					progress(c)
-				}
-			}
+			b.w, b.err = BuildWorkload(pc.Workload, plan.Seed, n, b.rate, plan.Shape, env.Model, tok)
+			cache[key] = b
+		}
+		if b.err != nil {
+			record(failedCell(pc.CellID, b.rate, fmt.Errorf("build workload: %w", b.err)))
+			continue
+		}
+		c, err := RunCell(ctx, env, b.w, pc.Pol, pc.Load, b.rate)
+		switch {
+		case ctx.Err() != nil:
+			// Interrupted: the cell's figures are partial, so it is not recorded (it stays missing).
+		case err != nil:
+			record(failedCell(pc.CellID, b.rate, err))
+		default:
+			record(c)
 		}
 	}
-	rep.Targets = Targets(rep)
-	rep.Elapsed = time.Since(rep.Started).Seconds()
-	rep.MachineAfter = ThisMachine()
+	finish()
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("interrupted after %d of %d cells: %w", len(rep.Cells), len(PlannedCells(plan)), err)
+	}
 	return rep, nil
 }
 

@@ -94,6 +94,8 @@ type Cell struct {
 	Evidence Evidence `json:"evidence"`
 	Valid    bool     `json:"valid"`
 	Invalid  []string `json:"invalid,omitempty"`
+	// Error: the cell did not run to the end (its pool did not start, ...); it has no figures.
+	Error string `json:"error,omitempty"`
 }
 
 // RunCell drives one workload through one policy's pool at the workload's arrival times.

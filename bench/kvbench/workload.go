@@ -18,8 +18,10 @@ const (
 	WorkloadMultiTurn    = "multi-turn"    // chats that grow turn by turn
 	WorkloadRAG          = "rag"           // documents reused across users
 	WorkloadControl      = "control"       // nothing shared
-	// WorkloadChatTrace follows LMSYS-Chat-1M's published statistics (docs/benchmarks/peers.md):
-	// 2.0 turns per conversation on average, 69.5-token user turns, 214.5-token replies.
+	// WorkloadChatTrace follows LMSYS-Chat-1M's published statistics (Zheng et al. 2023,
+	// arXiv:2309.11998, Table 1, also the dataset card's "Basic Statistics"; checked, see
+	// docs/benchmarks/peers.md): 2.0 turns per conversation on average, 69.5-token user turns,
+	// 214.5-token replies (Llama 2 tokens in the paper; drawn here in the pool's tokenizer's).
 	WorkloadChatTrace = "chat-trace"
 	// WorkloadTenants is the system-prompt workload with each request salted by its tenant
 	// (cache_salt): the same prompt of two tenants shares no KV block, so a router that ignores

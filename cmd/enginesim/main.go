@@ -58,6 +58,8 @@ func run(args []string) error {
 		return nil
 	})
 	fs.IntVar(&c.CapacityBlocks, "capacity", sim.DefaultCapacityBlocks, "KV cache capacity in blocks per rank")
+	fs.IntVar(&c.SlidingWindow, "sliding-window", 0, "vLLM only: a hybrid model with a sliding-window KV-cache group of this many tokens beside full attention (0: one group)")
+	fs.IntVar(&c.SlidingWindowBlocks, "sliding-window-capacity", 0, "blocks the sliding-window group may cache per rank (default: -capacity)")
 	fs.StringVar(&c.ReportMode, "kv-cache-report-mode", "", "vLLM kv_cache_report_mode for every request: incremental (default) or full (re-emits prefix-cache hits; v0.26+)")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", sim.DefaultMaxModelLen, "context length")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", sim.DefaultPrefillPerToken, "prefill time per uncached prompt token")

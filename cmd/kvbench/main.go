@@ -149,21 +149,35 @@ func runSweep(ctx context.Context, args []string) int {
 		shape = shape.Scaled(*endpoints)
 	}
 	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: shape, SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
-	rep, err := kvbench.Run(ctx, env, plan, func(c *kvbench.Cell) {
+	command := "kvbench " + strings.Join(args, " ")
+	results := filepath.Join(*out, "results.json")
+	var saveErr error
+	// results.json is rewritten after every cell, so an interrupted or failing sweep keeps what it
+	// measured; the document names the cells still missing.
+	rep, err := kvbench.Run(ctx, env, plan, func(rep *kvbench.Report, c *kvbench.Cell) {
 		valid := "valid"
 		if !c.Valid {
 			valid = "INVALID: " + strings.Join(c.Invalid, "; ")
 		}
 		fmt.Fprintf(os.Stderr, "%-13s %-24s load %.2f (%5.1f rps) n=%3d cached %.3f ttft p50/p90/p99 %4.0f/%4.0f/%4.0f ms tput %5.1f good %5.1f imb %.2f err %d wall %.1fs %s\n",
 			c.Workload, c.Policy, c.Load, c.Rate, c.Requests, c.CachedRatio, c.TTFT.P50, c.TTFT.P90, c.TTFT.P99, c.Throughput, c.Goodput, c.Imbalance, c.Errors, c.Wall, valid)
+		rep.Command = command
+		if err := kvbench.SaveReport(results, rep); err != nil && saveErr == nil {
+			saveErr = err
+			fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+		}
 	})
-	if err != nil {
+	if rep == nil {
 		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
 		return 1
 	}
-	rep.Command = "kvbench " + strings.Join(args, " ")
-	if err := writeReport(rep, *out, *charts); err != nil {
-		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+	rep.Command = command
+	if werr := writeReport(rep, results, *charts, *out); werr != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: %v\n", werr)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: %v (results.json holds the %d cells measured)\n", err, len(rep.Cells))
 		return 1
 	}
 	for _, t := range rep.Targets {
@@ -176,18 +190,24 @@ func runSweep(ctx context.Context, args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "target %-32s %-13s load %.2f: %s — %s\n", t.Name, t.Workload, t.Load, t.Got, status)
 	}
+	if saveErr != nil {
+		return 1
+	}
+	if failed := rep.Failed(); len(failed) > 0 {
+		for _, c := range failed {
+			fmt.Fprintf(os.Stderr, "kvbench: cell %s / %s / load %.2f failed: %s\n", c.Workload, c.Policy, c.Load, c.Error)
+		}
+		return exitFailedCells
+	}
 	return 0
 }
 
-func writeReport(rep *kvbench.Report, out, charts string) error {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "results.json"), b, 0o644); err != nil {
+// exitFailedCells is the sweep's exit status when it ran every cell but some failed: results.json
+// and the charts are written, the failures recorded with their reasons (scripts/bench.sh goes on).
+const exitFailedCells = 3
+
+func writeReport(rep *kvbench.Report, results, charts, out string) error {
+	if err := kvbench.SaveReport(results, rep); err != nil {
 		return err
 	}
 	if charts == "" {

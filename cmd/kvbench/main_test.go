@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -241,5 +242,49 @@ func TestScaleMultiTurnSmoke(t *testing.T) {
 	_, err = kvbench.MeasureScale(context.Background(), tokenize.NewPool("", tokenize.WithSegmentCacheBytes(1<<20)), "llama3", kvbench.DefaultScalePlan(), nil)
 	if err == nil || !strings.Contains(err.Error(), "segment cache") {
 		t.Fatalf("MeasureScale on a cached pool: %v, want a refusal", err)
+	}
+}
+
+// TestBenchScriptDocumentOnly runs scripts/bench.sh as the lead does after merging others'
+// sections (SKIP_GO_BENCH=1 SKIP_KVBENCH=1): nothing is measured, the document is assembled from
+// the raw results given, and the machine line of the run that measured them is kept.
+func TestBenchScriptDocumentOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kvbench through scripts/bench.sh")
+	}
+	raw := t.TempDir()
+	machine := "cores: 2, cpu: test, go1.27.3 linux/amd64, load average at start: 1.00 2.00 3.00, started 2026-12-01 15:00 UTC, commit abc1234\n"
+	if err := os.MkdirAll(filepath.Join(raw, "kvbench"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(raw, "machine.txt"), []byte(machine), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bench := "# command: go test -run '^$' -bench . -benchmem -cpu 1 -benchtime 1s ./gateway/inventory\n# cores: 2\nBenchmarkStore-1   	 1000	  1234 ns/op	 0 B/op	 0 allocs/op\n"
+	if err := os.WriteFile(filepath.Join(raw, kvbench.RawName("gateway/inventory")), []byte(bench), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := &kvbench.Report{Command: "kvbench --quick", Plan: kvbench.QuickPlan(), Machine: kvbench.Machine{Cores: 2, Commit: "abc1234"}}
+	if err := kvbench.SaveReport(filepath.Join(raw, "kvbench", "results.json"), rep); err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	cmd := exec.Command("../../scripts/bench.sh")
+	cmd.Env = append(os.Environ(), "SKIP_GO_BENCH=1", "SKIP_KVBENCH=1", "BENCH_RAW="+raw, "BENCH_DOC="+doc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bench.sh: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(raw, "machine.txt")); string(b) != machine {
+		t.Errorf("machine.txt rewritten by a document-only pass: %q", b)
+	}
+	md, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"load average at start: 1.00 2.00 3.00", "commit abc1234", "**Partial run: 0 of 5 planned cells measured.**",
+		"`BenchmarkStore-1` | 1000 | 1.23 µs", "## 3. Component benchmarks"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("document lacks %q", want)
+		}
 	}
 }

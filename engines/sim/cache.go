@@ -45,8 +45,10 @@ type seq struct {
 	ex      *hashcore.Extras
 	session string // SGLang session_id of the request
 	storedN int    // leading blocks whose keys are cached (hit, stored or shared)
-	hitN    int    // leading blocks that were prefix-cache hits at admission
-	reserve int    // blocks still reserved for this request
+	// winFrom, winTo: the blocks [winFrom, winTo) the request holds in the sliding-window group.
+	winFrom, winTo int
+	hitN           int // leading blocks that were prefix-cache hits at admission
+	reserve        int // blocks still reserved for this request
 }
 
 // storedFunc builds a BlockStored event for blocks [first, last) of s (all full, freshly cached).
@@ -67,6 +69,7 @@ type cache struct {
 	copies     int // hashed blocks (cached copies)
 	onStored   storedFunc
 	pending    []engines.Event
+	win        *windowGroup // a hybrid model's sliding-window group, nil for one group
 
 	queriedTokens uint64 // prefix-cache queried tokens (vllm:prefix_cache_queries_total)
 	hitTokens     uint64 // prefix-cache hit tokens (vllm:prefix_cache_hits_total)
@@ -264,6 +267,9 @@ func (c *cache) hits(keys []uint64, promptLen int) int {
 // promise them yet.
 func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 	n := c.hits(s.keys, promptLen)
+	if c.win != nil {
+		n = c.win.hit(s.keys, n)
+	}
 	freeHits := 0
 	copies := make([]int32, n)
 	for i := 0; i < n; i++ {
@@ -287,6 +293,9 @@ func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 		c.emitStored(c.onStored(s, 0, n))
 	}
 	s.storedN, s.hitN, s.reserve = n, n, need
+	if c.win != nil {
+		c.win.admit(s)
+	}
 	c.reserved += need
 	c.queriedTokens += uint64(promptLen)
 	c.hitTokens += uint64(n * c.bs)
@@ -358,6 +367,9 @@ func (c *cache) store(s *seq, upto int) {
 	if upto > s.storedN {
 		s.storedN = upto
 	}
+	if c.win != nil && c.onStored != nil {
+		c.win.store(s, upto, c.onStored)
+	}
 }
 
 // storePartial caches the trailing partial block of s under key (TensorRT-LLM), emitting ev.
@@ -387,6 +399,9 @@ func (c *cache) release(s *seq) {
 		c.unhold(s.blocks[j])
 	}
 	s.blocks = s.blocks[:0]
+	if c.win != nil {
+		c.win.release(s)
+	}
 	c.reserved -= s.reserve
 	s.reserve = 0
 }
@@ -401,6 +416,9 @@ func (c *cache) clear() int {
 	}
 	clear(c.index)
 	c.copies = 0
+	if c.win != nil {
+		c.win.clear()
+	}
 	return n
 }
 
@@ -421,6 +439,9 @@ func (c *cache) removeAll() {
 				progress = true
 			}
 		}
+	}
+	if c.win != nil {
+		c.win.removeAll()
 	}
 }
 

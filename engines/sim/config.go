@@ -90,6 +90,12 @@ type Config struct {
 	Seed *string
 	// CapacityBlocks is the number of KV blocks per rank (default 4096).
 	CapacityBlocks int
+	// SlidingWindow, when > 0, makes a vLLM simulator a hybrid model: a sliding-window KV-cache
+	// group of that many tokens (group 1, events with group_idx, kv_cache_spec_kind and the window)
+	// beside full attention (group 0), with its own eviction, and vLLM's hit rule over both
+	// (window.go). SlidingWindowBlocks is that group's pool (default CapacityBlocks).
+	SlidingWindow       int
+	SlidingWindowBlocks int
 	// ReportMode is vLLM's kv_cache_report_mode as every request asks for it: "incremental" (the
 	// default) or "full", which re-emits BlockStored for blocks reused from the prefix cache. Only
 	// releases whose contract has the mode (events.residency: presence) accept "full".
@@ -231,6 +237,10 @@ func (c *Config) resolve() error {
 		}
 	}
 	def(&c.CapacityBlocks, DefaultCapacityBlocks)
+	if c.SlidingWindow < 0 || (c.SlidingWindow > 0 && c.Family != "vllm") {
+		return fmt.Errorf("sim: sliding window: %d (a positive window, vllm only)", c.SlidingWindow)
+	}
+	def(&c.SlidingWindowBlocks, c.CapacityBlocks)
 	def(&c.MaxModelLen, DefaultMaxModelLen)
 	def(&c.PrefillChunk, DefaultPrefillChunk)
 	def(&c.MaxConcurrency, DefaultMaxConcurrency)

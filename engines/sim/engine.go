@@ -148,6 +148,9 @@ func New(cfg Config) (*Engine, error) {
 			pol := policyFor(cfg.Family)
 			pol.reportReuse = cfg.ReportMode == ReportFull
 			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, pol, r.storedEvent)
+			if cfg.SlidingWindow > 0 {
+				r.cache.win = newWindowGroup(cfg.SlidingWindow, cfg.BlockSize, cfg.SlidingWindowBlocks, r.cache)
+			}
 		}
 		e.ranks = append(e.ranks, r)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 // benchPayloads makes pairs of vLLM v0.25 batches (map layout): one storing n blocks, one removing
@@ -45,11 +46,20 @@ func benchPayloads(b *testing.B, n, rounds int) [][]byte {
 // benchIngest drives rankRun.live, the subscriber's own per-message path (digest, sequence window,
 // decode, rank check, binding, inventory update, blocks gauge), minus the socket.
 func benchIngest(b *testing.B, blocks int, binding Binding) {
+	benchIngestGroups(b, blocks, binding, false)
+}
+
+// benchIngestGroups is benchIngest with group residency configured when groups is set (what the
+// gateway runs for every endpoint since hybrid scoring; the stores are full attention's).
+func benchIngestGroups(b *testing.B, blocks int, binding Binding, groups bool) {
 	payloads := benchPayloads(b, blocks, 32)
 	idx := inventory.New(inventory.Config{})
 	ep, _ := idx.AddEndpoint("ep")
 	cfg := Config{Family: "vllm", Rule: "bench", Endpoint: "ep", Binding: binding, BlockSize: 16,
 		Publish: []string{"tcp://127.0.0.1:1"}}
+	if groups {
+		cfg.Groups = kvgroups.New(16).Endpoint(ep)
+	}
 	cfg.defaults()
 	decode, err := vllm.Family.EventDecoder("v0.25.1")
 	if err != nil {
@@ -76,6 +86,12 @@ func benchIngest(b *testing.B, blocks int, binding Binding) {
 
 func BenchmarkIngestVLLMEngine16(b *testing.B)  { benchIngest(b, 16, BindingEngine) }
 func BenchmarkIngestVLLMEngine256(b *testing.B) { benchIngest(b, 256, BindingEngine) }
+func BenchmarkIngestVLLMEngineGroups16(b *testing.B) {
+	benchIngestGroups(b, 16, BindingEngine, true)
+}
+func BenchmarkIngestVLLMEngineGroups256(b *testing.B) {
+	benchIngestGroups(b, 256, BindingEngine, true)
+}
 func BenchmarkIngestVLLMRouter16(b *testing.B)  { benchIngest(b, 16, BindingRouter) }
 func BenchmarkIngestVLLMRouter256(b *testing.B) { benchIngest(b, 256, BindingRouter) }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 // binder is the bind stage: it turns decoded events into inventory updates under one key binding.
@@ -18,9 +19,16 @@ type binder struct {
 	km        *engines.KeyMap
 	maxMapped int
 
-	groups  map[int]bool // group_idx → indexed (full attention), learned from BlockStored
-	pres    *presence    // the contract's "presence" residency rule, nil for "copies"
-	group   int          // group_idx of the event being applied (presence rule)
+	groups map[int]bool // group_idx → indexed (full attention), learned from BlockStored
+	// side holds the groups of other kinds the engine's hit rule reads (sliding window, Mamba,
+	// chunked local), nil when the endpoint has no group residency (their events are skipped).
+	side  *kvgroups.Endpoint
+	specs map[int]kvgroups.Spec // what side was last told per group (Learn only on change)
+	// sideKMs are the router binding's engine-id → router-key maps of the side groups, one per
+	// group: a group's removal must not drop a mapping the inventory's groups or another still use.
+	sideKMs map[int]*engines.KeyMap
+	pres    *presence // the contract's "presence" residency rule, nil for "copies"
+	group   int       // group_idx of the event being applied (presence rule)
 	presBuf []uint64
 }
 
@@ -28,6 +36,10 @@ type binder struct {
 // every rank's router-key map. Group kinds are configuration, not state, and survive.
 func (b *binder) clear(rank int, cause string) {
 	b.km.Clear()
+	if b.side != nil {
+		b.side.Clear()
+	}
+	clear(b.sideKMs)
 	b.emit(Update{Rank: rank, Op: OpClear, Cause: cause})
 	b.p.cleared(cause)
 }
@@ -39,13 +51,7 @@ func gpu(medium string) bool { return medium == "" || strings.EqualFold(medium, 
 // mask blocks outside the window, Mamba groups keep state rather than per-block KV, and
 // encoder/cross attention are not the prompt's prefix: a hit on them is not a reusable prefix. An
 // absent kind (engines or releases that send none) is indexed.
-func fullAttention(kind string) bool {
-	switch kind {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
-}
+func fullAttention(kind string) bool { return kvgroups.KindOf(kind) == kvgroups.KindFull }
 
 // groupIndexed decides for an event whether its group is indexed. Stores teach the group's kind; a
 // removal in a group never seen stored is not applied (its copy was never counted, and the same
@@ -57,9 +63,89 @@ func (b *binder) groupIndexed(ev *engines.Event) bool {
 	if ev.Kind == engines.BlockStored {
 		ok := fullAttention(ev.SpecKind)
 		b.groups[ev.GroupIdx] = ok
+		b.learn(ev)
 		return ok
 	}
 	return b.groups[ev.GroupIdx]
+}
+
+// learn tells the group residency a group's spec when it first appears or changes.
+func (b *binder) learn(ev *engines.Event) {
+	if b.side == nil {
+		return
+	}
+	s := kvgroups.Spec{Kind: kvgroups.KindOf(ev.SpecKind), Window: ev.SlidingWin, BlockSize: ev.BlockSize}
+	if s.Kind == kvgroups.KindMamba && b.router != nil {
+		// A Mamba store lists only its checkpoint blocks while its token ids span the null blocks
+		// before them: the router binding cannot tell which block a hash is, so the group stays
+		// out of the rule (full attention alone decides, as before group residency).
+		s.Kind = kvgroups.KindNone
+	}
+	if old, ok := b.specs[ev.GroupIdx]; ok && old == s {
+		return
+	}
+	b.specs[ev.GroupIdx] = s
+	b.side.Learn(ev.GroupIdx, s)
+}
+
+// sideEvent applies an event of a group the inventory does not index to the group residency, when
+// the endpoint has one and the group's kind takes part in the hit rule. It reports whether it did.
+// Under the router binding the event is rehashed as the inventory's are, through the group's own
+// key map.
+func (b *binder) sideEvent(rank int, ev *engines.Event) bool {
+	if b.side == nil {
+		return false
+	}
+	s, ok := b.specs[ev.GroupIdx]
+	if !ok || s.Kind == kvgroups.KindNone || s.Kind == kvgroups.KindFull {
+		return false
+	}
+	out := sideOutput{b: b, group: ev.GroupIdx}
+	if b.router != nil {
+		km := b.sideKMs[ev.GroupIdx]
+		if km == nil {
+			km = engines.NewKeyMap()
+			b.sideKMs[ev.GroupIdx] = km
+		}
+		b.router.Bind(rank, ev, km, out)
+		return true
+	}
+	switch ev.Kind {
+	case engines.BlockStored:
+		out.Store(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockStored")
+		out.Grew(rank)
+	case engines.BlockRemoved:
+		out.Remove(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockRemoved")
+	default:
+		return false
+	}
+	return true
+}
+
+// sideOutput is the binder as a side group's engines.BindOutput: keys go to the group residency.
+type sideOutput struct {
+	b     *binder
+	group int
+}
+
+func (o sideOutput) Store(rank int, keys []uint64) {
+	o.b.side.Store(rank, o.group, keys, o.b.pres != nil)
+}
+func (o sideOutput) Remove(rank int, keys []uint64)      { o.b.side.Remove(rank, o.group, keys) }
+func (o sideOutput) Skip(rank int, reason string, n int) { o.b.Skip(rank, reason, n) }
+func (o sideOutput) Applied(rank int, kind string)       { o.b.Applied(rank, kind) }
+
+// Grew bounds the side state as the inventory's: past MaxMapped entries the endpoint is cleared.
+func (o sideOutput) Grew(rank int) {
+	n := o.b.side.Len()
+	for _, km := range o.b.sideKMs {
+		n += km.Len()
+	}
+	if n > o.b.maxMapped {
+		o.b.clear(rank, "map_overflow")
+	}
 }
 
 // event applies one decoded event from rank.
@@ -80,7 +166,9 @@ func (b *binder) event(rank int, ev *engines.Event) {
 		return
 	}
 	if !b.groupIndexed(ev) {
-		b.Skip(rank, "group_kind", 1)
+		if !b.sideEvent(rank, ev) {
+			b.Skip(rank, "group_kind", 1)
+		}
 		return
 	}
 	b.group = ev.GroupIdx

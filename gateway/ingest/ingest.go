@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 // Op says what an Update does to the endpoint's inventory.
@@ -116,6 +117,12 @@ type Config struct {
 	// allocates it (the third_party/go-zeromq/zmq4 patch): the connection closes, is counted
 	// (rejects_total{reason="message_size"}) and redialed, so a bad peer cannot exhaust memory.
 	MaxMessageBytes int64
+
+	// Groups receives the endpoint's KV-cache groups of kinds the inventory does not index
+	// (sliding window, Mamba, chunked local) for the engine's hit rule (gateway/kvgroups), under
+	// either binding. Nil: their events are skipped (skipped_total{reason="group_kind"}), as before
+	// hybrid scoring.
+	Groups *kvgroups.Endpoint
 
 	Metrics *Metrics     // optional
 	Logger  *slog.Logger // optional

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 // pipeline is what the ranks of one endpoint share after their sources: the binder and the
@@ -29,7 +30,8 @@ func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 		lab:  labels{m: cfg.Metrics, rule: cfg.Rule, endpoint: cfg.Endpoint},
 		seed: maphash.MakeSeed(),
 	}
-	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap()}
+	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap(),
+		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{}}
 	if cfg.Binding == BindingRouter {
 		p.b.router = fam.RouterBinder(cfg.BlockSize)
 	}

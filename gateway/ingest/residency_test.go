@@ -5,6 +5,8 @@ import (
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm"
+	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
 
 func storedIn(group int, keys ...uint64) engines.Event {
@@ -96,5 +98,68 @@ func TestV028SamplesResidency(t *testing.T) {
 	}
 	if skips["medium"] != 3 || skips["group_kind"] != 2 {
 		t.Errorf("skips %v, want 3 medium (STORAGE store, CPU and STORAGE removals) and 2 group_kind", skips)
+	}
+}
+
+// TestV028SamplesGroupResidency: with group residency, the sliding-window group's events of the
+// v0.28 hybrid sample go to it instead of being skipped. Rank 1's sliding group then holds block 1
+// only (it evicted block 0): the run ending at block 1 is shorter than the window's 256 blocks
+// and does not start at block 0, so the engine hits nothing where full attention alone says 2.
+func TestV028SamplesGroupResidency(t *testing.T) {
+	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
+	groups := kvgroups.New(16)
+	side := groups.Endpoint(0)
+	s, snap, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", Groups: side})
+	b, err := vllm.DecodeBatch(pay["hybrid_sliding_window_dp1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.batch(b.DPRank, 0, &b)
+	keys := b.Events[0].BlockHashes
+	if got := snap(); !equalCounts(got, setOf(keys...)) {
+		t.Errorf("inventory %s, want the full-attention group's two blocks", fmtCounts(got))
+	}
+	if skips["group_kind"] != 0 || side.Len() != 1 {
+		t.Errorf("group_kind skips %d, group entries %d: want 0 and 1 (block 1 of the sliding group)", skips["group_kind"], side.Len())
+	}
+	if sp, ok := side.Spec(1); !ok || sp != (kvgroups.Spec{Kind: kvgroups.KindSlidingWindow, Window: 4096, BlockSize: 16}) {
+		t.Errorf("group 1 spec %+v %v", sp, ok)
+	}
+	r, ok := groups.Hit(0, keys, 2)
+	if !ok || r.Blocks != 0 || r.Limit != "group 1 (sliding_window, window 4096)" {
+		t.Errorf("hit %+v ok %v, want 0 limited by the sliding group", r, ok)
+	}
+	// An engine clear empties the groups too.
+	s.batch(b.DPRank, 1, &engines.Batch{Events: []engines.Event{{Kind: engines.AllBlocksCleared}}})
+	if side.Len() != 0 {
+		t.Errorf("after AllBlocksCleared: %d group entries", side.Len())
+	}
+}
+
+// TestGroupResidencyRouterBinding: under the router binding a sliding-window group's events are
+// rehashed into router keys through the group's own key map: its removal of block 0 drops the
+// group's copy only, the full-attention group's mapping and inventory entry stay.
+func TestGroupResidencyRouterBinding(t *testing.T) {
+	pay := loadPayloads(t, sampleFile(t, "vllm/v0.28.0/events-samples.json"))
+	groups := kvgroups.New(16)
+	side := groups.Endpoint(0)
+	s, snap, skips := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", Binding: BindingRouter, BlockSize: 16, Groups: side})
+	b, err := vllm.DecodeBatch(pay["hybrid_sliding_window_dp1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.batch(b.DPRank, 0, &b)
+	if skips["group_kind"] != 0 || skips["unknown_block"] != 0 || side.Len() != 1 {
+		t.Errorf("skips %v, group entries %d: want no skip and block 1 of the sliding group", skips, side.Len())
+	}
+	keys, err := hashcore.RouterKeys(0, b.Events[0].TokenIDs, 16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap(); !equalCounts(got, setOf(keys...)) {
+		t.Fatalf("inventory %s, want the full-attention group's two router keys %v", fmtCounts(got), keys)
+	}
+	if r, ok := groups.Hit(0, keys, 2); !ok || r.Blocks != 0 {
+		t.Errorf("hit %+v %v, want 0 (the sliding group holds block 1 only)", r, ok)
 	}
 }

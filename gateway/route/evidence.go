@@ -17,6 +17,12 @@ type EndpointEvidence struct {
 
 	// Predicted is how many blocks of Prefix come from predict-on-route, not from engine events.
 	Predicted int `json:"predicted,omitempty"`
+
+	// For an endpoint of a hybrid model (gateway/kvgroups), Limit names what held the engine's
+	// hit below the prompt (a KV-cache group, "full_attention" or "alignment") and FullPrefix is
+	// the full-attention groups' prefix alone: what scoring them alone would have predicted.
+	Limit      string `json:"limit,omitempty"`
+	FullPrefix int    `json:"fullPrefix,omitempty"`
 }
 
 // evidence is e's part of a KV-exact decision: its score, its load, and why it may not compete

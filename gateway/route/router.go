@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/kvgroups"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -20,6 +21,8 @@ type Config struct {
 	Rule      *rules.Rule
 	Endpoints []*Endpoint
 	Index     *inventory.Index
+	// Groups is the rule's KV-cache group residency (hybrid models); nil scores the index alone.
+	Groups *kvgroups.Index
 	// Keyer computes block keys; nil means KV-exact cannot run (miss unknown_tokenizer).
 	Keyer Keyer
 	// Certified marks the endpoints a valid certificate covers for this rule's profile. When

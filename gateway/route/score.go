@@ -43,8 +43,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 			continue
 		}
 		s := byID[e.ID]
+		hit, hybrid := rt.hybridHit(e, keys, &s)
 		var predicted int
-		if rt.predict != nil {
+		if rt.predict != nil && (!hybrid || hit.Blocks == s.Prefix) {
 			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)
 			s.Overlap = max(s.Overlap, s.Prefix)
 		}
@@ -53,6 +54,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 			score = s.Prefix
 		}
 		ev := rt.evidence(e, s, predicted, retry, absent)
+		if hybrid && hit.Limit != "" {
+			ev.FullPrefix, ev.Limit = hit.Full, hit.Limit
+		}
 		d.Endpoints = append(d.Endpoints, ev)
 		if rt.cfg.Index.Resident(e.ID) > 0 {
 			out.anyResident = true
@@ -67,6 +71,28 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 		}
 	}
 	return out
+}
+
+// hybridHit applies the engine's hit rule to an endpoint whose engine publishes KV-cache groups
+// other than full attention (gateway/kvgroups): its prefix and overlap become the longest prefix
+// every group accepts. Other endpoints keep the inventory's score (hybrid false).
+func (rt *Router) hybridHit(e *Endpoint, keys []uint64, s *inventory.Score) (hit hybridResult, hybrid bool) {
+	if rt.cfg.Groups == nil {
+		return hit, false
+	}
+	r, ok := rt.cfg.Groups.Hit(e.ID, keys, s.Prefix)
+	if !ok {
+		return hit, false
+	}
+	hit = hybridResult{Blocks: r.Blocks, Full: s.Prefix, Limit: r.Limit}
+	s.Prefix, s.Overlap = r.Blocks, r.Blocks
+	return hit, true
+}
+
+// hybridResult is a hybrid endpoint's hit with the full-attention prefix it was cut from.
+type hybridResult struct {
+	Blocks, Full int
+	Limit        string
 }
 
 // miss is the guard after scoring: some candidate must hold a prefix, at least need blocks deep.
