@@ -184,7 +184,8 @@ func TestLoadLawSpillsHotEndpoint(t *testing.T) {
 		targets[d.Target.Name]++
 		held = append(held, d)
 	}
-	// With ε = 0.75 the hot endpoint a may carry at most ceil(1.75·L/2) of L in flight.
+	// With ε = 0.75 and the default cap floor of 8 the hot endpoint a may carry at most
+	// max(ceil(1.75·L/2), 8) of L in flight; b, a holder too, takes the rest.
 	if targets["a"] == 10 || targets["b"] == 0 {
 		t.Fatalf("bounded load did not spill: %v", targets)
 	}
