@@ -76,6 +76,18 @@ func KVExactPredict() Policy {
 	return p
 }
 
+// PredictTTLVariants are predict-on-route at other TTLs than KVExactPredict's 2 s, run only when
+// --policies names them (the TTL sweep of docs/benchmarks/peers.md); the name says the TTL.
+func PredictTTLVariants() []Policy {
+	var out []Policy
+	for _, ttl := range []time.Duration{time.Second, 5 * time.Second} {
+		p := KVExact("overlap", "hard")
+		p.Name, p.Predict = fmt.Sprintf("%s ttl=%s", PolicyKVXPredict, ttl), ttl
+		out = append(out, p)
+	}
+	return out
+}
+
 // MainPolicies run on every workload and load: the three baselines, KV-exact with each scoring under
 // the default law, the peers' strategies, and the oracle.
 func MainPolicies() []Policy {
