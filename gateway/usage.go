@@ -38,7 +38,8 @@ func newUsageMetrics(reg prometheus.Registerer) *usageMetrics {
 
 // RecordUsage takes one relayed response's account (the proxy's Usage hook): the decision's
 // predicted cached tokens on the serving endpoint beside the engine's realized ones. kvExact says
-// KV-exact chose that endpoint. A sustained shortfall on KV-exact hits suspends the endpoint.
+// KV-exact chose that endpoint on blocks the engine's events confirmed (not predict-on-route's
+// alone). A sustained shortfall on KV-exact hits suspends the endpoint.
 func (g *Gateway) RecordUsage(rule, endpoint string, kvExact bool, predicted, realized, blockSize int) {
 	rt, ok := g.runtime(rule)
 	if !ok {

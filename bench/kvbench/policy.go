@@ -26,7 +26,8 @@ type Policy struct {
 	Peer string `json:"peer,omitempty"`
 	// Binding is the KV-exact rule's key binding ("": the pool's engine binding).
 	Binding string `json:"binding,omitempty"`
-	// Predict is the KV-exact rule's predictOnRoute TTL (0: off).
+	// Predict is the KV-exact rule's predictOnRoute TTL (0: off, set explicitly; the rule's own
+	// default is 2 s).
 	Predict time.Duration `json:"predict,omitempty"`
 	// CapFloor and Epsilon set the KV-exact rule's loadLaw.capFloor and loadLaw.epsilon (0: the
 	// rule's default), for the law variants.
@@ -64,7 +65,10 @@ func KVExact(scoring, law string) Policy {
 	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law}
 }
 
-// PolicyKVXPredict is the default KV-exact policy with predict-on-route.
+// PolicyKVXPredict is KV-exact overlap/hard with predict-on-route at the gateway's default TTL
+// (rules.DefaultPredictOnRoute, on by default since 2026-12-01): the gateway's default rule.
+// kvbench sets predictOnRoute explicitly on every KV-exact policy (Policy.Predict, 0: off), so
+// PolicyKVXDefault keeps its meaning across that change: the same rule with predict-on-route off.
 const PolicyKVXPredict = "kv-exact overlap/hard +predict"
 
 // KVExactPredict is KV-exact (overlap, hard) with predict-on-route at a 2 s TTL: long enough to

@@ -125,7 +125,8 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if pol.Exact {
 		rule.KVExactMode = rules.KVExactPool
 		rule.Binding = "engine"
-		rule.PredictOnRoute = rules.Duration(pol.Predict)
+		ttl := rules.OffDuration(pol.Predict)
+		rule.PredictOnRoute = &ttl
 		if pol.Binding != "" {
 			rule.Binding = pol.Binding
 		}

@@ -416,13 +416,15 @@ func (st *stream) account() {
 		return
 	}
 	blockSize := rt.Rule().BlockSize
-	predicted := 0
+	predicted, confirmed := 0, 0
 	for _, ev := range d.Endpoints {
 		if ev.Name == name {
-			predicted = ev.Prefix * blockSize
+			predicted, confirmed = ev.Prefix*blockSize, ev.Prefix-ev.Predicted
 		}
 	}
-	kvExact := d.Tier == route.TierKVExact && d.Target == served
+	// As the proxy's UsageReport.KVExact: a hit only predict-on-route predicted is left out of the
+	// shortfall rule (it says nothing about the engine's parity).
+	kvExact := d.Tier == route.TierKVExact && d.Target == served && confirmed > 0
 	if st.s.cfg.RecordUsage == nil {
 		return
 	}

@@ -49,7 +49,9 @@ func (c *call) end() {
 // event stream cannot show (a tokenizer or chat template that changed on the engine).
 type UsageReport struct {
 	Rule, Endpoint string
-	// Tier is the tier that decided; KVExact says the serving endpoint is the one KV-exact chose.
+	// Tier is the tier that decided; KVExact says the serving endpoint is the one KV-exact chose
+	// and the engine's events confirmed at least one of its blocks (a hit only predict-on-route
+	// predicted says nothing about the engine's parity, so the shortfall rule leaves it out).
 	Tier    string
 	KVExact bool
 	// PredictedTokens is the serving endpoint's contiguous cached prefix in the decision, in tokens.
@@ -145,11 +147,14 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
 	if r := c.rule.rt.Rule(); r != nil {
 		rep.BlockSize = r.BlockSize
 	}
+	confirmed := 0
 	for _, ev := range c.d.Endpoints {
 		if ev.Name == ep.Name {
 			rep.PredictedTokens = ev.Prefix * rep.BlockSize
+			confirmed = ev.Prefix - ev.Predicted
 		}
 	}
+	rep.KVExact = rep.KVExact && confirmed > 0
 	c.p.cfg.Usage(rep)
 }
 

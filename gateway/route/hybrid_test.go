@@ -19,6 +19,7 @@ func hybridFixture(t *testing.T, keys []uint64) (*Router, *inventory.Index, *kvg
 	}
 	zero := 0
 	r.LoadLaw.ColdStartSeedN = &zero
+	r.PredictOnRoute = ttl(0) // the group hit rule alone: a routed prompt must not extend a prefix
 	if err := r.Normalize(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	}
 	s := rt.score(keys, t.role, c.retry, rt.adapterAbsent(c.req.Model), d)
 	if !d.dry {
-		rt.watch(s.holderScore, s.anyResident)
+		rt.watch(s.confirmed, s.anyResident)
 	}
 	if m, reason := s.miss(rt.minBlocks(len(keys))); m != MissNone {
 		return passed(m, reason), nil

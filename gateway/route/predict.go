@@ -7,13 +7,16 @@ import (
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
 
-// Predict-on-route (rule field predictOnRoute, off by default): the blocks of every prompt the
-// router sends to an endpoint enter a per-endpoint side index for a short TTL, so a burst of one
-// new prefix sticks to the first endpoint before that engine's KV events arrive. The engine's
+// Predict-on-route (rule field predictOnRoute: rules.DefaultPredictOnRoute on a single pool unless
+// set, 0 or off turns it off): the blocks of every prompt the router sends to an endpoint enter a
+// per-endpoint side index for a short TTL, so a burst of one new prefix sticks to the first
+// endpoint before that engine's KV events arrive. The engine's
 // events supersede it: a predicted block the inventory now holds is dropped from the side index,
 // and KV-exact extends the inventory's prefix with predicted blocks only past it. Decisions that
 // needed a predicted block say so (Decision.Predicted, EndpointEvidence.Predicted), so the
-// evidence rules keep predicted hits apart from engine-confirmed ones.
+// evidence rules keep predicted hits apart from engine-confirmed ones; the zero-hit watchdog and
+// the realized-shortfall rule read engine-confirmed blocks only (predictions say nothing about
+// parity).
 
 // MaxPredictedPerEndpoint bounds the side index of one endpoint; past it, new predictions are
 // dropped until the expired ones are swept (a burst can never grow the index without bound).

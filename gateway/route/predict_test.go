@@ -18,9 +18,9 @@ func TestPredictOnRoute(t *testing.T) {
 	three := []Role{RoleNormal, RoleNormal, RoleNormal}
 	ctx := context.Background()
 
-	// Off (the default): with an empty inventory every request of the burst misses and the
+	// Off (predictOnRoute: 0): with an empty inventory every request of the burst misses and the
 	// selector (round robin) spreads them.
-	off := newFixture(t, three, 3, fixedKeyer{keys: keys}, nil)
+	off := newFixture(t, three, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = ttl(0) })
 	seen := map[string]bool{}
 	for i := 0; i < 3; i++ {
 		d, err := off.rt.Route(ctx, prompt, inventory.Mask{})
@@ -34,7 +34,7 @@ func TestPredictOnRoute(t *testing.T) {
 		t.Fatalf("off: the burst went to %v, want all three by round robin", seen)
 	}
 
-	f := newFixture(t, three, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = rules.Duration(2 * time.Second) })
+	f := newFixture(t, three, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = ttl(2 * time.Second) })
 	now := time.Unix(1000, 0)
 	f.rt.predict.now = func() time.Time { return now }
 	first, err := f.rt.Route(ctx, prompt, inventory.Mask{})
@@ -103,10 +103,40 @@ func TestPredictionsAreBounded(t *testing.T) {
 
 func TestPredictOnRouteRuleLimits(t *testing.T) {
 	for _, d := range []time.Duration{-time.Second, 61 * time.Second} {
-		r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, KVExactMode: 3, PredictOnRoute: rules.Duration(d),
+		r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, KVExactMode: 3, PredictOnRoute: ttl(d),
 			Endpoints: []rules.Endpoint{{Name: "a", Address: "http://127.0.0.1:1"}}}
 		if err := r.Normalize(); err == nil || !strings.Contains(err.Error(), "predictOnRoute") {
 			t.Errorf("predictOnRoute %v: error %v, want one naming the field", d, err)
 		}
+	}
+}
+
+func ttl(d time.Duration) *rules.OffDuration {
+	v := rules.OffDuration(d)
+	return &v
+}
+
+// Unset, predictOnRoute is on for a single-pool rule (the default TTL: a burst sticks) and off for
+// a P/D rule, whose decisions never record predictions.
+func TestPredictOnRouteDefault(t *testing.T) {
+	keys := keysN(8)
+	ctx := context.Background()
+	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, nil)
+	if f.rt.predict == nil || f.rt.predict.ttl != rules.DefaultPredictOnRoute {
+		t.Fatalf("single pool, predictOnRoute unset: predictions %+v, want TTL %s", f.rt.predict, rules.DefaultPredictOnRoute)
+	}
+	first, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Release()
+	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil || d.Tier != TierKVExact || d.TargetN != first.TargetN || !d.Predicted {
+		t.Fatalf("second of a burst with the default: %+v %v (first went to %s)", d, err, first.TargetN)
+	}
+	d.Release()
+	pd := newFixture(t, []Role{RolePrefill, RoleDecode}, 1, fixedKeyer{keys: keys}, nil)
+	if pd.rt.predict != nil {
+		t.Fatalf("P/D rule, predictOnRoute unset: predictions on (TTL %s), want off", pd.rt.predict.ttl)
 	}
 }

@@ -45,7 +45,7 @@ type Router struct {
 	sessions  *sessions
 	trie      *prefixTrie
 	admission *admission
-	predict   *predictions // nil unless the rule sets predictOnRoute
+	predict   *predictions // nil when the rule's predictOnRoute is 0
 	pd        bool
 
 	tieDecode  atomic.Uint64
@@ -73,7 +73,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, minMatch: *r.MinMatchTokens}
 	rt.law = LawOf(r.LoadLaw)
-	rt.predict = newPredictions(time.Duration(r.PredictOnRoute), cfg.Now)
+	rt.predict = newPredictions(r.PredictTTL(), cfg.Now)
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {
 			rt.pd = true

@@ -74,7 +74,7 @@ func keysN(n int) []uint64 {
 
 func TestPoolKVHitAndSelectorFallback(t *testing.T) {
 	keys := keysN(8)
-	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, nil)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = ttl(0) }) // off: the cold decision must not count as cached (predict_test.go)
 	ctx := context.Background()
 	// Nothing cached: no_worker, the selector decides.
 	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
@@ -393,7 +393,7 @@ func TestExplainChangesNothing(t *testing.T) {
 
 func TestFencedEndpointNotAKVCandidate(t *testing.T) {
 	keys := keysN(4)
-	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, nil)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = ttl(0) }) // off: the first decision must not count as cached (predict_test.go)
 	f.inv.Store(f.eps[1].ID, keys)
 	f.eps[1].Fence("version changed to 0.26.0")
 	d, _ := f.rt.Route(context.Background(), prompt, inventory.Mask{})

@@ -16,6 +16,9 @@ type scores struct {
 	holderScore int
 	// anyResident: some endpoint of the role holds blocks (the zero-hit watchdog's condition).
 	anyResident bool
+	// confirmed is the best score of the engines' events alone, predictions left out: the zero-hit
+	// watchdog's, since the router's own predictions say nothing about parity.
+	confirmed int
 }
 
 // score scores every endpoint of role against the prompt's keys and appends each one's evidence
@@ -44,6 +47,11 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 		}
 		s := byID[e.ID]
 		hit, hybrid := rt.hybridHit(e, keys, &s)
+		confirmed := s.Overlap
+		if rt.rule.Scoring == "prefix" {
+			confirmed = s.Prefix
+		}
+		out.confirmed = max(out.confirmed, confirmed)
 		var predicted int
 		if rt.predict != nil && (!hybrid || hit.Blocks == s.Prefix) {
 			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)

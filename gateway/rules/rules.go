@@ -218,10 +218,12 @@ type Rule struct {
 	Admission Admission `yaml:"admission" json:"admission"`
 	// CHWBL configures the chwbl selector.
 	CHWBL CHWBL `yaml:"chwbl" json:"chwbl"`
-	// PredictOnRoute is the TTL of predict-on-route (0, the default: off; at most 60s): the blocks of
-	// each routed prompt count for KV-exact on its endpoint until the engine's events confirm them
-	// or the TTL ends, so a burst of one new prefix sticks before the events arrive (mode 3).
-	PredictOnRoute Duration `yaml:"predictOnRoute" json:"predictOnRoute,omitempty"`
+	// PredictOnRoute is the TTL of predict-on-route (at most 60s; 0: off): the blocks of each routed
+	// prompt count for KV-exact on its endpoint until the engine's events confirm them or the TTL
+	// ends, so a burst of one new prefix, or a conversation's next turn, sticks before the events
+	// arrive. Unset, a single-pool KV-exact rule (mode 3) gets DefaultPredictOnRoute and every other
+	// rule 0: only single-pool decisions record predictions. Read it with PredictTTL.
+	PredictOnRoute *OffDuration `yaml:"predictOnRoute" json:"predictOnRoute,omitempty"`
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
 	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
@@ -448,6 +450,43 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// DefaultPredictOnRoute is a single-pool KV-exact rule's predictOnRoute when the field is unset:
+// longer than an engine's event latency under load, short enough that a prediction the engine
+// never confirms stops counting soon (docs/benchmarks/peers.md, the predict-on-route default).
+const DefaultPredictOnRoute = 2 * time.Second
+
+// PredictTTL is the rule's predict-on-route TTL, 0 when off (or before Normalize).
+func (r *Rule) PredictTTL() time.Duration {
+	if r.PredictOnRoute == nil {
+		return 0
+	}
+	return time.Duration(*r.PredictOnRoute)
+}
+
+// OffDuration is a Duration that also reads "off" (as 0), for a field whose unset default is on.
+type OffDuration Duration
+
+// UnmarshalYAML reads "off" or Go duration syntax.
+func (d *OffDuration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Value == "off" {
+		*d = 0
+		return nil
+	}
+	return (*Duration)(d).UnmarshalYAML(n)
+}
+
+// MarshalText writes Go duration syntax (0s when off).
+func (d OffDuration) MarshalText() ([]byte, error) { return Duration(d).MarshalText() }
+
+// UnmarshalText reads "off" or Go duration syntax.
+func (d *OffDuration) UnmarshalText(b []byte) error {
+	if string(b) == "off" {
+		*d = 0
+		return nil
+	}
+	return (*Duration)(d).UnmarshalText(b)
 }
 
 // Vocabularies.
@@ -744,8 +783,15 @@ func (r *Rule) Normalize() error {
 	if r.Session.TTL < 0 {
 		return fieldErr("session.ttl", "must be positive")
 	}
-	if r.PredictOnRoute < 0 || r.PredictOnRoute > Duration(60*time.Second) {
-		return fieldErr("predictOnRoute", "%s is outside 0 (off) .. 60s", time.Duration(r.PredictOnRoute))
+	if r.PredictOnRoute == nil {
+		v := OffDuration(0)
+		if r.KVExactMode == KVExactPool {
+			v = OffDuration(DefaultPredictOnRoute)
+		}
+		r.PredictOnRoute = &v
+	}
+	if *r.PredictOnRoute < 0 || *r.PredictOnRoute > OffDuration(60*time.Second) {
+		return fieldErr("predictOnRoute", "%s is outside 0 (off) .. 60s", time.Duration(*r.PredictOnRoute))
 	}
 	if r.Trie.Enabled && !pd {
 		return fieldErr("trie.enabled", "the prefix trie is a P/D-ladder tier; this rule has no prefill/decode endpoints")

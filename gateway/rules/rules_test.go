@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,64 @@ rules:
 `))
 	if err == nil || !strings.Contains(err.Error(), "rules[0].endpoints[0].events.queueLimit: ") || !strings.Contains(err.Error(), "no ZeroMQ reader queue") {
 		t.Errorf("queueLimit on a drain: %v", err)
+	}
+}
+
+// predictOnRoute: unset is the default TTL on a single-pool rule and off elsewhere; an explicit 0
+// stays off and an explicit TTL stays itself, in YAML and in JSON.
+func TestPredictOnRouteDefault(t *testing.T) {
+	pd := `
+rules:
+  - name: pd
+    models: [m]
+    engine: {family: vllm, release: v0.25.1}
+    kvExactMode: 1
+    endpoints: [{name: p, address: "http://127.0.0.1:1", role: prefill}, {name: d, address: "http://127.0.0.1:2", role: decode}]
+`
+	for _, c := range []struct {
+		name, yaml string
+		want       time.Duration
+	}{
+		{"single pool, unset", base, DefaultPredictOnRoute},
+		{"single pool, 0", strings.Replace(base, "kvExactMode: 3", "kvExactMode: 3\n    predictOnRoute: 0", 1), 0},
+		{"single pool, 0s", strings.Replace(base, "kvExactMode: 3", "kvExactMode: 3\n    predictOnRoute: 0s", 1), 0},
+		{"single pool, off", strings.Replace(base, "kvExactMode: 3", "kvExactMode: 3\n    predictOnRoute: off", 1), 0},
+		{"single pool, 5s", strings.Replace(base, "kvExactMode: 3", "kvExactMode: 3\n    predictOnRoute: 5s", 1), 5 * time.Second},
+		{"kv-exact off, unset", strings.Replace(base, "kvExactMode: 3", "kvExactMode: 0", 1), 0},
+		{"P/D, unset", pd, 0},
+	} {
+		cfg, err := Parse([]byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := &cfg.Rules[0]
+		if r.PredictOnRoute == nil || r.PredictTTL() != c.want {
+			t.Errorf("%s: predictOnRoute %v, want %s", c.name, r.PredictOnRoute, c.want)
+		}
+		// JSON keeps the explicit value: a normalized rule read back normalizes to itself.
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Rule
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if back.PredictOnRoute == nil || back.PredictTTL() != c.want {
+			t.Errorf("%s: JSON %s read back as %v, want %s", c.name, b, back.PredictOnRoute, c.want)
+		}
+	}
+	var unset Rule
+	if err := json.Unmarshal([]byte(`{"name":"r"}`), &unset); err != nil || unset.PredictOnRoute != nil {
+		t.Errorf("JSON without predictOnRoute: %v %v, want unset", unset.PredictOnRoute, err)
+	}
+	if err := json.Unmarshal([]byte(`{"name":"r","predictOnRoute":"off"}`), &unset); err != nil || unset.PredictOnRoute == nil || unset.PredictTTL() != 0 {
+		t.Errorf(`JSON predictOnRoute "off": %v %v, want an explicit 0`, unset.PredictOnRoute, err)
+	}
+	for _, v := range []string{"61s", "-1s", "soon"} {
+		_, err := Parse([]byte(strings.Replace(base, "kvExactMode: 3", "kvExactMode: 3\n    predictOnRoute: "+v, 1)))
+		if err == nil || !strings.Contains(err.Error(), "predictOnRoute") && !strings.Contains(err.Error(), "not a duration") {
+			t.Errorf("predictOnRoute: %s: error %v, want one naming the field", v, err)
+		}
 	}
 }
