@@ -144,6 +144,23 @@ func BenchmarkDecision(b *testing.B) {
 				d.Release()
 			}
 		})
+		// The same rule with predict-on-route off (the default before 2026-12-01): what the side
+		// index costs a decision (docs/benchmarks/peers.md, predict-on-route's default).
+		off := *r
+		off.PredictOnRoute = ttl(0)
+		rtOff, err := New(Config{Rule: &off, Endpoints: eps, Index: inv, Keyer: keyer, Certified: cert, Log: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name+"-predict-off", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				d, err := rtOff.Route(context.Background(), req, inventory.Mask{})
+				if err != nil || d.Tier != TierKVExact {
+					b.Fatalf("%v %+v", err, d)
+				}
+				d.Release()
+			}
+		})
 		// A new prompt per decision (its first word differs, so no block is shared, nor resident):
 		// what the key cache costs when it never hits, against the same prompts without it.
 		for _, cache := range []*KeyCache{nil, NewKeyCache(DefaultKeyCacheBytes)} {
