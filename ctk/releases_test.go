@@ -20,11 +20,28 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
+// newestVLLMPin is the pin of the newest vLLM contract, from the data: a new release's contract
+// becomes the newest end of these tests by itself.
+func newestVLLMPin() string {
+	var newest contracts.Version
+	pin := ""
+	for _, c := range contracts.All() {
+		if c.Family != "vllm" {
+			continue
+		}
+		if v, err := contracts.ParseVersion(c.Pin.Release); err == nil && (pin == "" || v.Compare(newest) > 0) {
+			newest, pin = v, c.Pin.Release
+		}
+	}
+	return pin
+}
+
 // Certification per pinned vLLM release: the oldest covered (v0.19.0), the oldest pin and the newest,
 // seeded and with PYTHONHASHSEED
 // unset, where the release's own seed rule decides whether the engine binding can follow.
 var _ = Describe("pinned vLLM releases", func() {
-	for _, rel := range []string{"v0.19.0", "v0.23.0", "v0.30.0"} {
+	newest := newestVLLMPin()
+	for _, rel := range []string{"v0.19.0", "v0.23.0", newest} {
 		It("certifies "+rel+" for the engine and router bindings with PYTHONHASHSEED set", func() {
 			e := startSim("vllm", rel, func(c *sim.Config) { c.Seed = strp("0") })
 			res := certify(poolFor(e, "P0", `seed: "0"`), nil)
@@ -34,22 +51,22 @@ var _ = Describe("pinned vLLM releases", func() {
 		})
 	}
 
-	It("certifies v0.30.0 with PYTHONHASHSEED unset for the engine binding: sha256 roots in the default seed", func() {
-		e := startSim("vllm", "v0.30.0", nil)
+	It("certifies "+newest+" with PYTHONHASHSEED unset for the engine binding: sha256 roots in the default seed", func() {
+		e := startSim("vllm", newest, nil)
 		res := certify(poolFor(e, "P0", "binding: engine"), nil)
 		Expect(res.ExitCode).To(Equal(0), failed(res))
 		Expect(res.Endpoints[0].Certified).To(ContainElement(certificate.CoverEngine))
 		Expect(spec(res, "P0", "block keys").State).To(Equal(ctk.Pass))
 	})
 
-	It("refuses the engine binding of v0.30.0 with PYTHONHASHSEED unset under xxhash, naming the random root", func() {
-		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Algorithm = "xxhash" })
+	It("refuses the engine binding of "+newest+" with PYTHONHASHSEED unset under xxhash, naming the random root", func() {
+		e := startSim("vllm", newest, func(c *sim.Config) { c.Algorithm = "xxhash" })
 		res := certify(poolFor(e, "P0", "hashAlgorithm: xxhash"), nil)
 		Expect(res.Endpoints[0].Certified).NotTo(ContainElement(certificate.CoverEngine))
 		s := spec(res, "P0", "block keys")
 		Expect(s.State).To(Equal(ctk.Skip))
 		Expect(s.Message).To(ContainSubstring("random root for xxhash"))
-		_, err := ctk.ParsePool([]byte("model: llama3\nengine: {family: vllm, release: v0.30.0}\nhashAlgorithm: xxhash\nbinding: engine\nendpoints:\n  - {name: P0, address: http://127.0.0.1:1}\n"))
+		_, err := ctk.ParsePool([]byte("model: llama3\nengine: {family: vllm, release: " + newest + "}\nhashAlgorithm: xxhash\nbinding: engine\nendpoints:\n  - {name: P0, address: http://127.0.0.1:1}\n"))
 		Expect(err).To(MatchError(ContainSubstring("random root for xxhash")))
 	})
 
@@ -101,10 +118,11 @@ var _ = Describe("pinned vLLM releases", func() {
 })
 
 var _ = Describe("a hybrid vLLM geometry", func() {
+	newest := newestVLLMPin()
 	It("certifies a hybrid model (full attention + a sliding-window group) of the newest release for the engine and router bindings", func() {
 		// The sliding-window group stores the same keys under group_idx 1 with its kind and window;
 		// certification compares the full-attention keys, and the second group must not confuse it.
-		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed, c.SlidingWindow, c.SlidingWindowBlocks = strp("0"), 64, 32 })
+		e := startSim("vllm", newest, func(c *sim.Config) { c.Seed, c.SlidingWindow, c.SlidingWindowBlocks = strp("0"), 64, 32 })
 		res := certify(poolFor(e, "P0", `seed: "0"`), nil)
 		Expect(res.ExitCode).To(Equal(0), failed(res))
 		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverEngine, certificate.CoverRouter))
@@ -112,7 +130,7 @@ var _ = Describe("a hybrid vLLM geometry", func() {
 	})
 
 	It("refuses the engine binding with the block-size leg when hashes are chained finer than the events' blocks, and still certifies the router binding", func() {
-		e := startSim("vllm", "v0.30.0", func(c *sim.Config) { c.Seed = strp("0") })
+		e := startSim("vllm", newest, func(c *sim.Config) { c.Seed = strp("0") })
 		// The engine in front states hash_block_size 8 for its 16-token group (two KV-cache groups of
 		// block sizes 8 and 16, say); everything else is the sim's.
 		p := poolBehind(e, `seed: "0"`, func(path string, body []byte) []byte {

@@ -4,18 +4,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
+// newestVLLMPin is the pin of the newest vLLM contract, from the data: a new release's contract
+// becomes the newest end of the release tests by itself.
+func newestVLLMPin(t *testing.T) string {
+	t.Helper()
+	var newest contracts.Version
+	pin := ""
+	for _, c := range contracts.All() {
+		if c.Family != "vllm" {
+			continue
+		}
+		v, err := contracts.ParseVersion(c.Pin.Release)
+		if err != nil {
+			t.Fatalf("pin %q of %s: %v", c.Pin.Release, c.ID, err)
+		}
+		if pin == "" || v.Compare(newest) > 0 {
+			newest, pin = v, c.Pin.Release
+		}
+	}
+	if pin == "" {
+		t.Fatal("no vllm contract")
+	}
+	return pin
+}
+
 // TestE2EPinnedVLLMReleases routes the oldest covered vLLM release (v0.19.0, array layout without
-// group_idx), the oldest pin (v0.23.0) and the newest (v0.30.0) end to end with the
+// group_idx), the oldest pin (v0.23.0) and the newest pin (from the contracts) end to end with the
 // engine binding; the newest runs with PYTHONHASHSEED unset on the engines and no seed in the rule,
 // so the keys the gateway computes are rooted in the release's default seed, as the engines' are.
 func TestE2EPinnedVLLMReleases(t *testing.T) {
 	for _, tc := range []struct {
 		release string
 		seed    *string
-	}{{"v0.19.0", strp("0")}, {"v0.23.0", strp("0")}, {"v0.30.0", nil}} {
+	}{{"v0.19.0", strp("0")}, {"v0.23.0", strp("0")}, {newestVLLMPin(t), nil}} {
 		t.Run(tc.release, func(t *testing.T) {
 			p := startPool(t, poolSpec{family: "vllm", release: tc.release, n: 2, seed: tc.seed, mode: 3, certify: true})
 			st := p.g.Status().Rules[0]
@@ -27,12 +52,12 @@ func TestE2EPinnedVLLMReleases(t *testing.T) {
 	}
 }
 
-// TestE2EFullReportModeTracksEvictions: a v0.30 engine in kv_cache_report_mode="full" re-emits
-// BlockStored for every prefix-cache hit; after its small cache evicts those blocks, the gateway's
-// inventory holds exactly what the engine holds (the presence rule), not a stale copy of every
+// TestE2EFullReportModeTracksEvictions: an engine of the newest pinned release in
+// kv_cache_report_mode="full" re-emits BlockStored for every prefix-cache hit; after its small cache
+// evicts those blocks, the gateway's inventory holds exactly what the engine holds (the presence rule), not a stale copy of every
 // re-emitted block (which counting copies would leave: a false hit that lasts until a clear).
 func TestE2EFullReportModeTracksEvictions(t *testing.T) {
-	p := startPool(t, poolSpec{family: "vllm", release: "v0.30.0", n: 1, mode: 3, certify: true, simMod: func(i int, c *sim.Config) {
+	p := startPool(t, poolSpec{family: "vllm", release: newestVLLMPin(t), n: 1, mode: 3, certify: true, simMod: func(i int, c *sim.Config) {
 		c.ReportMode, c.CapacityBlocks = sim.ReportFull, 64
 	}})
 	d := docs(3)

@@ -31,7 +31,7 @@ func TestE2EHybridSlidingWindow(t *testing.T) {
 
 func hybridSlidingWindow(t *testing.T, binding string) {
 	const bs = 16
-	p := startPool(t, poolSpec{family: "vllm", release: "v0.30.0", n: 1, seed: strp("0"), mode: 3, certify: true, blockSize: bs,
+	p := startPool(t, poolSpec{family: "vllm", release: newestVLLMPin(t), n: 1, seed: strp("0"), mode: 3, certify: true, blockSize: bs,
 		simMod:  func(_ int, c *sim.Config) { c.SlidingWindow, c.SlidingWindowBlocks = 4*bs, 16 },
 		ruleMod: func(r *rules.Rule) { r.Binding = binding }})
 	base := make([]uint32, 40*bs+3)
