@@ -5,7 +5,7 @@ package engines
 // engines/llamacpp). Code outside engines/ asks engines/registry for a Family by the name a rule or
 // contract gives and never names a family itself.
 //
-// The interface grows by facet: each facet (events, key binding, P/D dialect, probes) is declared
+// The interface grows by facet: each facet (events, key binding, hit cap, P/D dialect, probes) is declared
 // in its own file of this package and embedded here, so a family package implements it in a file
 // named after the facet.
 type Family interface {
@@ -16,6 +16,7 @@ type Family interface {
 	Display() string
 	Probes
 	Keys
+	Hits
 	Hints
 	Container
 	Events

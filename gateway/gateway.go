@@ -406,6 +406,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
 	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
+		cfg.HitLimit = fam.HitLimit // the engine computes the last prompt token: scores stop there
+	}
 	if rt.exact.Enabled {
 		cfg.Keyer = rt.keyer
 	} else {

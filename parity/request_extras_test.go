@@ -51,7 +51,7 @@ func TestRequestExtrasVectors(t *testing.T) {
 			}
 			req.LoRAName = r.LoRAName
 			k := &route.PromptKeyer{Hasher: h, BlockExtras: b.Algorithm.IsVLLM()}
-			keys, miss, reason := k.Keys(context.Background(), req)
+			keys, _, miss, reason := k.Keys(context.Background(), req)
 			if miss != route.MissNone {
 				if !b.Algorithm.IsVLLM() && r.LoRAName != "" && miss == route.MissLoRA {
 					checked[rel+" (lora refused)"]++

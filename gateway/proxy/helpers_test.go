@@ -105,8 +105,8 @@ type epSpec struct {
 
 type fixedKeyer struct{ keys []uint64 }
 
-func (k fixedKeyer) Keys(context.Context, *route.Request) ([]uint64, route.Miss, string) {
-	return k.keys, route.MissNone, ""
+func (k fixedKeyer) Keys(context.Context, *route.Request) ([]uint64, int, route.Miss, string) {
+	return k.keys, 0, route.MissNone, ""
 }
 
 // pool is a proxy in front of one rule's router.

@@ -43,15 +43,19 @@ var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer
 // Decision is a routing outcome with its evidence. Release must be called exactly once when the
 // request ends (it gives back the load units the decision took).
 type Decision struct {
-	Target    *Endpoint          `json:"-"` // the endpoint that serves (mode 3/0) or prefills (mode 1)
-	Decode    *Endpoint          `json:"-"` // mode 1 only
-	TargetN   string             `json:"target"`
-	DecodeN   string             `json:"decode,omitempty"`
-	Tier      string             `json:"tier"`
-	Miss      Miss               `json:"miss,omitempty"`
-	Reason    string             `json:"reason,omitempty"` // detail of the miss
-	Blocks    int                `json:"blocks"`           // full blocks in the prompt
-	Score     int                `json:"score,omitempty"`  // winner's score (blocks)
+	Target  *Endpoint `json:"-"` // the endpoint that serves (mode 3/0) or prefills (mode 1)
+	Decode  *Endpoint `json:"-"` // mode 1 only
+	TargetN string    `json:"target"`
+	DecodeN string    `json:"decode,omitempty"`
+	Tier    string    `json:"tier"`
+	Miss    Miss      `json:"miss,omitempty"`
+	Reason  string    `json:"reason,omitempty"` // detail of the miss
+	Blocks  int       `json:"blocks"`           // full blocks in the prompt
+	// MaxHit, when below Blocks, is the most blocks the engine's cache may serve of this prompt
+	// (it computes the last prompt token, so a prompt ending on a block boundary can hit all its
+	// blocks but the last): scores and prefixes stop there.
+	MaxHit    int                `json:"maxHit,omitempty"`
+	Score     int                `json:"score,omitempty"` // winner's score (blocks)
 	Spill     bool               `json:"spill,omitempty"`
 	Seeded    bool               `json:"seeded,omitempty"`
 	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`
@@ -63,6 +67,7 @@ type Decision struct {
 	rt       *Router // set by take: Release gives the load units back through it
 	dry      bool
 	keys     []uint64 // the prompt's block keys, for predict-on-route
+	hit      int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
 	// allocation per request.

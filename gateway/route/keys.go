@@ -10,16 +10,17 @@ import (
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
-// Keyer turns a request into the block keys the rule's inventory holds (tokenize, render, hash).
-// A failure is a Miss with a human reason, never a guess.
+// Keyer turns a request into the block keys the rule's inventory holds (tokenize, render, hash)
+// and the prompt's length in tokens (the engine's hit cap depends on it: Config.HitLimit). A
+// failure is a Miss with a human reason, never a guess.
 type Keyer interface {
-	Keys(ctx context.Context, r *Request) (keys []uint64, miss Miss, reason string)
+	Keys(ctx context.Context, r *Request) (keys []uint64, tokens int, miss Miss, reason string)
 }
 
 // promptKeys is KV-exact's guard ladder up to the keys: a certificate covers the rule, the request
 // has a shape keys can be had for, a keyer is configured, it keys the prompt (a LoRA adapter's
 // request as its base model), and the prompt fills at least one block. The keys go on d for
-// predict-on-route and the token-side check.
+// predict-on-route and the token-side check, with the engine's hit cap for this prompt (d.hit).
 func (rt *Router) promptKeys(ctx context.Context, req *Request, d *Decision) ([]uint64, Miss, string) {
 	if rt.cfg.CertReason != "" {
 		return nil, MissNoCertificate, rt.cfg.CertReason
@@ -30,13 +31,21 @@ func (rt *Router) promptKeys(ctx context.Context, req *Request, d *Decision) ([]
 	if rt.cfg.Keyer == nil {
 		return nil, MissTokenizer, "no tokenizer configured for this rule"
 	}
-	keys, m, reason := rt.cfg.Keyer.Keys(ctx, rt.adapt(req))
+	keys, tokens, m, reason := rt.cfg.Keyer.Keys(ctx, rt.adapt(req))
 	if m != MissNone {
 		return nil, m, reason
 	}
-	d.Blocks, d.keys = len(keys), keys
+	d.Blocks, d.keys, d.hit = len(keys), keys, len(keys)
 	if len(keys) == 0 {
 		return nil, MissHashes, "the prompt is shorter than one block"
+	}
+	if rt.cfg.HitLimit != nil {
+		if n := rt.cfg.HitLimit(tokens, rt.rule.BlockSize); n < len(keys) {
+			d.hit, d.MaxHit = max(n, 0), max(n, 0)
+		}
+		if d.hit == 0 {
+			return nil, MissHashes, "the prompt is one block ending on its boundary: the engine computes its last token, so no block can hit"
+		}
 	}
 	return keys, MissNone, ""
 }
@@ -165,26 +174,26 @@ func chatReason(err error) string {
 }
 
 // Keys implements Keyer.
-func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, string) {
+func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, string) {
 	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt}
 	// An engine binding that roots a salted chain at the salt separates the namespaces by itself.
 	saltedKeys := k.Hasher != nil && k.Hasher.Binding().Algorithm.SaltedRoot()
 	switch {
 	case ex.LoRAName != "" && !k.BlockExtras:
-		return nil, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
+		return nil, 0, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
 	case ex.CacheSalt != "" && !k.BlockExtras && !k.SaltedRoot && !saltedKeys:
-		return nil, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
+		return nil, 0, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
 	}
 	ids, m, reason := k.Tokens(r)
 	if m != MissNone {
-		return nil, m, reason
+		return nil, 0, m, reason
 	}
 	if k.Hasher != nil {
 		keys, err := k.Cache.Keys(k.Hasher, ids, ex)
 		if err != nil {
-			return nil, MissHashes, err.Error()
+			return nil, 0, MissHashes, err.Error()
 		}
-		return keys, MissNone, ""
+		return keys, len(ids), MissNone, ""
 	}
 	// Router keys hash vLLM's one-shot extra keys of what the engine's events carry: LoRA name and
 	// cache_salt with block extras, else an SGLang salt in block 0's extras, as ingest's binder does.
@@ -199,8 +208,8 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, Miss, strin
 	if err == nil {
 		var keys []uint64
 		if keys, err = k.Cache.Keys(h, ids, rex); err == nil {
-			return keys, MissNone, ""
+			return keys, len(ids), MissNone, ""
 		}
 	}
-	return nil, MissHashes, fmt.Sprintf("router keys: %v", err)
+	return nil, 0, MissHashes, fmt.Sprintf("router keys: %v", err)
 }

@@ -49,26 +49,26 @@ func TestKeyerExtrasPerFamily(t *testing.T) {
 	}
 	ctx := context.Background()
 	sglang := &PromptKeyer{Pool: pool, Hasher: sg}
-	salted, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	salted, _, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
 	want, _ := sg.Keys(ids, &hashcore.Extras{CacheSalt: "tenant"}, nil)
 	if m != MissNone || !slices.Equal(salted, want) {
 		t.Fatalf("sglang salted keys: %v", m)
 	}
-	if _, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a"}); m != MissLoRA {
+	if _, _, m, _ := sglang.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a"}); m != MissLoRA {
 		t.Fatalf("sglang lora: %v, want %v", m, MissLoRA)
 	}
 	sgRouter := &PromptKeyer{Pool: pool, RouterBlockSize: 4, SaltedRoot: true}
-	got, m, _ := sgRouter.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	got, _, m, _ := sgRouter.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
 	wantR, _ := hashcore.RouterKeys(0, ids, 4, [][]any{{"tenant"}}, nil)
 	if m != MissNone || !slices.Equal(got, wantR) {
 		t.Fatalf("sglang router salted keys: %v", m)
 	}
 	trt := &PromptKeyer{Pool: pool, RouterBlockSize: 4}
-	if _, m, _ := trt.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"}); m != MissCacheSalt {
+	if _, _, m, _ := trt.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"}); m != MissCacheSalt {
 		t.Fatalf("trtllm salt: %v", m)
 	}
 	vr := &PromptKeyer{Pool: pool, RouterBlockSize: 4, BlockExtras: true}
-	got, m, _ = vr.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a", CacheSalt: "s"})
+	got, _, m, _ = vr.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a", CacheSalt: "s"})
 	ex, _ := hashcore.ExtraKeys(&hashcore.Extras{LoRAName: "a", CacheSalt: "s"}, len(ids), 4)
 	wantV, _ := hashcore.RouterKeys(0, ids, 4, ex, nil)
 	if m != MissNone || !slices.Equal(got, wantV) {

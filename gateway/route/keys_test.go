@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
@@ -37,7 +38,7 @@ func TestPromptKeyerMatchesEngineBinding(t *testing.T) {
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
 	ids, _ := tok.Encode(prompt, true)
 	want, _ := h.Keys(ids, nil, nil)
-	got, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
+	got, _, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
 	if miss != MissNone || len(got) != len(want) || len(got) == 0 {
 		t.Fatalf("keys: %v %s (%d vs %d)", miss, reason, len(got), len(want))
 	}
@@ -48,18 +49,18 @@ func TestPromptKeyerMatchesEngineBinding(t *testing.T) {
 	}
 	// add_special_tokens=false drops the BOS and so changes every key.
 	off := false
-	noBOS, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, AddSpecialTokens: &off})
+	noBOS, _, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, AddSpecialTokens: &off})
 	if len(noBOS) > 0 && noBOS[0] == got[0] {
 		t.Fatal("add_special_tokens ignored")
 	}
 	// cache_salt enters block 0 only... and therefore every chained key.
-	salted, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
+	salted, _, _, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt, CacheSalt: "tenant"})
 	if salted[0] == got[0] {
 		t.Fatal("cache_salt ignored")
 	}
 	// Chat: the template is rendered and encoded without special tokens, as vLLM does.
 	body, _ := json.Marshal(map[string]any{"model": "llama3", "messages": []map[string]string{{"role": "user", "content": prompt}}})
-	chat, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: body})
+	chat, _, miss, reason := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: body})
 	req, _ := tokenize.ParseChatRequest(body)
 	cids, _, err := tok.EncodeChat(req)
 	if err != nil || miss != MissNone {
@@ -70,14 +71,14 @@ func TestPromptKeyerMatchesEngineBinding(t *testing.T) {
 		t.Fatal("chat keys differ from template+hash")
 	}
 	// Misses carry reasons.
-	if _, m, r := k.Keys(context.Background(), &Request{Model: "no-such-model", Prompt: "x"}); m != MissTokenizer || r == "" {
+	if _, _, m, r := k.Keys(context.Background(), &Request{Model: "no-such-model", Prompt: "x"}); m != MissTokenizer || r == "" {
 		t.Fatalf("unknown model: %v %q", m, r)
 	}
-	if _, m, _ := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: []byte(`{"messages":7}`)}); m != MissTokenize {
+	if _, _, m, _ := k.Keys(context.Background(), &Request{Model: "llama3", Chat: true, Body: []byte(`{"messages":7}`)}); m != MissTokenize {
 		t.Fatalf("bad chat: %v", m)
 	}
 	// Token-id prompts skip the tokenizer.
-	tk, m, _ := k.Keys(context.Background(), &Request{Model: "any", PromptTokens: ids})
+	tk, _, m, _ := k.Keys(context.Background(), &Request{Model: "any", PromptTokens: ids})
 	if m != MissNone || tk[0] != got[0] {
 		t.Fatal("token prompt keys differ")
 	}
@@ -89,7 +90,7 @@ func TestPromptKeyerRouterBinding(t *testing.T) {
 	prompt := strings.Repeat("router keys are ours. ", 30)
 	ids, _ := tok.Encode(prompt, true)
 	want, _ := hashcore.RouterKeys(0, ids, 32, nil, nil)
-	got, miss, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
+	got, _, miss, _ := k.Keys(context.Background(), &Request{Model: "llama3", Prompt: prompt})
 	if miss != MissNone || len(got) != len(want) || got[len(got)-1] != want[len(want)-1] {
 		t.Fatal("router keys differ")
 	}
@@ -129,7 +130,7 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		keyer := &PromptKeyer{Pool: pool, Hasher: h}
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // the zero-hit watchdog warns of the new prompts
-		rt, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Keyer: keyer, Certified: cert, Log: quiet})
+		rt, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Keyer: keyer, Certified: cert, Log: quiet, HitLimit: engines.LastTokenComputed})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -20,11 +20,12 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	if m != MissNone {
 		return passed(m, reason), nil
 	}
-	s := rt.score(keys, t.role, c.retry, rt.adapterAbsent(c.req.Model), d)
+	// Scored up to the engine's hit cap: the blocks past it are recomputed whoever holds them.
+	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), d)
 	if !d.dry {
 		rt.watch(s.confirmed, s.anyResident)
 	}
-	if m, reason := s.miss(rt.minBlocks(len(keys))); m != MissNone {
+	if m, reason := s.miss(rt.minBlocks(d.hit)); m != MissNone {
 		return passed(m, reason), nil
 	}
 	v := rt.law.Pick(s.cands, len(keys))

@@ -25,6 +25,10 @@ type Config struct {
 	Groups *kvgroups.Index
 	// Keyer computes block keys; nil means KV-exact cannot run (miss unknown_tokenizer).
 	Keyer Keyer
+	// HitLimit is the engine family's hit cap (engines.Hits): the most leading full blocks of a
+	// prompt of that many tokens its prefix cache serves. Scores and predicted cached tokens stop
+	// there; nil scores every full block.
+	HitLimit func(promptTokens, blockSize int) int
 	// Certified marks the endpoints a valid certificate covers for this rule's profile. When
 	// CertReason is non-empty, no endpoint is covered and it says why (miss no_certificate).
 	Certified  inventory.Mask

@@ -19,8 +19,8 @@ type fixedKeyer struct {
 	miss Miss
 }
 
-func (k fixedKeyer) Keys(context.Context, *Request) ([]uint64, Miss, string) {
-	return k.keys, k.miss, string(k.miss)
+func (k fixedKeyer) Keys(context.Context, *Request) ([]uint64, int, Miss, string) {
+	return k.keys, 0, k.miss, string(k.miss)
 }
 
 type fixture struct {

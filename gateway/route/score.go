@@ -116,7 +116,7 @@ func (s *scores) miss(need int) (Miss, string) {
 	return MissNone, ""
 }
 
-// minBlocks is minMatchTokens in full blocks (rounded up), at most the prompt's blocks.
+// minBlocks is minMatchTokens in full blocks (rounded up), at most the blocks the prompt can hit.
 func (rt *Router) minBlocks(blocks int) int {
 	return min((rt.minMatch+rt.rule.BlockSize-1)/rt.rule.BlockSize, blocks)
 }
