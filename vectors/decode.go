@@ -111,6 +111,20 @@ func (p *parser) u64(path string, v any) (uint64, error) {
 	return u, nil
 }
 
+// tcID checks a test's tcId: within 1..numberOfTests and not seen before in the file (seen has
+// numberOfTests entries).
+func (p *parser) tcID(path string, tm map[string]any, number int, seen []bool) (int, error) {
+	id, err := p.count(path+".tcId", tm["tcId"], 1, int64(number))
+	if err != nil {
+		return 0, p.errf(path+".tcId", "tcId outside 1..numberOfTests (%d): %v", number, errors.Unwrap(err))
+	}
+	if seen[id-1] {
+		return 0, p.errf(path+".tcId", "tcId %d is not unique", id)
+	}
+	seen[id-1] = true
+	return id, nil
+}
+
 func (p *parser) count(path string, v any, lo, hi int64) (int, error) {
 	i, err := p.i64(path, v)
 	if err != nil {
@@ -295,14 +309,10 @@ func (p *parser) projectFile(m map[string]any) (*File, error) {
 			path := fmt.Sprintf("%s.tests[%d]", gp, ti)
 			tm := t.(map[string]any)
 			n++
-			id, err := p.count(path+".tcId", tm["tcId"], 1, int64(number))
+			id, err := p.tcID(path, tm, number, seen)
 			if err != nil {
-				return nil, p.errf(path+".tcId", "tcId outside 1..numberOfTests (%d): %v", number, errors.Unwrap(err))
+				return nil, err
 			}
-			if seen[id-1] {
-				return nil, p.errf(path+".tcId", "tcId %d is not unique", id)
-			}
-			seen[id-1] = true
 			c, err := p.caseOf(projectLayout, &f.Header, path, tm, gp, gm)
 			if err != nil {
 				return nil, err

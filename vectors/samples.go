@@ -181,14 +181,10 @@ func (p *parser) projectSamples(m map[string]any) (*SampleFile, error) {
 			path := fmt.Sprintf("%s.tests[%d]", gp, ti)
 			tm := t.(map[string]any)
 			n++
-			id, err := p.count(path+".tcId", tm["tcId"], 1, int64(number))
+			id, err := p.tcID(path, tm, number, seen)
 			if err != nil {
-				return nil, p.errf(path+".tcId", "tcId outside 1..numberOfTests (%d): %v", number, errors.Unwrap(err))
+				return nil, err
 			}
-			if seen[id-1] {
-				return nil, p.errf(path+".tcId", "tcId %d is not unique", id)
-			}
-			seen[id-1] = true
 			s, err := p.sample(projectSampleFields, transport, path, tm)
 			if err != nil {
 				return nil, err
