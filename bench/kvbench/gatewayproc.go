@@ -262,16 +262,10 @@ func describeBinary(path string) string {
 }
 
 func vcsOf(bi *debug.BuildInfo) string {
-	var rev, mod string
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			rev = kv.Value
-		case "vcs.modified":
-			if kv.Value == "true" {
-				mod = ", modified tree"
-			}
-		}
+	rev, modified := vcsStamp(bi)
+	mod := ""
+	if modified {
+		mod = ", modified tree"
 	}
 	if rev == "" {
 		return ", no VCS stamp"

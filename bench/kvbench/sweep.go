@@ -135,19 +135,25 @@ func buildCommit() string {
 	if !ok {
 		return ""
 	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
+	rev, modified := vcsStamp(bi)
 	if rev == "" {
 		return ""
 	}
-	return rev + dirty
+	if modified {
+		return rev + "+dirty"
+	}
+	return rev
+}
+
+// vcsStamp is the commit and dirty flag go build recorded in bi ("" when it recorded none).
+func vcsStamp(bi *debug.BuildInfo) (rev string, modified bool) {
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			rev = kv.Value
+		case "vcs.modified":
+			modified = kv.Value == "true"
+		}
+	}
+	return rev, modified
 }
