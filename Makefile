@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv
 
 all: build
 
@@ -33,6 +33,10 @@ test: tokenizers oracle vet
 
 parity: tokenizers
 	$(GO) test -count=1 -v ./parity
+
+# The pinned Python environments (.cache/py/NAME from scripts/python/NAME.txt); .ci/run calls it.
+pyenv:
+	./scripts/pyenv.sh
 
 tokenizers:
 	@./scripts/fetch-tokenizers.sh "$(KVEXACT_TOKENIZERS)"
