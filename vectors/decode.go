@@ -232,7 +232,8 @@ func (p *parser) originalFile(m map[string]any) (*File, error) {
 	for _, f := range []struct {
 		key string
 		dst *string
-	}{{"tag", &h.Tag}, {"commit", &h.Commit}, {"generator_notes", &h.GeneratorNotes}, {"origin", &h.Origin}} {
+	}{{"tag", &h.Tag}, {"commit", &h.Commit}, {"generator_notes", &h.GeneratorNotes}, {"origin", &h.Origin},
+		{"extra_key_scheme", &h.ExtraKeyScheme}} {
 		if *f.dst, err = p.optStr(m, f.key, "$"); err != nil {
 			return nil, err
 		}
@@ -281,6 +282,9 @@ func (p *parser) originalFile(m map[string]any) (*File, error) {
 		c.Index, c.ID = i, i+1
 		c.Flags = Flags(c)
 		f.Cases[i] = *c
+	}
+	if err := f.markScheme(p); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -336,6 +340,9 @@ func (p *parser) projectFile(m map[string]any) (*File, error) {
 		}
 		names[c.Name] = c.ID
 	}
+	if err := f.markScheme(p); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -347,7 +354,7 @@ func (p *parser) projectHeader(m map[string]any) (Header, error) {
 		key string
 		dst *string
 	}{{"engine", &h.Engine}, {"release", &h.Tag}, {"commit", &h.Commit}, {"algorithm", &h.Algo},
-		{"source", &h.Source}, {"origin", &h.Origin}, {"keyType", &h.KeyType}} {
+		{"source", &h.Source}, {"origin", &h.Origin}, {"keyType", &h.KeyType}, {"extraKeyScheme", &h.ExtraKeyScheme}} {
 		if *f.dst, err = p.optStr(m, f.key, "$"); err != nil {
 			return h, err
 		}
@@ -670,7 +677,7 @@ func (p *parser) request(s *caseFields) (Request, error) {
 	for _, f := range []struct {
 		q   string
 		dst *string
-	}{{qLoRAName, &r.LoRAName}, {qCacheSalt, &r.CacheSalt}} {
+	}{{qLoRAName, &r.LoRAName}, {qLoRAPath, &r.LoRAPath}, {qCacheSalt, &r.CacheSalt}} {
 		v, vp, ok, err := s.get(f.q)
 		if err != nil {
 			return r, err
@@ -789,4 +796,19 @@ func (p *parser) extraValues(path string, a []any) ([]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// markScheme checks the header's extra-key scheme and marks every case with it.
+func (f *File) markScheme(p *parser) error {
+	switch f.Header.ExtraKeyScheme {
+	case "", ExtraKeysFlat:
+		f.Header.ExtraKeyScheme = ""
+	case ExtraKeysTagged:
+		for i := range f.Cases {
+			f.Cases[i].TaggedExtras = true
+		}
+	default:
+		return p.errf("$.extraKeyScheme", "%q is not one of %s, %s", f.Header.ExtraKeyScheme, ExtraKeysFlat, ExtraKeysTagged)
+	}
+	return nil
 }

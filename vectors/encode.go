@@ -35,7 +35,7 @@ func Encode(f *File) ([]byte, error) {
 	}
 	out := encFile{
 		Schema: SchemaName, Algorithm: algo, Engine: h.Engine, Release: h.Tag, Commit: h.Commit,
-		Source: source, Origin: h.Origin, Generator: h.Generator, Header: h.Notes, KeyType: h.KeyType,
+		Source: source, Origin: h.Origin, Generator: h.Generator, Header: h.Notes, KeyType: h.KeyType, ExtraKeyScheme: h.ExtraKeyScheme,
 		NumberOfTests: len(f.Cases), Notes: map[string]encNote{},
 	}
 	if out.Header == nil {
@@ -110,8 +110,8 @@ func encodeCase(c *Case, id int, keyType string) (encTest, error) {
 		t.Tokens = []uint32{}
 	}
 	r := c.Request
-	if r.LoRAName != "" || r.LoRAIntID != nil || r.CacheSalt != "" || r.MM != nil || r.PromptEmbedsRows != nil {
-		er := &encRequest{LoRAName: r.LoRAName, LoRAIntID: r.LoRAIntID, CacheSalt: r.CacheSalt}
+	if r.LoRAName != "" || r.LoRAIntID != nil || r.LoRAPath != "" || r.CacheSalt != "" || r.MM != nil || r.PromptEmbedsRows != nil {
+		er := &encRequest{LoRAName: r.LoRAName, LoRAIntID: r.LoRAIntID, LoRAPath: r.LoRAPath, CacheSalt: r.CacheSalt}
 		for _, m := range r.MM {
 			er.MMFeatures = append(er.MMFeatures, encMM(m))
 		}
@@ -207,19 +207,20 @@ func jsonValue(v any) any {
 
 // The project schema's JSON shapes, in the order the fields are written.
 type encFile struct {
-	Schema        string             `json:"schema"`
-	Algorithm     string             `json:"algorithm"`
-	Engine        string             `json:"engine"`
-	Release       string             `json:"release"`
-	Commit        string             `json:"commit"`
-	Source        string             `json:"source"`
-	Origin        string             `json:"origin,omitempty"`
-	Generator     []string           `json:"generator"`
-	Header        []string           `json:"header"`
-	KeyType       string             `json:"keyType"`
-	NumberOfTests int                `json:"numberOfTests"`
-	Notes         map[string]encNote `json:"notes"`
-	TestGroups    []encGroup         `json:"testGroups"`
+	Schema         string             `json:"schema"`
+	Algorithm      string             `json:"algorithm"`
+	Engine         string             `json:"engine"`
+	Release        string             `json:"release"`
+	Commit         string             `json:"commit"`
+	Source         string             `json:"source"`
+	Origin         string             `json:"origin,omitempty"`
+	Generator      []string           `json:"generator"`
+	Header         []string           `json:"header"`
+	KeyType        string             `json:"keyType"`
+	ExtraKeyScheme string             `json:"extraKeyScheme,omitempty"`
+	NumberOfTests  int                `json:"numberOfTests"`
+	Notes          map[string]encNote `json:"notes"`
+	TestGroups     []encGroup         `json:"testGroups"`
 }
 
 type encNote struct {
@@ -254,6 +255,7 @@ type encTest struct {
 type encRequest struct {
 	LoRAName         string   `json:"loraName,omitempty"`
 	LoRAIntID        *int64   `json:"loraIntId,omitempty"`
+	LoRAPath         string   `json:"loraPath,omitempty"`
 	CacheSalt        string   `json:"cacheSalt,omitempty"`
 	MMFeatures       []encMM  `json:"mmFeatures,omitzero"`
 	PromptEmbedsRows []string `json:"promptEmbedsRows,omitzero"`

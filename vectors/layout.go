@@ -30,6 +30,7 @@ const (
 	qRequest            = "request"
 	qLoRAName           = "loraName"
 	qLoRAIntID          = "loraIntId"
+	qLoRAPath           = "loraPath"
 	qCacheSalt          = "cacheSalt"
 	qMMFeatures         = "mmFeatures"
 	qPromptEmbedsRows   = "promptEmbedsRows"
@@ -112,7 +113,7 @@ var projectLayout = &layout{
 	Fields: map[string]string{
 		qName: qName, qComment: qComment, qFlags: qFlags, qResult: qResult, qTokens: qTokens,
 		qPromptLength: qPromptLength, qGroupBlockSize: qGroupBlockSize, qRequest: qRequest,
-		qLoRAName: "request.loraName", qLoRAIntID: "request.loraIntId", qCacheSalt: "request.cacheSalt",
+		qLoRAName: "request.loraName", qLoRAIntID: "request.loraIntId", qLoRAPath: "request.loraPath", qCacheSalt: "request.cacheSalt",
 		qMMFeatures: "request.mmFeatures", qPromptEmbedsRows: "request.promptEmbedsRows",
 		qExtraKeys: qExtraKeys, qExtraKeysOneShot: qExtraKeysOneShot, qExpected: qExpected,
 		qRoot: "expected.root", qNumFullBlocks: "expected.numFullBlocks", qDigests: "expected.digests",

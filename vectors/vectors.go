@@ -69,7 +69,16 @@ type Header struct {
 	KeyType string
 	// Origin is GeneratedOrigin for generated files and "" otherwise.
 	Origin string
+	// ExtraKeyScheme is how the release builds extra keys: ExtraKeysFlat ("" in a file) or
+	// ExtraKeysTagged (vLLM v0.31.0+: each key a tuple naming its source).
+	ExtraKeyScheme string
 }
+
+// The extra-key schemes of Header.ExtraKeyScheme.
+const (
+	ExtraKeysFlat   = "flat"
+	ExtraKeysTagged = "tagged"
+)
 
 // Generated reports whether the file was produced by the project's own Go reference (and is
 // therefore not engine truth).
@@ -132,7 +141,9 @@ type Case struct {
 	HasExtraKeys bool
 	// ExtraKeysOneShot, when non-nil, are the one-shot extra keys where they differ (mm quirk).
 	ExtraKeysOneShot [][]any
-	Expected         Expected
+	// TaggedExtras: the file's ExtraKeyScheme is ExtraKeysTagged.
+	TaggedExtras bool
+	Expected     Expected
 }
 
 // Results a case can have (Wycheproof's vocabulary).
@@ -156,6 +167,8 @@ func (c *Case) Result() string {
 type Request struct {
 	LoRAName  string
 	LoRAIntID *int64 // recorded but never hashed (v0.11.1+)
+	// LoRAPath is the adapter's path (LoRARequest.lora_path), hashed by tagged extra keys only.
+	LoRAPath  string
 	CacheSalt string
 	MM        []MMFeature
 	// PromptEmbedsRows are the raw bytes of each prompt-embedding row; nil when absent.

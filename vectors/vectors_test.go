@@ -67,12 +67,12 @@ func TestLoadEngineFiles(t *testing.T) {
 // TestLoadProjectFile: a file the project made from vLLM's code, in the project's schema, reads into
 // the same cases as the original it was converted from would, with tcIds, flags and its provenance.
 func TestLoadProjectFile(t *testing.T) {
-	f, err := Load(filepath.Join(mustDir(t), "vllm/v0.28.0/sha256.json"))
+	f, err := Load(filepath.Join(mustDir(t), "vllm/v0.29.0/sha256.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := f.Header
-	if h.Schema != SchemaName || h.Engine != "vllm" || h.Tag != "v0.28.0" || h.Algo != "sha256" || h.Source != SourceEngine ||
+	if h.Schema != SchemaName || h.Engine != "vllm" || h.Tag != "v0.29.0" || h.Algo != "sha256" || h.Source != SourceEngine ||
 		h.Generated() || h.KeyType != KeyUint64 || len(h.Generator) == 0 || len(f.Cases) != 74 {
 		t.Fatalf("header %+v, %d cases", h, len(f.Cases))
 	}

@@ -98,7 +98,8 @@ func SkipReason(c *Case) string {
 // Extras builds the hash core's request extras from a case's request.
 func (c *Case) Extras() *hashcore.Extras {
 	r := c.Request
-	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt, PromptEmbeds: r.PromptEmbedsRows}
+	ex := &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt, PromptEmbeds: r.PromptEmbedsRows,
+		Tagged: c.TaggedExtras, LoRAPath: r.LoRAPath}
 	for _, m := range r.MM {
 		ex.MM = append(ex.MM, hashcore.MMFeature{Identifier: m.Identifier, Offset: m.Offset, Length: m.Length})
 	}

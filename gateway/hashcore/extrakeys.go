@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sort"
 	"unicode/utf8"
 )
 
@@ -41,6 +42,9 @@ func (ex *Extras) validate() error {
 	if ex == nil {
 		return nil
 	}
+	if !utf8.ValidString(ex.LoRAPath) {
+		return fmt.Errorf("hashcore: LoRA path %q is not valid UTF-8", ex.LoRAPath)
+	}
 	if !utf8.ValidString(ex.LoRAName) {
 		return fmt.Errorf("hashcore: LoRA name %q is not valid UTF-8", ex.LoRAName)
 	}
@@ -74,28 +78,54 @@ func (ex *Extras) blockRange(first, last, blockSize int) [][]any {
 	}
 	mmIdx := 0
 	if first > 0 {
-		mmIdx = -1
+		mmIdx = ex.decodeMMIndex(first * blockSize)
 	}
 	for b := first; b < last; b++ {
 		start, end := b*blockSize, (b+1)*blockSize
 		var keys []any
 		if ex.LoRAName != "" {
-			keys = append(keys, ex.LoRAName)
+			keys = append(keys, ex.tag("lora", ex.LoRAName))
 		}
 		var mm []any
 		mm, mmIdx = ex.mmKeys(start, end, mmIdx)
 		keys = append(keys, mm...)
 		if start == 0 && ex.CacheSalt != "" {
-			keys = append(keys, ex.CacheSalt)
+			keys = append(keys, ex.tag("cache_salt", ex.CacheSalt))
 		}
 		if ex.PromptEmbeds != nil {
-			keys = append(keys, ex.embedsKey(start, end))
+			keys = append(keys, ex.tag("prompt_embeds", ex.embedsKey(start, end)))
 		}
 		if len(keys) > 0 {
 			out[b-first] = keys
 		}
 	}
 	return out
+}
+
+// tag is one extra key: the bare value (flat keys), or the tuple (source, value…) of tagged keys,
+// where a LoRA key carries the adapter path too.
+func (ex *Extras) tag(source string, v any) any {
+	if !ex.Tagged {
+		return v
+	}
+	if source == "lora" {
+		return []any{source, v, ex.LoRAPath}
+	}
+	return []any{source, v}
+}
+
+// decodeMMIndex is the multimodal item a hasher call starting at token start (> 0) begins with:
+// flat keys take the last item (-1, vLLM's decode-time quirk up to v0.30); tagged keys the first
+// item whose span ends after start (get_mm_features_in_window), 0 when none reaches past it.
+func (ex *Extras) decodeMMIndex(start int) int {
+	if !ex.Tagged {
+		return -1
+	}
+	mm := ex.MM
+	if len(mm) == 0 || mm[len(mm)-1].Offset+mm[len(mm)-1].Length <= start {
+		return 0
+	}
+	return sort.Search(len(mm), func(i int) bool { return mm[i].Offset+mm[i].Length >= start+1 })
 }
 
 // mmKeys mirrors vLLM's multimodal extra-key walk for one block [start, end), returning the keys and
@@ -122,7 +152,11 @@ func (ex *Extras) mmKeys(start, end, idx int) ([]any, int) {
 			idx++
 			continue
 		}
-		keys = append(keys, []any{m.Identifier, int64(m.Offset - start)})
+		if ex.Tagged {
+			keys = append(keys, []any{"mm", m.Identifier, int64(m.Offset - start)})
+		} else {
+			keys = append(keys, []any{m.Identifier, int64(m.Offset - start)})
+		}
 		if end >= m.Offset+m.Length {
 			idx++
 		} else {

@@ -157,6 +157,14 @@ type Extras struct {
 	// PromptEmbeds holds the raw bytes of each prompt-embedding row, one per prompt token; nil means
 	// the request had no prompt_embeds. vLLM hashes SHA-256 of the block's concatenated rows.
 	PromptEmbeds [][]byte
+	// Tagged selects vLLM's tagged extra keys (from v0.31.0): each key is a tuple naming its source,
+	// ("lora", name, path), ("mm", identifier, offset), ("cache_salt", salt), ("prompt_embeds",
+	// digest), and a decode-time block finds its first multimodal item by window instead of taking
+	// the last one. False: the flat keys of v0.30 and earlier.
+	Tagged bool
+	// LoRAPath is the adapter's path as the engine was given it (--lora-modules name=path); the
+	// tagged keys hash it beside the name, so re-pointing a name at other weights never hits.
+	LoRAPath string
 }
 
 // MMFeature is one multimodal item: its identifier (the processor mm hash or user uuid) and its

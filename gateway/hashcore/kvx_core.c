@@ -351,8 +351,8 @@ typedef struct {
 	ptrdiff_t fs;    /* offset of the open frame's reserved header, -1 when none is open */
 	uint32_t memo;   /* next memo index */
 	uint32_t gen;    /* current pickle (block) number, for the singleton table */
-	uint32_t single_gen[257]; /* singleton string key -> gen it was memoized in */
-	uint32_t single_idx[257]; /* ... and its memo index */
+	uint32_t single_gen[261]; /* singleton string key -> gen it was memoized in */
+	uint32_t single_idx[261]; /* ... and its memo index */
 } pk_t;
 
 static void pk_commit(pk_t *k) {
@@ -427,9 +427,14 @@ static int pk_bytes(pk_t *k, const uint8_t *s, size_t n) {
 	return pk_memoize(k);
 }
 
-/* The singleton-table key of s (0..255 code point, 256 empty), or -1 when s is not a singleton. */
+/* The singleton-table key of s (0..255 code point, 256 empty, 257..260 the tag constants of vLLM's
+ * tagged extra keys, one code object each), or -1 when s is not a singleton. */
 static int singleton_key(const uint8_t *s, size_t n) {
 	if (n == 0) return 256;
+	if (n == 2 && memcmp(s, "mm", 2) == 0) return 257;
+	if (n == 4 && memcmp(s, "lora", 4) == 0) return 258;
+	if (n == 10 && memcmp(s, "cache_salt", 10) == 0) return 259;
+	if (n == 13 && memcmp(s, "prompt_embeds", 13) == 0) return 260;
 	if (n == 1 && s[0] < 0x80) return s[0];
 	if (n == 2 && (s[0] == 0xC2 || s[0] == 0xC3) && (s[1] & 0xC0) == 0x80)
 		return ((s[0] & 0x1F) << 6) | (s[1] & 0x3F);

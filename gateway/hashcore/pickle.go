@@ -199,9 +199,13 @@ func (p *pickler) bytes(v []byte) error {
 	return nil
 }
 
-// isSingleton reports whether CPython returns a cached, shared object for s.
+// isSingleton reports whether CPython returns a cached, shared object for s, or whether s is one of
+// the tag constants of vLLM's tagged extra keys ("mm" twice in one block is one code constant). A
+// user string equal to a tag constant (a LoRA named "mm") would be a distinct object in the engine:
+// that block would hash differently there (docs/reference/vllm-releases.md §10).
 func isSingleton(s string) bool {
-	if s == "" {
+	switch s {
+	case "", "mm", "lora", "cache_salt", "prompt_embeds":
 		return true
 	}
 	r, n := utf8.DecodeRuneInString(s)
