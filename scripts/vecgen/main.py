@@ -1,0 +1,137 @@
+"""vecgen: the engine-truth vector files, made by each pinned release's own code from its wheel.
+
+Usage (scripts/vecgen.sh runs it in the pinned environment .cache/py/vecgen):
+  main.py write DIR     write every release folder's vLLM case files under DIR (vLLM's case layout;
+                        scripts/vecgen.sh converts them with cmd/vecgen -convert)
+  main.py check         hash every pinned release (contracts/data/vllm-*.yaml pin.release) and check its
+                        values equal those of the folder its contract names; print the differences
+
+Wheels are cached in .cache/wheels (pip download --no-deps when absent) and their sha256 recorded in
+each file's generator lines.
+"""
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, HERE)
+
+import vllm  # noqa: E402
+import wheel  # noqa: E402
+
+# Release folders: each is the first wheel of a hashing behaviour (docs/reference/vllm-releases.md §10).
+VLLM_FOLDERS = ["0.28.0", "0.29.0", "0.31.0"]
+
+FUNCTIONS = ["init_none_hash", "resolve_none_hash_seed", "get_none_hash_seed", "get_request_block_hasher",
+             "generate_block_hash_extra_keys", "hash_block_tokens", "maybe_convert_block_hash",
+             "BlockHashListWithBlockSize", "get_hash_fn_by_name"]
+
+NOTES = [
+    "Block i hash = H((parent, tuple(token_ids[i*bs:(i+1)*bs]), extra_keys[i])) with parent = NONE_HASH for block 0, else the full digest of block i-1.",
+    "block_hashes_u64 = maybe_convert_block_hash(digest): the LAST 8 bytes read big-endian, unsigned.",
+    "extra_keys JSON encoding: null = None; JSON array = Python tuple; JSON string = str; JSON integer = int; {\"$bytes\": hex} = bytes.",
+    "reproducible false: PYTHONHASHSEED unset and the release roots the chain in os.urandom bytes (two init_none_hash calls gave different roots).",
+]
+
+
+def cases():
+    with open(os.path.join(HERE, "vllm-cases.json"), encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+def vllm_release(version):
+    path, name, sha = wheel.fetch("vllm", version)
+    out, stubs, used = vllm.generate(path, version, cases(), FUNCTIONS)
+    files = {}
+    for algo, cs in out.items():
+        files[algo] = {
+            "engine": "vllm",
+            "tag": "v" + version,
+            "commit": f"unknown (made from the released wheel {name}, sha256 {sha}; no tag commit needed)",
+            "hash_algo": algo,
+            "generator": (f"artifact: {name} sha256 {sha} (pip download --no-deps vllm=={version}). "
+                          f"The release's own functions {', '.join(used)} imported from the wheel unmodified "
+                          f"(scripts/vecgen/vllm.py) and run with CPython {sys.version.split()[0]}, "
+                          f"cbor2 {_version('cbor2')}, xxhash {_version('xxhash')}, pickle protocol {__import__('pickle').HIGHEST_PROTOCOL}. "
+                          f"Stand-ins (modules not run): {'; '.join(stubs)}."),
+            "notes": NOTES,
+            "cases": cs,
+        }
+        if _tagged(cs):
+            files[algo]["extra_key_scheme"] = "tagged"
+    return files, name, sha
+
+
+def _tagged(cs):
+    """Whether the release's extra keys are tuples naming their source (("lora", name, path), …)."""
+    lora = next(c for c in cs if c["name"] == "lora_name_bs16")
+    return isinstance(lora["extra_keys"][0][0], list) and lora["extra_keys"][0][0][0] == "lora"
+
+
+def _version(mod):
+    import importlib.metadata
+    return importlib.metadata.version(mod)
+
+
+def write(outdir):
+    for v in VLLM_FOLDERS:
+        files, name, sha = vllm_release(v)
+        d = os.path.join(outdir, "vllm", "v" + v)
+        os.makedirs(d, exist_ok=True)
+        for algo, data in files.items():
+            with open(os.path.join(d, algo + ".json"), "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, ensure_ascii=False)
+                f.write("\n")
+        print(f"vecgen: {d}: {', '.join(files)} from {name} ({sha[:16]}…)")
+
+
+def pins():
+    """(pin release, vectors folder) of every vLLM contract whose folder was made by this generator."""
+    out = []
+    for fn in sorted(os.listdir(os.path.join(ROOT, "contracts", "data"))):
+        text = open(os.path.join(ROOT, "contracts", "data", fn), encoding="utf-8").read()
+        if not re.search(r"^family: vllm$", text, re.M):
+            continue
+        rel = re.search(r"^  release: v(\S+)$", text, re.M).group(1)
+        folder = re.search(r"^vectors: (\S+)$", text, re.M).group(1)
+        if folder.removeprefix("vllm/v") in VLLM_FOLDERS:
+            out.append((fn, rel, folder))
+    return out
+
+
+def values(case):
+    e = case["expected"]
+    return (case["reproducible"], case["extra_keys"], case.get("extra_keys_one_shot"),
+            e.get("none_hash_hex"), e.get("block_hashes_hex"), e.get("group_block_hashes_hex"))
+
+
+def check():
+    """Each pinned release hashed by its own wheel equals its contract's folder (read through Go: the
+    folder files are in the project's schema, so this compares against the regenerated originals in
+    VECGEN_ORIGINALS, the directory `write` filled)."""
+    originals = os.environ.get("VECGEN_ORIGINALS")
+    if not originals:
+        raise SystemExit("vecgen check: VECGEN_ORIGINALS (the directory main.py write filled) is required")
+    bad = 0
+    for fn, rel, folder in pins():
+        files, name, _ = vllm_release(rel)
+        for algo, data in files.items():
+            with open(os.path.join(originals, folder, algo + ".json"), encoding="utf-8") as f:
+                ref = {c["name"]: values(c) for c in json.load(f)["cases"]}
+            diff = [c["name"] for c in data["cases"] if values(c) != ref.get(c["name"])]
+            status = "equal" if not diff else f"{len(diff)} cases differ: {', '.join(diff)}"
+            print(f"vecgen check: {fn}: {name} {algo} vs {folder}: {status}")
+            bad += bool(diff)
+    if bad:
+        raise SystemExit(f"vecgen check: {bad} release/algorithm pairs differ from their contract's vectors")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "write":
+        write(sys.argv[2])
+    elif len(sys.argv) == 2 and sys.argv[1] == "check":
+        check()
+    else:
+        raise SystemExit(__doc__)
