@@ -89,7 +89,8 @@ type Contract struct {
 	Hash Hash `yaml:"hash"`
 	// BlockSize says where the engine's block size comes from and its default.
 	BlockSize BlockSize `yaml:"blockSize"`
-	// ExtraKeys describes which request fields enter the keys (free text per field, for operators).
+	// ExtraKeys describes which request fields enter the keys (free text per field, for operators),
+	// and under "scheme" how they are built: flat (the default) or tagged (see TaggedExtraKeys).
 	ExtraKeys map[string]string `yaml:"extraKeys"`
 	// PD is the prefill/decode disaggregation dialect.
 	PD string `yaml:"pd"`
@@ -115,9 +116,20 @@ type Pin struct {
 	Release        string `yaml:"release"`
 	Commit         string `yaml:"commit"`
 	CommitVerified bool   `yaml:"commitVerified"`
-	Image          string `yaml:"image"`
-	ImageVerified  bool   `yaml:"imageVerified"`
-	Note           string `yaml:"note"`
+	// Artifact is the released package the contract's facts and vectors were read from: what users
+	// install is the release, so its digest stands where a tag commit could not be verified.
+	Artifact      *Artifact `yaml:"artifact"`
+	Image         string    `yaml:"image"`
+	ImageVerified bool      `yaml:"imageVerified"`
+	Note          string    `yaml:"note"`
+}
+
+// Artifact is one file of the package index (a wheel): its name, the release version it carries and
+// its SHA-256 (scripts/vecgen records it from the file it ran).
+type Artifact struct {
+	File    string `yaml:"file"`
+	Version string `yaml:"version"`
+	SHA256  string `yaml:"sha256"`
 }
 
 // Events holds the event-source facts of a family.
@@ -221,6 +233,10 @@ type BlockSize struct {
 	Default int    `yaml:"default"`
 	Note    string `yaml:"note"`
 }
+
+// TaggedExtraKeys reports whether the engine hashes tagged extra keys (vLLM v0.31.0+: each a tuple
+// naming its source, the LoRA one carrying the adapter path) rather than flat values.
+func (c *Contract) TaggedExtraKeys() bool { return c.ExtraKeys["scheme"] == "tagged" }
 
 // File is the embedded file the contract came from.
 func (c *Contract) File() string { return c.file }
@@ -355,6 +371,21 @@ func (c *Contract) validate() error {
 	case !c.Pin.CommitVerified && c.Pin.Note == "":
 		return errors.New("pin.note: required when commitVerified is false (say what was and was not verified)")
 	}
+	if a := c.Pin.Artifact; a != nil {
+		switch {
+		case a.File == "" || strings.ContainsAny(a.File, "/\\"):
+			return fmt.Errorf("pin.artifact.file: %q: the package file's base name is required", a.File)
+		case !isHex(a.SHA256, 64):
+			return fmt.Errorf("pin.artifact.sha256: %q: 64 lowercase hex digits", a.SHA256)
+		}
+		v, err := ParseVersion(a.Version)
+		if err != nil {
+			return fmt.Errorf("pin.artifact.version: %w", err)
+		}
+		if v.Compare(pin) != 0 {
+			return fmt.Errorf("pin.artifact.version: %s is not the pinned release %s", a.Version, c.Pin.Release)
+		}
+	}
 	for _, check := range []struct {
 		field, v string
 		allowed  []string
@@ -429,6 +460,11 @@ func (c *Contract) validate() error {
 	}
 	if c.SupportsBinding("engine") && c.Hash.Truncation == "none" {
 		return errors.New("hash.truncation: the engine binding needs the digest-to-id rule")
+	}
+	if s, ok := c.ExtraKeys["scheme"]; ok {
+		if err := oneOf("extraKeys.scheme", s, []string{"flat", "tagged"}); err != nil {
+			return err
+		}
 	}
 	if err := oneOf("events.residency", c.Events.ResidencyRule(), []string{ResidencyCopies, ResidencyPresence}); err != nil {
 		return err

@@ -144,9 +144,9 @@ func TestEngineSeed(t *testing.T) {
 		{"v0.25.1", "sha256", &s0, "0"},
 		{"v0.25.1", "sha256", nil, ""},
 		{"v0.27.1", "sha256_cbor", nil, ""},
-		{"v0.28.0", "sha256", nil, "vllm-none-hash"},
-		{"v0.28.0", "sha256_cbor", nil, "vllm-none-hash"},
-		{"v0.28.0", "xxhash", nil, ""},
+		{"v0.29.0", "sha256", nil, "vllm-none-hash"},
+		{"v0.29.0", "sha256_cbor", nil, "vllm-none-hash"},
+		{"v0.29.0", "xxhash", nil, ""},
 		{"v0.30.0", "xxhash_cbor", nil, ""},
 		{"v0.30.0", "xxhash_cbor", &s0, "0"},
 	} {
@@ -166,7 +166,7 @@ func TestEngineSeed(t *testing.T) {
 	if seed, err := s.EngineSeed("sglang_sha256", nil); seed != nil || err != nil {
 		t.Errorf("sglang takes no seed: %v %v", seed, err)
 	}
-	x, _ := Lookup("vllm", "0.28.0")
+	x, _ := Lookup("vllm", "0.29.0")
 	if _, err := x.EngineSeed("xxhash", nil); err == nil || !strings.Contains(err.Error(), "random root for xxhash") {
 		t.Errorf("the refusal must name the algorithm: %v", err)
 	}

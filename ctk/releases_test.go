@@ -80,7 +80,7 @@ var _ = Describe("pinned vLLM releases", func() {
 	})
 
 	It("fails the seed leg when the engine sets a PYTHONHASHSEED the pool does not stage, naming the default seed it assumed", func() {
-		e := startSim("vllm", "v0.28.0", func(c *sim.Config) { c.Seed = strp("7") })
+		e := startSim("vllm", "v0.29.0", func(c *sim.Config) { c.Seed = strp("7") })
 		res := certify(poolFor(e, "P0", "binding: engine"), nil)
 		Expect(res.ExitCode).To(Equal(1))
 		s := spec(res, "P0", "block keys")

@@ -261,7 +261,7 @@ func TestEventSamplesVLLMReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vf, err := vectors.Load(filepath.Join(dir, "vllm", "v0.28.0", "sha256_cbor.json"))
+	vf, err := vectors.Load(filepath.Join(dir, "vllm", "v0.29.0", "sha256_cbor.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

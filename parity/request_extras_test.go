@@ -50,12 +50,12 @@ func TestRequestExtrasVectors(t *testing.T) {
 				t.Fatalf("%s %s: %v", rel, c.Name, err)
 			}
 			req.LoRAName = r.LoRAName
-			k := &route.PromptKeyer{Hasher: h, BlockExtras: b.Algorithm.IsVLLM()}
+			k := &route.PromptKeyer{Hasher: h, BlockExtras: b.Algorithm.IsVLLM(), TaggedExtras: c.TaggedExtras}
 			keys, _, miss, reason := k.Keys(context.Background(), req)
 			if miss != route.MissNone {
-				if !b.Algorithm.IsVLLM() && r.LoRAName != "" && miss == route.MissLoRA {
+				if (!b.Algorithm.IsVLLM() || c.TaggedExtras) && r.LoRAName != "" && miss == route.MissLoRA {
 					checked[rel+" (lora refused)"]++
-					continue // SGLang does not hash LoRA: refused, as it must be
+					continue // SGLang does not hash LoRA; tagged vLLM keys hash the adapter path: refused, as they must be
 				}
 				t.Errorf("%s %s: miss %s: %s", rel, c.Name, miss, reason)
 				continue
@@ -66,7 +66,7 @@ func TestRequestExtrasVectors(t *testing.T) {
 			checked[rel]++
 		}
 	}
-	for _, want := range []string{"vllm/v0.25.1/sha256.json", "vllm/v0.25.1/sha256_cbor.json", "vllm/v0.25.1/xxhash.json", "vllm/v0.25.1/xxhash_cbor.json", "sglang/v0.5.18/page_hash.json"} {
+	for _, want := range []string{"vllm/v0.25.1/sha256.json", "vllm/v0.25.1/sha256_cbor.json", "vllm/v0.25.1/xxhash.json", "vllm/v0.25.1/xxhash_cbor.json", "vllm/v0.31.0/sha256.json", "vllm/v0.31.0/sha256_cbor.json", "sglang/v0.5.18/page_hash.json"} {
 		if checked[want] == 0 {
 			t.Errorf("%s: no extra-key case checked through the request path", want)
 		}

@@ -944,9 +944,23 @@ func (k *trtKeyer) append(toks []uint32) ([]uint64, error) {
 
 func (e *Engine) newKeyer(ex *hashcore.Extras) (keyer, error) {
 	if e.hasher != nil {
-		return coreKeyer{e.hasher.NewSequence(ex)}, nil
+		return coreKeyer{e.hasher.NewSequence(e.hashExtras(ex))}, nil
 	}
 	return &trtKeyer{bs: e.cfg.BlockSize}, nil
+}
+
+// hashExtras is what the release hashes for a request's extras: the flat ones its events publish,
+// or from vLLM v0.31.0 (a contract with tagged extra keys) the tagged form with the adapter's path.
+func (e *Engine) hashExtras(ex *hashcore.Extras) *hashcore.Extras {
+	if ex == nil || !e.ct.TaggedExtraKeys() {
+		return ex
+	}
+	t := *ex
+	t.Tagged = true
+	if m := e.lora(ex.LoRAName); m != nil {
+		t.LoRAPath = m.path
+	}
+	return &t
 }
 
 // ---- helpers ----

@@ -260,6 +260,14 @@ func (d *decoder) field(i int, e *engines.Event, k []byte) (bit int, known bool,
 	case "kv_cache_spec_sliding_window":
 		e.SlidingWin, _, err = d.optInt(i, "kv_cache_spec_sliding_window")
 		return 0, true, err
+	case "lookahead_token_ids":
+		// v0.33+: with EAGLE block drop each hash also covers tokens after its block, which no
+		// prompt-side hash can know; such a store must not enter the inventory as ordinary keys.
+		off := d.r.Offset()
+		if !d.r.IsNil() {
+			return 0, true, d.reject(engines.ReasonSchemaMismatch, off, ev(i, "lookahead_token_ids"), errors.New("lookahead-hashed blocks (speculative decoding's lookahead block hashes): keys cover tokens beyond their block; disable them on the engine (speculative_config disable_lookahead_block_hashes) for exact routing"))
+		}
+		return 0, true, nil
 	}
 	return 0, false, nil
 }

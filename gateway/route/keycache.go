@@ -68,6 +68,8 @@ type keySpace struct {
 	bigram    bool
 	lora      string
 	salt      string
+	tagged    bool
+	loraPath  string
 }
 
 type keyEntry struct {
@@ -122,7 +124,7 @@ func spaceOf(h *hashcore.Hasher, ex *hashcore.Extras) (keySpace, bool) {
 		if len(ex.MM) > 0 || ex.PromptEmbeds != nil {
 			return keySpace{}, false
 		}
-		s.lora, s.salt = ex.LoRAName, ex.CacheSalt
+		s.lora, s.salt, s.tagged, s.loraPath = ex.LoRAName, ex.CacheSalt, ex.Tagged, ex.LoRAPath
 	}
 	return s, true
 }

@@ -253,7 +253,7 @@ func TestKeyCacheVectors(t *testing.T) {
 			}
 			var ex *hashcore.Extras
 			if r.LoRAName != "" || r.CacheSalt != "" {
-				ex = &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt}
+				ex = &hashcore.Extras{LoRAName: r.LoRAName, CacheSalt: r.CacheSalt, Tagged: cs.TaggedExtras, LoRAPath: r.LoRAPath}
 			}
 			c := NewKeyCache(1 << 20)
 			c.stepTokens = 1

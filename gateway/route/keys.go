@@ -71,6 +71,9 @@ type PromptKeyer struct {
 	// SaltedRoot: the engine roots a salted request's chain at its cache_salt (SGLang), and its
 	// events say so; router keys then carry the salt in block 0's extras, as ingest does.
 	SaltedRoot bool
+	// TaggedExtras: the engine hashes tagged extra keys (vLLM v0.31.0+); its events still publish
+	// them flat, so only engine-binding keys use the tagged form.
+	TaggedExtras bool
 	// Cache, when set, reuses the keys of an earlier prompt's unchanged id prefix (keycache.go):
 	// exact, so the keys are the same with or without it.
 	Cache *KeyCache
@@ -181,6 +184,8 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 	switch {
 	case ex.LoRAName != "" && !k.BlockExtras:
 		return nil, 0, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
+	case ex.LoRAName != "" && k.TaggedExtras && k.Hasher != nil:
+		return nil, 0, MissLoRA, "the engine hashes the LoRA adapter's path beside its name (" + ex.LoRAName + "), which the gateway is not given"
 	case ex.CacheSalt != "" && !k.BlockExtras && !k.SaltedRoot && !saltedKeys:
 		return nil, 0, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
 	}
@@ -189,7 +194,11 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 		return nil, 0, m, reason
 	}
 	if k.Hasher != nil {
-		keys, err := k.Cache.Keys(k.Hasher, ids, ex)
+		tex := ex
+		if k.TaggedExtras {
+			tex = &hashcore.Extras{CacheSalt: ex.CacheSalt, Tagged: true}
+		}
+		keys, err := k.Cache.Keys(k.Hasher, ids, tex)
 		if err != nil {
 			return nil, 0, MissHashes, err.Error()
 		}

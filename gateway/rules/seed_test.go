@@ -20,8 +20,8 @@ rules:
 `
 	for _, tc := range []struct{ release, extra, want string }{
 		{"v0.30.0", "", ""},
-		{"v0.28.0", "hashAlgorithm: sha256_cbor", ""},
-		{"v0.28.0", "hashAlgorithm: xxhash_cbor", "rules[0].seed: required for the engine binding: the engine roots its block hashes in random bytes per process: vllm v0.28.0 – v0.28.x keeps a random root for xxhash_cbor"},
+		{"v0.29.0", "hashAlgorithm: sha256_cbor", ""},
+		{"v0.29.0", "hashAlgorithm: xxhash_cbor", "rules[0].seed: required for the engine binding: the engine roots its block hashes in random bytes per process: vllm v0.29.0 – v0.29.x keeps a random root for xxhash_cbor"},
 		{"v0.27.1", "", "rules[0].seed: required for the engine binding: the engine roots its block hashes in random bytes per process: vllm v0.27.0 – v0.27.x has no default seed"},
 		{"v0.27.1", `seed: ""`, ""},
 	} {
