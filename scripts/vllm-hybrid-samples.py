@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Writes vectors/vllm/v0.28.0/hybrid-samples.json: vLLM event streams of two hybrid models (full
+"""Writes vectors/vllm/v0.29.0/hybrid-samples.json: vLLM event streams of two hybrid models (full
 attention + sliding window; full attention + Mamba) with, per prompt, the prefix hit vLLM's own
 hit rule gives on the blocks those events leave cached.
 
-Usage: /usr/bin/python3 scripts/vllm-hybrid-samples.py ENGINE_RULE.py > vectors/vllm/v0.28.0/hybrid-samples.json
+Usage: /usr/bin/python3 scripts/vllm-hybrid-samples.py ENGINE_RULE.py > vectors/vllm/v0.29.0/hybrid-samples.json
 
 ENGINE_RULE.py is a scratch module (never committed) holding vLLM's own functions transcribed
 unmodified from the public code index: FullAttentionManager, SlidingWindowManager and
@@ -15,8 +15,8 @@ commits' manager signatures). This script is ours: it builds the events, replays
 held sets as vLLM's BlockPool would (a store caches a block per group, a removal evicts it), and
 asks the engine's functions for the hit.
 
-Hashes: sha256_cbor with PYTHONHASHSEED unset (v0.28+: the root is sha256_cbor("vllm-none-hash")),
-checked against vectors/vllm/v0.28.0/sha256_cbor.json before anything is written. Payloads:
+Hashes: sha256_cbor with PYTHONHASHSEED unset (v0.29+: the root is sha256_cbor("vllm-none-hash")),
+checked against vectors/vllm/v0.29.0/sha256_cbor.json before anything is written. Payloads:
 python3-msgpack packb(use_bin_type=True) on maps laid out as msgspec encodes vLLM's structs
 (tag=True, omit_defaults=True), as events-samples.json.
 """
@@ -30,7 +30,7 @@ import cbor2
 import msgpack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VEC = os.path.join(HERE, "..", "vectors", "vllm", "v0.28.0")
+VEC = os.path.join(HERE, "..", "vectors", "vllm", "v0.29.0")
 
 
 def h(obj):
@@ -213,8 +213,8 @@ def main():
         [("diverging_at_8", "the last state within the 8 shared blocks is after block 5: 6", div8)])
 
     out = {
-        "schema": "kvexact_vectors_v1.schema.json", "algorithm": "sha256_cbor", "engine": "vllm", "release": "v0.28.0",
-        "commit": "unknown (tag commit not verified; see contracts/data/vllm-v0.28.yaml)", "source": "reconstructed",
+        "schema": "kvexact_vectors_v1.schema.json", "algorithm": "sha256_cbor", "engine": "vllm", "release": "v0.29.0",
+        "commit": "unknown (tag commit not verified; see contracts/data/vllm-v0.29.yaml)", "source": "reconstructed",
         "generator": [
             "scripts/vllm-hybrid-samples.py (the project's) with Debian /usr/bin/python3, cbor2, python3-msgpack: builds the events and replays them into per-group held sets",
             "hit lengths: vLLM's own functions, transcribed unmodified into a scratch module outside the repository (not committed): FullAttentionManager, SlidingWindowManager and MambaManager.find_longest_cache_hit from vllm/v1/core/single_type_kv_cache_manager.py @ 129ab7c60cbb8eb11e875373e67f7e521b74aa30, HybridKVCacheCoordinator.find_longest_cache_hit from vllm/v1/core/kv_cache_coordinator.py @ 00b08dc44519a82cbdd9061d92d1226985094622 (public code index versions, not tied to a tag), with stand-ins: a block pool answering get_cached_block from the held sets, spec classes, and an adapter between the two commits' manager signatures (use_eagle / drop_eagle_block; blocks / (blocks, length); a coarser group's hashes as BlockHashListWithBlockSize gives them). EAGLE off, no fine-grained partial hits, max_cache_hit_length = prompt tokens - 1",

@@ -119,7 +119,7 @@ func TestReconstructedHoldsNoBlockHashes(t *testing.T) {
 // reads holds its invariants (tcIds 1..n in order, a ZeroMQ sample's sequence frame is its seq).
 func FuzzParseSamples(f *testing.F) {
 	dir := mustDir(f)
-	for _, rel := range []string{"vllm/v0.28.0/events-samples.json", "vllm/v0.28.0/hybrid-samples.json", "vllm/v0.25.1/events-samples.json", "sglang/v0.5.18/events-samples.json", "trtllm/v1.2/kv-cache-events-samples.json"} {
+	for _, rel := range []string{"vllm/v0.28.0/events-samples.json", "vllm/v0.29.0/hybrid-samples.json", "vllm/v0.25.1/events-samples.json", "sglang/v0.5.18/events-samples.json", "trtllm/v1.2/kv-cache-events-samples.json"} {
 		data, err := os.ReadFile(filepath.Join(dir, rel))
 		if err != nil {
 			f.Fatal(err)

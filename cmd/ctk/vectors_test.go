@@ -144,11 +144,11 @@ func TestVectorsVerifyNoArgs(t *testing.T) {
 // TestVectorsVerifyBothSchemas: the command reads a project-schema file and an engine-produced
 // original in one run, and refuses a project file that breaks the JSON Schema (naming the path).
 func TestVectorsVerifyBothSchemas(t *testing.T) {
-	code, out, errs := run(t, vectorFile(t, "vllm/v0.28.0/sha256.json"), vectorFile(t, "sglang/v0.5.18/page_hash.json"))
+	code, out, errs := run(t, vectorFile(t, "vllm/v0.29.0/sha256.json"), vectorFile(t, "sglang/v0.5.18/page_hash.json"))
 	if code != 0 || errs != "" {
 		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errs, out)
 	}
-	if got := lastLine(out); got != "135 passed, 0 failed" { // 74 vLLM v0.28.0 (seed-unset roots resolved) + 61 SGLang
+	if got := lastLine(out); got != "135 passed, 0 failed" { // 74 vLLM v0.29.0 (seed-unset roots resolved) + 61 SGLang
 		t.Errorf("last line %q", got)
 	}
 	broken := vectorFile(t, "testdata/broken-token.json")

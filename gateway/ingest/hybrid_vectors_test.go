@@ -21,13 +21,13 @@ import (
 )
 
 // TestHybridSamplesEngineHit runs, under the engine and the router binding, vLLM's hybrid-model event streams (sliding-window and Mamba
-// groups beside full attention; vectors/vllm/v0.28.0/hybrid-samples.json) through a v0.28
+// groups beside full attention; vectors/vllm/v0.29.0/hybrid-samples.json) through a v0.29
 // endpoint's pipeline with group residency, then scores each sample's prompts through the router:
 // the KV-exact prefix must be the hit vLLM's own rule gives, and the evidence must name the group
 // that cut it. With group residency off the router scores full attention alone, and the file's
 // fullAttentionTokens (longer in the over-predicting cases) must come out instead.
 func TestHybridSamplesEngineHit(t *testing.T) {
-	f, err := vectors.LoadSamples(sampleFile(t, "vllm/v0.28.0/hybrid-samples.json"))
+	f, err := vectors.LoadSamples(sampleFile(t, "vllm/v0.29.0/hybrid-samples.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHi
 		t.Fatal(err)
 	}
 	groups := kvgroups.New(ph.HashBlockSize)
-	cfg := Config{Family: "vllm", Release: "v0.28.0", Endpoint: "ep", Binding: binding, BlockSize: ph.HashBlockSize}
+	cfg := Config{Family: "vllm", Release: "v0.29.0", Endpoint: "ep", Binding: binding, BlockSize: ph.HashBlockSize}
 	if groupsOn {
 		cfg.Groups = groups.Endpoint(ep)
 	}
@@ -118,7 +118,7 @@ func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.28.0"}, KVExactMode: 3, BlockSize: ph.HashBlockSize, Scoring: "prefix",
+	r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.29.0"}, KVExactMode: 3, BlockSize: ph.HashBlockSize, Scoring: "prefix",
 		Endpoints: []rules.Endpoint{{Name: "ep", Address: "http://127.0.0.1:1"}}}
 	zero, one := 0, 1
 	r.LoadLaw.ColdStartSeedN = &zero
