@@ -3,8 +3,8 @@
 Usage (scripts/vecgen.sh runs it in the pinned environment .cache/py/vecgen):
   main.py write DIR     write every release folder's vLLM case files under DIR (vLLM's case layout;
                         scripts/vecgen.sh converts them with cmd/vecgen -convert)
-  main.py check         hash every pinned release (contracts/data/vllm-*.yaml pin.release) and check its
-                        values equal those of the folder its contract names; print the differences
+  main.py check         hash every pinned vLLM and SGLang release (contracts/data pin.release) with its
+                        own wheel and check its values equal those of the folder its contract names
 
 Wheels are cached in .cache/wheels (pip download --no-deps when absent) and their sha256 recorded in
 each file's generator lines.
@@ -18,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
 
+import sglang  # noqa: E402
 import vllm  # noqa: E402
 import wheel  # noqa: E402
 
@@ -87,24 +88,47 @@ def write(outdir):
         print(f"vecgen: {d}: {', '.join(files)} from {name} ({sha[:16]}…)")
 
 
-def pins():
-    """(pin release, vectors folder) of every vLLM contract whose folder was made by this generator."""
+def pins(family="vllm"):
+    """(contract file, pin release, vectors folder) of every contract of family whose folder this
+    generator checks (vLLM: the folders it writes; SGLang: the engine-produced v0.5.18 original)."""
     out = []
     for fn in sorted(os.listdir(os.path.join(ROOT, "contracts", "data"))):
         text = open(os.path.join(ROOT, "contracts", "data", fn), encoding="utf-8").read()
-        if not re.search(r"^family: vllm$", text, re.M):
+        if not re.search(rf"^family: {family}$", text, re.M):
             continue
         rel = re.search(r"^  release: v(\S+)$", text, re.M).group(1)
         folder = re.search(r"^vectors: (\S+)$", text, re.M).group(1)
-        if folder.removeprefix("vllm/v") in VLLM_FOLDERS:
+        if family == "sglang" or folder.removeprefix("vllm/v") in VLLM_FOLDERS or folder == "vllm/v0.25.1":
             out.append((fn, rel, folder))
     return out
 
 
+def check_sglang():
+    """Each pinned SGLang release's own page hasher over the v0.5.18 page-hash cases; the number of
+    release folders whose published hashes differ."""
+    bad = 0
+    for fn, rel, folder in pins("sglang"):
+        with open(os.path.join(ROOT, "vectors", folder, "page_hash.json"), encoding="utf-8") as f:
+            ref = json.load(f)["cases"]
+        path, name, sha = wheel.fetch("sglang", rel)
+        got, _ = sglang.generate(path, sha, ref)
+        diff = [c["name"] for c in ref if got[c["name"]][0] != c["expected"]["page_hashes_hex"]
+                or got[c["name"]][1] != c["expected"]["page_hashes_i64"]
+                or got[c["name"]][2] != c["expected"].get("salt_root_hex")]
+        status = "equal" if not diff else f"{len(diff)} cases differ: {', '.join(diff)}"
+        print(f"vecgen check: {fn}: {name} sglang_sha256 vs {folder}: {len(ref)} cases, {status}")
+        bad += bool(diff)
+    return bad
+
+
 def values(case):
+    """What a release must reproduce: the chain's digests and the published keys. A coarser group's
+    digests are engine-internal (up to v0.23 BlockHashListWithBlockSize concatenated the k fine digests,
+    from v0.24 it takes the last one); its published 64-bit keys are the same either way, and those
+    are compared."""
     e = case["expected"]
     return (case["reproducible"], case["extra_keys"], case.get("extra_keys_one_shot"),
-            e.get("none_hash_hex"), e.get("block_hashes_hex"), e.get("group_block_hashes_hex"))
+            e.get("none_hash_hex"), e.get("block_hashes_hex"), e.get("block_hashes_u64"), e.get("group_block_hashes_u64"))
 
 
 def check():
@@ -117,13 +141,17 @@ def check():
     bad = 0
     for fn, rel, folder in pins():
         files, name, _ = vllm_release(rel)
+        # vllm/v0.25.1 is an engine-produced original, already in vLLM's case layout: read as committed,
+        # over the cases it holds.
+        base = os.path.join(ROOT, "vectors") if folder == "vllm/v0.25.1" else originals
         for algo, data in files.items():
-            with open(os.path.join(originals, folder, algo + ".json"), encoding="utf-8") as f:
+            with open(os.path.join(base, folder, algo + ".json"), encoding="utf-8") as f:
                 ref = {c["name"]: values(c) for c in json.load(f)["cases"]}
-            diff = [c["name"] for c in data["cases"] if values(c) != ref.get(c["name"])]
+            diff = [c["name"] for c in data["cases"] if c["name"] in ref and values(c) != ref[c["name"]]]
             status = "equal" if not diff else f"{len(diff)} cases differ: {', '.join(diff)}"
             print(f"vecgen check: {fn}: {name} {algo} vs {folder}: {status}")
             bad += bool(diff)
+    bad += check_sglang()
     if bad:
         raise SystemExit(f"vecgen check: {bad} release/algorithm pairs differ from their contract's vectors")
 
