@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors
 
 all: build
 
@@ -33,6 +33,13 @@ test: tokenizers oracle vet
 
 parity: tokenizers
 	$(GO) test -count=1 -v ./parity
+
+# Every vector file regenerated: the engine-truth folders from the pinned releases' wheels
+# (scripts/vecgen.sh, wheels cached in .cache/wheels; then every pinned release is checked against its
+# contract's folder) and the Go reference's vectors/generated (cmd/vecgen).
+vectors:
+	./scripts/vecgen.sh check
+	$(GO) run ./cmd/vecgen
 
 # The pinned Python environments (.cache/py/NAME from scripts/python/NAME.txt); .ci/run calls it.
 pyenv:

@@ -121,7 +121,7 @@ func TestUnknownNamesNearest(t *testing.T) {
 		{"vllm", "0.9.2", "vllm-kv-array-v1"},
 		{"sglang", "0.5.19", "sglang-kv-rank-v1"},
 		{"sglang", "0.5.20", "sglang-kv-rank-v1"},
-		{"sglang", "0.5.22", "sglang-v0.5.21"},
+		{"sglang", "0.5.24", "sglang-v0.5.23"},
 	} {
 		_, err := Lookup(tc.family, tc.version)
 		var ue *UnknownError
