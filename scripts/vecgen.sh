@@ -2,6 +2,7 @@
 # vecgen.sh — regenerate the engine-truth vector files from the pinned releases' wheels (make vectors).
 #
 #   scripts/vecgen.sh          write vectors/vllm/v<release>/{sha256,sha256_cbor,xxhash,xxhash_cbor}.json
+#                              and the project event-sample files (msgspec and the release's classes)
 #   scripts/vecgen.sh check    also hash every pinned release (contracts/data) with its own wheel and
 #                              fail when its values differ from its contract's vector folder
 #   VECGEN_OUT=DIR             write under DIR instead of vectors/ (the regenerate-equals-committed test)
@@ -25,6 +26,7 @@ for d in "$tmp"/conv/vllm/*/; do
 	mkdir -p "$out/vllm/$rel"
 	cp "$d"/*.json "$out/vllm/$rel/"
 done
+"$py" "$repo/scripts/vecgen/main.py" samples "$out"
 if [ "${1:-}" = check ]; then
 	VECGEN_ORIGINALS="$tmp/orig" "$py" "$repo/scripts/vecgen/main.py" check
 fi

@@ -19,7 +19,8 @@ func TestSampleFilesLoad(t *testing.T) {
 		rel, source, transport string
 		n                      int
 	}{
-		{"vllm/v0.28.0/events-samples.json", SourceReconstructed, TransportZMQ, 5},
+		{"vllm/v0.28.0/events-samples.json", SourceEngine, TransportZMQ, 5},
+		{"sglang/v0.5.21/events-samples.json", SourceEngine, TransportZMQ, 7},
 		{"vllm/v0.25.1/events-samples.json", SourceEngine, TransportZMQ, 7},
 		{"sglang/v0.5.18/events-samples.json", SourceEngine, TransportZMQ, 6},
 		{"trtllm/v1.2/kv-cache-events-samples.json", SourceEngine, TransportHTTP, 6},

@@ -3,6 +3,8 @@
 Usage (scripts/vecgen.sh runs it in the pinned environment .cache/py/vecgen):
   main.py write DIR     write every release folder's vLLM case files under DIR (vLLM's case layout;
                         scripts/vecgen.sh converts them with cmd/vecgen -convert)
+  main.py samples DIR   write the project event-sample files under DIR, their payloads encoded by the
+                        release's own event classes and msgspec
   main.py check         hash every pinned vLLM and SGLang release (contracts/data pin.release) with its
                         own wheel and check its values equal those of the folder its contract names
 
@@ -18,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
 
+import events  # noqa: E402
 import sglang  # noqa: E402
 import vllm  # noqa: E402
 import wheel  # noqa: E402
@@ -74,6 +77,47 @@ def _tagged(cs):
 def _version(mod):
     import importlib.metadata
     return importlib.metadata.version(mod)
+
+
+# Project event-sample files and the release whose classes encode them. Their inputs are the files
+# themselves (each test's decoded batch); the payloads are the encoder's, and must stay equal to what
+# the file holds (a difference is a finding: the release's wire moved).
+SAMPLES = [("vllm", "0.28.0", "vllm/v0.28.0/events-samples.json",
+            ["block hashes: vectors/vllm/v0.29.0/sha256_cbor.json case seed_unset_bs16 (64-bit form): PYTHONHASHSEED unset roots in the default seed from v0.29.0 on (the v0.28.0 wheel roots it in random bytes; the wire is the same)"]),
+           ("sglang", "0.5.21", "sglang/v0.5.21/events-samples.json",
+            ["SGLang v0.5.21 KV-event payloads in the tagged-map layout: the batch is still the array [ts, events, attn_dp_rank]; each event is a map {\"type\": tag, ...}",
+             "block hashes: vectors/sglang/v0.5.18/page_hash.json (the v0.5.21 wheel's own page hasher gives the same values; scripts/vecgen.sh check)"])]
+
+
+def write_samples(outdir):
+    for engine, version, rel, header in SAMPLES:
+        with open(os.path.join(ROOT, "vectors", rel), encoding="utf-8") as f:
+            d = json.load(f)
+        tests = d["testGroups"][0]["tests"]
+        path, name, sha = wheel.fetch(engine, version)
+        got, stubs = events.encode(engine, path, tests)
+        for (tname, payload, decoded), t in zip(got, tests):
+            if payload.hex() != t["payload"] or decoded != t["decoded"]:
+                print(f"vecgen: {rel} {tname}: the {name} encoder's bytes differ from the committed payload")
+            t["payload"], t["decoded"] = payload.hex(), decoded
+        d["commit"] = f"unknown (made from the released wheel {name}, sha256 {sha}; no tag commit needed)"
+        d["source"] = "engine"
+        d["generator"] = [
+            f"artifact: {name} sha256 {sha} (pip download --no-deps {engine}=={version})",
+            f"payloads: each test's decoded batch built from the release's own KVEventBatch and event classes "
+            f"({events.MODULES[engine]}, imported from the wheel unmodified; scripts/vecgen/events.py) and encoded by "
+            f"msgspec {_version('msgspec')} msgspec.msgpack.Encoder(), as the engine's ZmqEventPublisher does; "
+            f"decoded: msgspec.msgpack.decode of the payload",
+            f"stand-ins (modules not run): {'; '.join(stubs)}",
+            "ts values are synthetic (the publisher uses time.time())",
+        ]
+        d["header"] = header
+        dst = os.path.join(outdir, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(dst, "w", encoding="utf-8") as f:
+            json.dump(d, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        print(f"vecgen: {dst}: {len(tests)} payloads from {name}")
 
 
 def write(outdir):
@@ -159,6 +203,8 @@ def check():
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "write":
         write(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "samples":
+        write_samples(sys.argv[2])
     elif len(sys.argv) == 2 and sys.argv[1] == "check":
         check()
     else:
