@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("contracts", "list the pinned engine contracts (family, release range, pin, vector set, seed rule)",
+	register("contracts", "list the pinned engine contracts (family, release range, pin, vector set, seed rule); --check-index [--index URL]: the releases the package index serves beyond each family's newest pin, and the yanked ones",
 		func(args []string) int { return listContracts(args, os.Stdout, os.Stderr) })
 }
 
@@ -41,15 +41,27 @@ func seedRule(c *contracts.Contract) string {
 }
 
 func listContracts(args []string, stdout, stderr io.Writer) int {
-	asJSON := false
-	for _, a := range args {
-		switch a {
+	asJSON, check, index := false, false, DefaultPackageIndex
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; a {
 		case "--json", "-json":
 			asJSON = true
+		case "--check-index", "-check-index":
+			check = true
+		case "--index", "-index":
+			if i+1 == len(args) || !strings.HasPrefix(args[i+1], "http") {
+				fmt.Fprintf(stderr, "usage: ctk contracts [--json] [--check-index [--index URL]]\nctk contracts: --index needs the index's JSON API URL (default %s)\n", DefaultPackageIndex)
+				return 2
+			}
+			i++
+			index = args[i]
 		default:
-			fmt.Fprintf(stderr, "usage: ctk contracts [--json]\nctk contracts: unknown argument %q\n", a)
+			fmt.Fprintf(stderr, "usage: ctk contracts [--json] [--check-index [--index URL]]\nctk contracts: unknown argument %q\n", a)
 			return 2
 		}
+	}
+	if check {
+		return checkIndex(index, asJSON, stdout, stderr)
 	}
 	var rows []contractRow
 	for _, c := range contracts.All() {
