@@ -141,9 +141,11 @@ def pins(family="vllm"):
         if not re.search(rf"^family: {family}$", text, re.M):
             continue
         rel = re.search(r"^  release: v(\S+)$", text, re.M).group(1)
+        low = re.search(r"^versions: \{min: v(\S+),", text, re.M).group(1)
         folder = re.search(r"^vectors: (\S+)$", text, re.M).group(1)
         if family == "sglang" or folder.removeprefix("vllm/v") in VLLM_FOLDERS or folder == "vllm/v0.25.1":
-            out.append((fn, rel, folder))
+            # The pin and the first release of the range: both ends the contract speaks for.
+            out.extend((fn, r, folder) for r in dict.fromkeys([low, rel]))
     return out
 
 
