@@ -305,3 +305,45 @@ func TestVersionOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestUnverifiedPinsCarryArtifact: a pin whose tag commit was not verified names the released package
+// its facts were read from (file, version, sha256), for every family the package index serves.
+// TensorRT-LLM (the index holds only a stub) and llama.cpp (no Python package) have none to name.
+func TestUnverifiedPinsCarryArtifact(t *testing.T) {
+	for _, c := range All() {
+		if c.Family == "trtllm" || c.Family == "llamacpp" {
+			continue
+		}
+		if !c.Pin.CommitVerified && c.Pin.Artifact == nil {
+			t.Errorf("%s: commitVerified false and no pin.artifact", c.ID)
+		}
+	}
+}
+
+func TestArtifactValidation(t *testing.T) {
+	base, err := dataFS.ReadFile("data/vllm-v0.33.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := "sha256: 4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"
+	for _, tc := range []struct{ old, new, want string }{
+		{good, "sha256: 4b6bdec4", "pin.artifact.sha256"},
+		{`version: "0.33.0"`, `version: "0.32.0"`, "is not the pinned release"},
+		{"file: vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl", "file: a/b.whl", "pin.artifact.file"},
+	} {
+		data := strings.Replace(string(base), tc.old, tc.new, 1)
+		if data == string(base) {
+			t.Fatalf("%q not in the contract", tc.old)
+		}
+		if _, err := Parse("x.yaml", []byte(data)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s → %s: %v, want %q", tc.old, tc.new, err, tc.want)
+		}
+	}
+	if _, err := Parse("x.yaml", base); err != nil {
+		t.Fatal(err)
+	}
+	data := strings.Replace(string(base), "  scheme: tagged", "  scheme: nested", 1)
+	if _, err := Parse("x.yaml", []byte(data)); err == nil || !strings.Contains(err.Error(), "extraKeys.scheme") {
+		t.Errorf("bad scheme: %v", err)
+	}
+}
