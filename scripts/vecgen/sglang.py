@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import os
 import subprocess
-import sys
 import sysconfig
 import zipfile
 from array import array

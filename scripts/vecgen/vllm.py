@@ -8,7 +8,6 @@ extra keys used, maybe_convert_block_hash the published 64-bit keys and BlockHas
 coarser KV-cache group's hashes. The output is vLLM's case layout (vectors/vllm/v0.25.1/README.md),
 which cmd/vecgen -convert turns into the project's schema.
 """
-import json
 import os
 import pickle
 
@@ -31,9 +30,6 @@ def _v1_utils(m):
     """vllm.v1.utils: tensor_data(rows) = the rows' raw bytes (the prompt-embedding rows are bytes here, not a tensor)"""
     m.tensor_data = lambda rows: b"".join(rows)
 
-
-def _mm_utils(m):
-    """vllm.multimodal.utils: get_mm_features_in_window, the release's own function, run from its source with numpy/PIL unimported"""
 
 
 class Rows(list):

@@ -8,13 +8,11 @@ engine is copied into the repository: the modules are read from the cached wheel
 """
 import hashlib
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import subprocess
 import sys
 import types
-import zipfile
 import zipimport
 
 WHEELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".cache", "wheels")
@@ -105,7 +103,6 @@ class Loader:
         self.wheel, self.package, self.real, self.heavy = wheel, package, set(real), set(heavy)
         self.overrides = overrides or {}
         self.stubs = []
-        self.names = set(zipfile.ZipFile(wheel).namelist())
 
     def __enter__(self):
         self.saved = dict(sys.modules)
@@ -142,8 +139,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if name in l.real:
                 pkg, _, _ = rel.rpartition("/")
                 return zipimport.zipimporter(f"{l.wheel}/{pkg}").find_spec(name)
-            if any(r.startswith(name + ".") for r in l.real) and rel + "/__init__.py" in l.names:
-                return importlib.util.spec_from_loader(name, self, is_package=True)
+            # A package on the way to a real module (empty, its __init__ not run) or a stand-in.
             return importlib.util.spec_from_loader(name, self, is_package=True)
         # Third-party modules named as heavy (torch, numpy, ...): a stand-in; the rest import normally.
         if name.split(".")[0] in l.heavy:
