@@ -369,3 +369,20 @@ func FuzzDecodeVLLM(f *testing.F) {
 		}
 	})
 }
+
+// TestLookaheadStoreRefused: a v0.33+ store whose hashes cover lookahead tokens (EAGLE block drop) is
+// refused naming the field; the field at nil (lookahead hashing off) reads as any other store, and
+// a following field still decodes.
+func TestLookaheadStoreRefused(t *testing.T) {
+	f := append(storedFields("", nil), "lookahead_token_ids", []any{[]any{uint64(7)}, []any{uint64(8)}})
+	_, err := DecodeBatch(mapBatch(f...))
+	var de *engines.DecodeError
+	if !errors.As(err, &de) || de.Reason != engines.ReasonSchemaMismatch || de.Field != "events[0].lookahead_token_ids" || de.Offset <= 0 {
+		t.Fatalf("lookahead store: %v", err)
+	}
+	f = append(storedFields("", nil), "lookahead_token_ids", nil, "group_idx", uint64(3))
+	b, err := DecodeBatch(mapBatch(f...))
+	if err != nil || len(b.Events) != 1 || !b.Events[0].HasGroupIdx || b.Events[0].GroupIdx != 3 {
+		t.Fatalf("lookahead nil: %v %+v", err, b)
+	}
+}
