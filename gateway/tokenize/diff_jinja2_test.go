@@ -117,19 +117,32 @@ type diffCase struct {
 	label    string
 }
 
-func diffOracle(t *testing.T) string {
+// diffOracle is the oracle's command line: transformers' own compiled template on the pinned jinja2
+// (scripts/chat-oracle.py in .cache/py/chat, scripts/python/chat.txt) when that environment exists,
+// else Python jinja2 configured as transformers configures it (scripts/jinja2-oracle.py, Debian's
+// python3-jinja2).
+func diffOracle(t *testing.T) []string {
 	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..")
+	if py := filepath.Join(repo, ".cache", "py", "chat", "bin", "python"); fileExists(py) {
+		return []string{py, filepath.Join(repo, "scripts", "chat-oracle.py")}
+	}
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("the jinja2 oracle needs Debian's /usr/bin/python3 with python3-jinja2 (apt-get install python3-jinja2)")
+		t.Skip("the jinja2 oracle needs .cache/py/chat (scripts/pyenv.sh chat) or Debian's /usr/bin/python3 with python3-jinja2 (apt-get install python3-jinja2)")
 	}
 	if err := exec.Command("/usr/bin/python3", "-c", "import jinja2.sandbox").Run(); err != nil {
-		t.Skip("the jinja2 oracle needs python3-jinja2 (apt-get install python3-jinja2)")
+		t.Skip("the jinja2 oracle needs .cache/py/chat (scripts/pyenv.sh chat) or python3-jinja2 (apt-get install python3-jinja2)")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "jinja2-oracle.py")
+	return []string{"/usr/bin/python3", filepath.Join(repo, "scripts", "jinja2-oracle.py")}
 }
 
-func runOracle(t *testing.T, script string, cases []*diffCase) []struct{ Out, Error *string } {
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func runOracle(t *testing.T, oracle []string, cases []*diffCase) []struct{ Out, Error *string } {
 	t.Helper()
 	in := make([]map[string]any, len(cases))
 	for i, c := range cases {
@@ -143,7 +156,8 @@ func runOracle(t *testing.T, script string, cases []*diffCase) []struct{ Out, Er
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("/usr/bin/python3", script)
+	cmd := exec.Command(oracle[0], oracle[1:]...)
+	cmd.Env = append(os.Environ(), "TRANSFORMERS_VERBOSITY=error", "HF_HUB_OFFLINE=1")
 	cmd.Stdin = strings.NewReader(string(raw))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -185,9 +199,10 @@ func diffSeed(t *testing.T) (uint64, int) {
 	return seed, n
 }
 
-func compareOracle(t *testing.T, script string, cases []*diffCase) {
+func compareOracle(t *testing.T, oracle []string, cases []*diffCase) {
 	t.Helper()
-	res := runOracle(t, script, cases)
+	t.Logf("oracle: %s", strings.Join(oracle, " "))
+	res := runOracle(t, oracle, cases)
 	bad := 0
 	for i, c := range cases {
 		want := res[i]
