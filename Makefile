@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors hfdiff
 
 all: build
 
@@ -30,6 +30,15 @@ vet:
 test: tokenizers oracle vet
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./gateway/... ./engines/...
+	$(MAKE) --no-print-directory hfdiff
+
+# The tokenizer differential against HuggingFace's Rust tokenizers (github.com/daulet/tokenizers,
+# build tag hftokenizers) when scripts/hf-tokenizers.sh has built its library; .ci/run builds it.
+HF_TOKENIZERS_LIB := $(CACHE)/hf-tokenizers/v1.24.0
+hfdiff:
+	@if [ -f $(HF_TOKENIZERS_LIB)/libtokenizers.a ]; then \
+	  CGO_LDFLAGS="-L$(HF_TOKENIZERS_LIB)" $(GO) test -count=1 -tags hftokenizers -run TestDifferentialHFRust ./gateway/tokenize; \
+	else echo "hfdiff: skipped: $(HF_TOKENIZERS_LIB)/libtokenizers.a is missing (scripts/hf-tokenizers.sh builds it with cargo)"; fi
 
 parity: tokenizers
 	$(GO) test -count=1 -v ./parity

@@ -3,6 +3,7 @@ module github.com/kvexact/kvexact
 go 1.27.0
 
 require (
+	github.com/daulet/tokenizers v1.24.0
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/fxamacker/cbor/v2 v2.10.0
