@@ -210,3 +210,69 @@ func TestThroughEnvoy(t *testing.T) {
 	}
 	w.noLeak()
 }
+
+// pythonSDK is the tools environment's interpreter, which carries the pinned OpenAI Python SDK.
+func pythonSDK(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "python"))
+	if err == nil {
+		if err = exec.Command(p, "-c", "import openai").Run(); err == nil {
+			return p
+		}
+	}
+	t.Skipf("the OpenAI Python SDK is not installed (%v): run scripts/pyenv.sh tools (.ci/run does)", err)
+	return ""
+}
+
+// TestSDKThroughEnvoy: the OpenAI Python SDK talks to Envoy in front of the picker: chat and
+// completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as the SDK's typed
+// errors with the proxy's codes.
+func TestSDKThroughEnvoy(t *testing.T) {
+	py := pythonSDK(t)
+	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
+	base := startEnvoy(t, w.conn.Target())
+	runAt := func(base string, args ...string) map[string]any {
+		t.Helper()
+		out, err := exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("openai_sdk.py %v: %v\n%s", args, err, out)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("openai_sdk.py %v printed %s", args, out)
+		}
+		return m
+	}
+	run := func(args ...string) map[string]any { return runAt(base, args...) }
+	ok := run("ok")
+	if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
+		t.Fatalf("the SDK's calls through Envoy: %v", ok)
+	}
+	want := func(m map[string]any, class string, status float64, code string) {
+		t.Helper()
+		if m["class"] != class || m["status"] != status || m["code"] != code {
+			t.Fatalf("want %s %v %s, got %v", class, status, code, m)
+		}
+	}
+	want(run("error", "model"), "NotFoundError", 404, "model_not_found")
+	want(run("error", "big"), "APIStatusError", 413, "request_too_large")
+	w.g.SetEndpointState("pool", "e0", "down")
+	want(run("error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+
+	// Shedding (admission on a P/D rule): the only prefill endpoint's slot is held by a decided
+	// request, so the next is answered 429.
+	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"}, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+		mod: func(r *rules.Rule) {
+			r.KVExactMode, r.Selector = 1, ""
+			r.Admission = rules.Admission{Enabled: true, Mode: "shed", MaxInflightPerEndpoint: 1}
+		}})
+	pdBase := startEnvoy(t, pd.conn.Target())
+	held := pd.request(envoyRequest{path: "/v1/completions", body: completionBody("holding the slot")})
+	if held.header == "" {
+		t.Fatalf("the held request got no destination: %+v", held.immediate)
+	}
+	want(runAt(pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+	held.cancel()
+	pd.noLeak()
+}

@@ -487,4 +487,3 @@ func writeKey(t *testing.T, path string, k *ecdsa.PrivateKey) {
 	}
 	writePEM(t, path, "EC PRIVATE KEY", der)
 }
-
