@@ -70,15 +70,15 @@ func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Lo
 	if f.clientCA != "" && f.certFile == "" {
 		return errors.New("--epp-tls-client-ca needs --epp-tls-cert and --epp-tls-key")
 	}
-	if f.maxStreams == 0 || f.maxStreams > 1<<31-1 {
-		return fmt.Errorf("--epp-max-streams-per-conn: %d is outside 1..%d", f.maxStreams, 1<<31-1)
+	if f.maxStreams > 1<<31-1 {
+		return fmt.Errorf("--epp-max-streams-per-conn: %d is above %d", f.maxStreams, 1<<31-1)
 	}
 	f.limits.MaxStreamsPerConn = uint32(f.maxStreams)
 	for name, v := range map[string]int64{"--epp-body-budget": f.limits.BodyBudget, "--epp-max-header-fields": int64(f.limits.MaxHeaderFields), "--epp-max-header-bytes": int64(f.limits.MaxHeaderBytes),
 		"--epp-request-idle": int64(f.limits.RequestIdle), "--epp-response-idle": int64(f.limits.ResponseIdle), "--epp-keepalive-time": int64(f.limits.KeepaliveTime),
 		"--epp-keepalive-timeout": int64(f.limits.KeepaliveTimeout), "--epp-keepalive-min-time": int64(f.limits.KeepaliveMinTime)} {
-		if v <= 0 {
-			return fmt.Errorf("%s must be positive", name)
+		if v < 0 {
+			return fmt.Errorf("%s must not be negative (0 takes the default)", name)
 		}
 	}
 	pk := assemble.Picker{Fallbacks: f.fallbacks, Limits: f.limits}
