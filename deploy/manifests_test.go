@@ -98,6 +98,17 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	if !ok || svc.Spec.Ports[0].Port != int32(ref.Port.Number) {
 		t.Fatalf("endpointPickerRef %s:%d has no matching Service", ref.Name, ref.Port.Number)
 	}
+	// The route hands the pool exact API paths only (a prefix would pass any path under it).
+	for _, r := range objs["HTTPRoute/llama3"].(*gatewayv1.HTTPRoute).Spec.Rules {
+		for _, m := range r.Matches {
+			if m.Path == nil || m.Path.Type == nil || *m.Path.Type != gatewayv1.PathMatchExact {
+				t.Fatalf("HTTPRoute llama3: match %+v is not an Exact path", m.Path)
+			}
+			if v := *m.Path.Value; v != "/v1/completions" && v != "/v1/chat/completions" && v != "/v1/models" {
+				t.Fatalf("HTTPRoute llama3: %s is not a path of the API surface", v)
+			}
+		}
+	}
 	dep := objs["Deployment/kvexact-epp"].(*appsv1.Deployment)
 	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
 	for _, want := range []string{"--epp=:9002", "--discover-pool=llm/llama3", "--discover-rule=chat"} {

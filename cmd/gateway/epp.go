@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,15 +24,27 @@ import (
 // eppFlags are the Endpoint Picker mode's flags (docs/epp.md): with --epp the gateway also serves
 // Envoy's ext_proc on that address, deciding with the same routers as its HTTP listeners.
 type eppFlags struct {
-	addr, certFile, keyFile string
-	fallbacks               int
-	pool, rule, kubeconfig  string
+	addr, certFile, keyFile, clientCA string
+	fallbacks                         int
+	pool, rule, kubeconfig            string
+	limits                            epp.Limits
+	maxStreams                        uint
 }
 
 func (f *eppFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "epp", "", "serve the Gateway API Inference Extension Endpoint Picker (Envoy ext_proc, gRPC) on this address, e.g. :9002")
 	fs.StringVar(&f.certFile, "epp-tls-cert", "", "TLS certificate (PEM) of the picker's gRPC listener (with --epp-tls-key; default plaintext)")
 	fs.StringVar(&f.keyFile, "epp-tls-key", "", "TLS key (PEM) of the picker's gRPC listener")
+	fs.StringVar(&f.clientCA, "epp-tls-client-ca", "", "CA bundle (PEM): the picker then requires a client certificate it signed (mutual TLS; needs --epp-tls-cert)")
+	fs.Int64Var(&f.limits.BodyBudget, "epp-body-budget", epp.DefaultBodyBudget, "request-body bytes the picker buffers across all streams (503 body_budget_exhausted past it)")
+	fs.IntVar(&f.limits.MaxHeaderFields, "epp-max-header-fields", epp.DefaultMaxHeaderFields, "header fields of one request (431 above)")
+	fs.IntVar(&f.limits.MaxHeaderBytes, "epp-max-header-bytes", epp.DefaultMaxHeaderBytes, "bytes of one request's header names and values (431 above)")
+	fs.DurationVar(&f.limits.RequestIdle, "epp-request-idle", epp.DefaultRequestIdle, "longest wait for the next ext_proc message before the request is decided")
+	fs.DurationVar(&f.limits.ResponseIdle, "epp-response-idle", epp.DefaultResponseIdle, "longest wait for the next ext_proc message after the decision (the response, time to first token included)")
+	fs.UintVar(&f.maxStreams, "epp-max-streams-per-conn", epp.DefaultMaxStreamsPerConn, "concurrent ext_proc streams on one HTTP/2 connection")
+	fs.DurationVar(&f.limits.KeepaliveTime, "epp-keepalive-time", epp.DefaultKeepaliveTime, "ping an idle connection after this long")
+	fs.DurationVar(&f.limits.KeepaliveTimeout, "epp-keepalive-timeout", epp.DefaultKeepaliveTimeout, "close a connection whose ping goes unanswered this long")
+	fs.DurationVar(&f.limits.KeepaliveMinTime, "epp-keepalive-min-time", epp.DefaultKeepaliveMinTime, "shortest ping interval a client may use (GOAWAY too_many_pings below)")
 	fs.IntVar(&f.fallbacks, "epp-fallbacks", 2, fmt.Sprintf("fallback endpoints listed after the destination (0..%d)", epp.MaxFallbacks))
 	fs.StringVar(&f.pool, "discover-pool", "", "NAMESPACE/NAME of an InferencePool whose ready pods × target ports become the endpoints of --discover-rule")
 	fs.StringVar(&f.rule, "discover-rule", "", "the rule (from --config) whose endpoints follow --discover-pool")
@@ -56,7 +67,21 @@ func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Lo
 	if f.fallbacks < 0 || f.fallbacks > epp.MaxFallbacks {
 		return fmt.Errorf("--epp-fallbacks: %d is outside 0..%d", f.fallbacks, epp.MaxFallbacks)
 	}
-	pk := assemble.Picker{Fallbacks: f.fallbacks}
+	if f.clientCA != "" && f.certFile == "" {
+		return errors.New("--epp-tls-client-ca needs --epp-tls-cert and --epp-tls-key")
+	}
+	if f.maxStreams > 1<<31-1 {
+		return fmt.Errorf("--epp-max-streams-per-conn: %d is above %d", f.maxStreams, 1<<31-1)
+	}
+	f.limits.MaxStreamsPerConn = uint32(f.maxStreams)
+	for name, v := range map[string]int64{"--epp-body-budget": f.limits.BodyBudget, "--epp-max-header-fields": int64(f.limits.MaxHeaderFields), "--epp-max-header-bytes": int64(f.limits.MaxHeaderBytes),
+		"--epp-request-idle": int64(f.limits.RequestIdle), "--epp-response-idle": int64(f.limits.ResponseIdle), "--epp-keepalive-time": int64(f.limits.KeepaliveTime),
+		"--epp-keepalive-timeout": int64(f.limits.KeepaliveTimeout), "--epp-keepalive-min-time": int64(f.limits.KeepaliveMinTime)} {
+		if v < 0 {
+			return fmt.Errorf("%s must not be negative (0 takes the default)", name)
+		}
+	}
+	pk := assemble.Picker{Fallbacks: f.fallbacks, Limits: f.limits}
 	if pk.Fallbacks == 0 {
 		pk.Fallbacks = -1 // epp.Config: negative lists none, 0 takes the default
 	}
@@ -67,8 +92,8 @@ func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Lo
 		}
 	}
 	if f.certFile != "" {
-		if pk.Creds, err = credentials.NewServerTLSFromFile(f.certFile, f.keyFile); err != nil {
-			return fmt.Errorf("--epp-tls-cert/--epp-tls-key: %w", err)
+		if pk.Creds, err = epp.ServerTLS(f.certFile, f.keyFile, f.clientCA); err != nil {
+			return err
 		}
 	}
 	if pk.Listener, err = net.Listen("tcp", f.addr); err != nil {

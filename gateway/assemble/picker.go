@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/epp"
@@ -25,6 +23,9 @@ type Picker struct {
 	// Fallbacks is how many endpoints follow the destination (epp.Config.Fallbacks: 0 takes the
 	// default, negative lists none).
 	Fallbacks int
+	// Limits bound the picker's streams, buffered bodies, headers and connections (zero fields:
+	// epp's defaults).
+	Limits epp.Limits
 	// Discovery, when set, keeps its rule's endpoints following a Kubernetes InferencePool; it runs
 	// until Shutdown and the picker turns ready once it has synced (at once without it).
 	Discovery *discovery.Discovery
@@ -55,15 +56,14 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 	if err != nil {
 		return err
 	}
-	srv, err := epp.New(epp.Config{Routes: a.Runtime.Routes(), RecordUsage: a.Runtime.RecordUsage, Parse: proxy.ParseRequest, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
+	srv, err := epp.New(epp.Config{Routes: a.Runtime.Routes(), RecordUsage: a.Runtime.RecordUsage, Parse: proxy.ParseRequest, Surface: proxy.SurfaceCheck, Limits: pk.Limits, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
 		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log})
 	if err != nil {
 		return err
 	}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(4 << 20), // Envoy streams the body in chunks far below this
-		grpc.MaxConcurrentStreams(100_000),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	opts, err := pk.Limits.ServerOptions()
+	if err != nil {
+		return err
 	}
 	if pk.Creds != nil {
 		opts = append(opts, grpc.Creds(pk.Creds))

@@ -66,6 +66,9 @@ const (
 // the standalone proxy's parser, so that both front ends read a body the same way.
 type ParseFunc func(r *http.Request, body []byte) (*route.Request, error)
 
+// SurfaceFunc is the proxy's API-surface check: nil when rt may serve r's path, else the answer.
+type SurfaceFunc func(rt *route.Router, r *http.Request) *apierror.Error
+
 // Config configures a Server.
 type Config struct {
 	// Routes resolves a request's rule to its router: the gateway's table, the one the standalone
@@ -77,6 +80,10 @@ type Config struct {
 	RecordUsage func(rule, endpoint string, kvExact bool, predicted, realized, blockSize int)
 	// Parse is the proxy's request parser (proxy.ParseRequest); required.
 	Parse ParseFunc
+	// Surface answers whether a request's path may get a destination among rt's endpoints: nil
+	// when it may, else the error the client gets (proxy.SurfaceCheck, the standalone proxy's own
+	// check, so that both front ends serve the same paths); required.
+	Surface SurfaceFunc
 	// Listener is the gateway listener whose rules the picker serves (the config's listen address
 	// when the rules name none).
 	Listener string
@@ -85,6 +92,8 @@ type Config struct {
 	// Fallbacks is how many endpoints follow the primary in the destination list (0..MaxFallbacks;
 	// negative lists none). 0 takes 2.
 	Fallbacks int
+	// Limits bound buffered bodies, headers, stream lifetimes and connections (zero: defaults).
+	Limits Limits
 	// DebugHeader adds the decision's evidence as x-kvexact-decision to the request headers.
 	DebugHeader bool
 	// Metrics records the picker's own series; nil records none.
@@ -93,8 +102,11 @@ type Config struct {
 }
 
 func (c *Config) normalize() error {
-	if c.Routes == nil || c.Parse == nil {
-		return errors.New("epp: Routes and Parse are required")
+	if c.Routes == nil || c.Parse == nil || c.Surface == nil {
+		return errors.New("epp: Routes, Parse and Surface are required")
+	}
+	if err := c.Limits.normalize(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

@@ -198,6 +198,7 @@ type envoyRequest struct {
 	hint   bool     // send the subset key even when subset is empty
 	// contentType defaults to application/json.
 	contentType string
+	headers     []string // more request headers, key, value, …
 }
 
 // envoyResult is what the picker answered.
@@ -210,6 +211,7 @@ type envoyResult struct {
 	decision  string
 	body      []byte // the request body as given back
 	immediate *extprocv3.ImmediateResponse
+	mutation  *extprocv3.HeaderMutation // the request headers' mutation
 }
 
 func hdrs(kv ...string) *corev3.HeaderMap {
@@ -233,7 +235,7 @@ func (w *world) request(r envoyRequest) *envoyResult {
 	res := &envoyResult{stream: st, cancel: cancel}
 	w.t.Cleanup(cancel)
 	hm := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers:     hdrs(":method", "POST", ":path", r.path, ":authority", "gw", "content-type", cmp.Or(r.contentType, "application/json")),
+		Headers:     hdrs(append([]string{":method", "POST", ":path", r.path, ":authority", "gw", "content-type", cmp.Or(r.contentType, "application/json")}, r.headers...)...),
 		EndOfStream: r.body == nil,
 	}}}
 	if r.subset != nil || r.hint {
@@ -270,6 +272,7 @@ func (w *world) request(r envoyRequest) *envoyResult {
 			res.immediate = m.ImmediateResponse
 			return res
 		case *extprocv3.ProcessingResponse_RequestHeaders:
+			res.mutation = m.RequestHeaders.GetResponse().GetHeaderMutation()
 			for _, h := range m.RequestHeaders.GetResponse().GetHeaderMutation().GetSetHeaders() {
 				switch h.Header.Key {
 				case epp.DestinationHeader:

@@ -18,6 +18,9 @@ type Metrics struct {
 	rejects   *prometheus.CounterVec
 	failovers *prometheus.CounterVec
 	unknown   *prometheus.CounterVec
+	idles     prometheus.Counter
+	buffer    prometheus.Gauge
+	budget    prometheus.Counter
 }
 
 // NewMetrics registers the picker's series on reg.
@@ -38,8 +41,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Responses served by a fallback endpoint instead of the destination (x-gateway-destination-endpoint-served)."}, []string{"rule"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_epp_served_unknown_total",
 			Help: "Responses whose served endpoint is not one of the rule's endpoints."}, []string{"rule"}),
+		idles: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvexact_epp_idle_streams_total",
+			Help: "ext_proc streams ended with DeadlineExceeded after no message for the request or response idle limit."}),
+		buffer: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvexact_epp_buffered_body_bytes",
+			Help: "Request-body bytes the picker holds across streams until their decisions (the body budget's use)."}),
+		budget: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvexact_epp_body_budget_exhausted_total",
+			Help: "Requests answered 503 body_budget_exhausted: their body would have passed the process's body budget."}),
 	}
-	for _, c := range []prometheus.Collector{m.streams, m.malformd, m.decisions, m.requests, m.rejects, m.failovers, m.unknown} {
+	for _, c := range []prometheus.Collector{m.streams, m.malformd, m.decisions, m.requests, m.rejects, m.failovers, m.unknown, m.idles, m.buffer, m.budget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -99,4 +108,22 @@ func (m *Metrics) served(rule, endpoint string, code int) {
 		endpoint = "unknown"
 	}
 	m.requests.WithLabelValues(rule, endpoint, strconv.Itoa(code)).Inc()
+}
+
+func (m *Metrics) idle() {
+	if m != nil {
+		m.idles.Inc()
+	}
+}
+
+func (m *Metrics) buffered(n int64) {
+	if m != nil {
+		m.buffer.Add(float64(n))
+	}
+}
+
+func (m *Metrics) budgetExhausted() {
+	if m != nil {
+		m.budget.Inc()
+	}
 }

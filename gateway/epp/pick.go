@@ -53,6 +53,9 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 			return nil, invalid(http.StatusNotFound, "model_not_found", "%v", err)
 		}
 	}
+	if e := s.surface(router, hr); e != nil {
+		return nil, e
+	}
 	p := &pick{router: router, byAddr: map[string]*route.Endpoint{}}
 	var outside inventory.Mask // endpoints the subset hint leaves out (prefill endpoints are never Envoy's destination)
 	inSubset := 0

@@ -1,11 +1,14 @@
 package epp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,6 +40,7 @@ const (
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	cfg    Config
+	body   budget // the request-body bytes all streams buffer (Limits.BodyBudget)
 	health *health.Server
 	ready  atomic.Bool
 }
@@ -46,7 +50,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, health: health.NewServer()}
+	s := &Server{cfg: cfg, health: health.NewServer(), body: budget{limit: cfg.Limits.BodyBudget}}
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.SetReady(false)
 	return s, nil
@@ -89,15 +93,50 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		st.finish()
 		s.cfg.Metrics.streamEnded()
 	}()
+	// Recv blocks; it runs on its own goroutine so that an idle stream can be ended (returning
+	// cancels the stream's context, which ends the Recv).
+	type received struct {
+		msg *extprocv3.ProcessingRequest
+		err error
+	}
+	ctx := srv.Context()
+	msgs := make(chan received)
+	go func() {
+		for {
+			msg, err := srv.Recv()
+			select {
+			case msgs <- received{msg, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	idle := time.NewTimer(s.cfg.Limits.RequestIdle)
+	defer idle.Stop()
 	for {
-		msg, err := srv.Recv()
-		if err == io.EOF || status.Code(err) == codes.Canceled {
+		var r received
+		select {
+		case r = <-msgs:
+		case <-ctx.Done():
+			return nil // Envoy cancelled the stream (the client went away)
+		case <-idle.C:
+			s.cfg.Metrics.idle()
+			phase, d := "request", s.cfg.Limits.RequestIdle
+			if st.p != nil {
+				phase, d = "response", s.cfg.Limits.ResponseIdle
+			}
+			return status.Errorf(codes.DeadlineExceeded, "ext_proc stream: no message for %s during the %s (the picker's %s idle limit)", d, phase, phase)
+		}
+		if r.err == io.EOF || status.Code(r.err) == codes.Canceled {
 			return nil
 		}
-		if err != nil {
-			return err
+		if r.err != nil {
+			return r.err
 		}
-		done, err := st.handle(msg)
+		done, err := st.handle(r.msg)
 		if err != nil {
 			s.cfg.Metrics.malformed()
 			return err
@@ -105,6 +144,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		if done {
 			return nil
 		}
+		d := s.cfg.Limits.RequestIdle
+		if st.p != nil {
+			d = s.cfg.Limits.ResponseIdle
+		}
+		idle.Reset(d)
 	}
 }
 
@@ -115,7 +159,8 @@ type stream struct {
 	start time.Time
 
 	hr        *http.Request // the request headers, as the parser wants them
-	body      []byte
+	sent      []string      // the routing headers the client sent (routingHeaders), to remove
+	body      []byte        // cap(body) bytes are taken from the process's body budget
 	bodyDone  bool
 	subset    []string
 	hasSubset bool
@@ -139,8 +184,11 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (done bool, err error
 		if st.hr != nil {
 			return false, malformed("request_headers received twice")
 		}
-		if err := st.requestHeaders(m.RequestHeaders, msg.MetadataContext); err != nil {
-			return false, err
+		if e, err := st.requestHeaders(m.RequestHeaders, msg.MetadataContext); err != nil || e != nil {
+			if err != nil {
+				return false, err
+			}
+			return true, st.immediate(e)
 		}
 		if m.RequestHeaders.EndOfStream {
 			st.bodyDone = true
@@ -154,10 +202,9 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (done bool, err error
 			return false, malformed("request_body after the request's end of stream")
 		}
 		b := m.RequestBody
-		if int64(len(st.body))+int64(len(b.Body)) > st.s.cfg.MaxBodyBytes {
-			return true, st.immediate(invalid(http.StatusRequestEntityTooLarge, "request_too_large", "the request body exceeds %d bytes", st.s.cfg.MaxBodyBytes))
+		if e := st.buffer(b.Body); e != nil {
+			return true, st.immediate(e)
 		}
-		st.body = append(st.body, b.Body...)
 		if b.EndOfStream {
 			st.bodyDone = true
 			if st.body == nil {
@@ -203,14 +250,25 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (done bool, err error
 	return false, nil
 }
 
-// requestHeaders turns Envoy's header map into an *http.Request and reads the subset hint.
-func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) error {
+// requestHeaders turns Envoy's header map into an *http.Request and reads the subset hint. A
+// request past the header limits, with a body over the cap announced by its Content-Length, or for
+// a path no rule of the listener serves is answered at once (the returned error), before any body
+// is buffered.
+func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) (*apierror.Error, error) {
+	lim := st.s.cfg.Limits
+	hs := h.GetHeaders().GetHeaders()
+	if len(hs) > lim.MaxHeaderFields {
+		return invalid(http.StatusRequestHeaderFieldsTooLarge, "request_header_fields_too_large", "the request has %d header fields; at most %d are accepted", len(hs), lim.MaxHeaderFields), nil
+	}
 	hr := &http.Request{Method: http.MethodPost, Header: http.Header{}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
-	path := ""
-	for i, kv := range h.GetHeaders().GetHeaders() {
+	path, size := "", 0
+	for i, kv := range hs {
 		v := kv.Value
 		if len(kv.RawValue) > 0 {
 			v = string(kv.RawValue)
+		}
+		if size += len(kv.Key) + len(v); size > lim.MaxHeaderBytes {
+			return invalid(http.StatusRequestHeaderFieldsTooLarge, "request_header_fields_too_large", "the request's header fields exceed %d bytes", lim.MaxHeaderBytes), nil
 		}
 		switch kv.Key {
 		case ":path":
@@ -220,7 +278,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) 
 		case ":authority":
 			hr.Host = v
 		case "":
-			return malformed("request_headers.headers[%d]: empty key", i)
+			return nil, malformed("request_headers.headers[%d]: empty key", i)
 		default:
 			if kv.Key[0] != ':' {
 				hr.Header.Add(kv.Key, v)
@@ -228,19 +286,107 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) 
 		}
 	}
 	if path == "" {
-		return malformed("request_headers: no :path header")
+		return nil, malformed("request_headers: no :path header")
 	}
 	u, err := url.ParseRequestURI(path)
 	if err != nil {
-		return malformed("request_headers: :path %q: %v", path, err)
+		return nil, malformed("request_headers: :path %q: %v", path, err)
 	}
 	hr.URL, hr.RequestURI = u, path
+	for _, k := range routingHeaders {
+		if _, ok := hr.Header[http.CanonicalHeaderKey(k)]; ok {
+			st.sent = append(st.sent, k)
+		}
+	}
 	subset, has, err := subsetHint(md)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st.hr, st.subset, st.hasSubset = hr, subset, has
+	if e := st.s.surface(nil, hr); e != nil {
+		return e, nil
+	}
+	if cl := hr.Header.Get("Content-Length"); cl != "" {
+		if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n > st.s.cfg.MaxBodyBytes {
+			return tooLarge(st.s.cfg.MaxBodyBytes), nil
+		}
+	}
+	return nil, nil
+}
+
+// routingHeaders are the request headers that steer the data plane or carry the picker's evidence:
+// whatever the client sent under these names is removed, and the picker's own values overwrite.
+var routingHeaders = []string{DestinationHeader, PrefillHeader, DecisionHeader, ServedKey, SubsetKey}
+
+// surface is nil when the request's path may get a destination: in canonical form (Envoy forwards
+// the :path as sent, so no dot segments, doubled slashes or escapes an engine could resolve
+// elsewhere) and on the API surface of rt's rule (proxy.SurfaceCheck), or before the rule is known
+// (rt nil) of some rule of the listener.
+func (s *Server) surface(rt *route.Router, hr *http.Request) *apierror.Error {
+	if u := hr.URL; u.RawPath != "" || path.Clean(u.Path) != u.Path {
+		return s.cfg.Surface(nil, hr)
+	}
+	if rt != nil {
+		return s.cfg.Surface(rt, hr)
+	}
+	var first *apierror.Error
+	for _, r := range s.cfg.Routes.Routers(s.cfg.Listener) {
+		e := s.cfg.Surface(r, hr)
+		if e == nil {
+			return nil
+		}
+		first = cmp.Or(first, e)
+	}
+	if first == nil {
+		first = s.cfg.Surface(nil, hr)
+	}
+	return first
+}
+
+// buffer appends a body chunk within the stream's cap and the process's body budget. Capacity is
+// what is taken from the budget, so growth is done here (doubling up to the cap).
+func (st *stream) buffer(chunk []byte) *apierror.Error {
+	max := st.s.cfg.MaxBodyBytes
+	need := int64(len(st.body)) + int64(len(chunk))
+	if need > max {
+		return tooLarge(max)
+	}
+	if need > int64(cap(st.body)) {
+		// Not sized by Content-Length: a stream would take the budget without sending the bytes.
+		grow := min(max, maxOf(need, 2*int64(cap(st.body)), 4096))
+		if !st.s.body.take(grow - int64(cap(st.body))) {
+			st.s.cfg.Metrics.budgetExhausted()
+			return unavailable(http.StatusServiceUnavailable, "body_budget_exhausted",
+				"the picker holds %d bytes of request bodies, its budget; retry later", st.s.cfg.Limits.BodyBudget)
+		}
+		st.s.cfg.Metrics.buffered(grow - int64(cap(st.body)))
+		nb := make([]byte, len(st.body), grow)
+		copy(nb, st.body)
+		st.body = nb
+	}
+	st.body = append(st.body, chunk...)
 	return nil
+}
+
+// release gives the body's bytes back to the budget.
+func (st *stream) release() {
+	if c := int64(cap(st.body)); c > 0 {
+		st.s.body.give(c)
+		st.s.cfg.Metrics.buffered(-c)
+	}
+	st.body = nil
+}
+
+func maxOf(xs ...int64) int64 {
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = max(m, x)
+	}
+	return m
+}
+
+func tooLarge(max int64) *apierror.Error {
+	return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "the request body exceeds %d bytes", max)
 }
 
 // subsetHint reads metadata_context.filter_metadata["envoy.lb.subset_hint"]
@@ -289,10 +435,18 @@ func (st *stream) decide() (bool, error) {
 	if st.s.cfg.DebugHeader {
 		set = append(set, header(DecisionHeader, p.evidence()))
 	}
+	// The client's routing headers go; those the picker sets overwrite (header() says so), the
+	// rest are removed, so the origin sees exactly the picker's values.
+	var remove []string
+	for _, k := range st.sent {
+		if !slices.ContainsFunc(set, func(o *corev3.HeaderValueOption) bool { return o.Header.Key == k }) {
+			remove = append(remove, k)
+		}
+	}
 	resp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 			ClearRouteCache: true,
-			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
+			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
 		}}},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -307,6 +461,7 @@ func (st *stream) decide() (bool, error) {
 	if st.body == nil {
 		return false, nil // headers-only request: nothing to give back
 	}
+	defer st.release()
 	for off := 0; ; off += maxChunk {
 		end := min(off+maxChunk, len(st.body))
 		if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
@@ -318,7 +473,6 @@ func (st *stream) decide() (bool, error) {
 			break
 		}
 	}
-	st.body = nil
 	return false, nil
 }
 
@@ -433,6 +587,7 @@ func (st *stream) account() {
 
 // finish gives back the decision's load units, whatever ended the stream.
 func (st *stream) finish() {
+	st.release()
 	if st.p != nil {
 		st.p.d.Release()
 	}
@@ -467,6 +622,8 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 	return nil
 }
 
+// header sets k to v, replacing every value the request or response had under k.
 func header(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"path"
+	"strings"
 
 	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -38,4 +39,24 @@ func (c *call) anyForwards(path string) bool {
 func unknownPath(r *http.Request) *apierror.Error {
 	return &apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeInvalid, Code: "unknown_url",
 		Message: "Invalid URL (" + r.Method + " " + r.URL.Path + "): the gateway serves the OpenAI API surface; other paths must be listed under a rule's passthrough"}
+}
+
+// SurfaceCheck is nil when the standalone proxy would send a request for r's path to one of rt's
+// endpoints — the generation paths and the models listing (the proxy's own), the rest of the
+// family's API surface, or a passthrough path in clean form — else its 404 unknown_url. The
+// Endpoint Picker asks it so that both front ends give a destination to the same paths and no
+// others, with the same answer (a second list would drift from this one). A nil rt is no rule:
+// the 404.
+func SurfaceCheck(rt *route.Router, r *http.Request) *apierror.Error {
+	if rt == nil {
+		return unknownPath(r)
+	}
+	switch p := r.URL.Path; {
+	case p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/models" || strings.HasPrefix(p, "/v1/models/"):
+		return nil
+	}
+	if forwardable(rt, r) {
+		return nil
+	}
+	return unknownPath(r)
 }

