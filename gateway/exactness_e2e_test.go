@@ -18,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
@@ -260,7 +261,7 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 		e1 = endpointStatus(t, p, "e1")
 		if slices.Contains(e1.Exact.Holds, "unverified_since_restart") {
 			sawUnverified = true
-			if e1.Exact.State != "suspended" || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
+			if e1.Exact.State != "verifying" || e1.Exact.Verification == nil || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
 				t.Fatalf("unverified but %+v", e1.Exact)
 			}
 		}
@@ -268,11 +269,60 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 			break
 		}
 	}
-	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 {
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 || e1.Exact.Probes.Reproduced < 2 {
 		t.Fatalf("e1 resumed with %+v", e1.Exact)
 	}
 	if eligibleMetric(t, p, "e1") != 1 {
 		t.Fatal("metric: e1 not eligible after resuming")
+	}
+}
+
+// TestE2EChatTemplateDriftAfterRestart: e1's engine restarts with another chat template (and the
+// same seed, block size and tokenizer). Its completions hash exactly as before, so the live parity
+// watch sees only matching blocks; the chat probe the gateway sends after the restart is rendered
+// with the certified template and its blocks never appear: e1 stays suspended naming the chat
+// template, however many matching completion blocks follow, and KV-exact never picks it for a chat.
+func TestE2EChatTemplateDriftAfterRestart(t *testing.T) {
+	const drifted = "{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.ServeChatTemplate = drifted })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	eventually(t, 10*time.Second, "e1 suspended by the chat probe", func() bool {
+		direct(t, s, docs(1)[0])
+		e1 = endpointStatus(t, p, "e1")
+		return slices.Contains(e1.Exact.Holds, "probe_not_reproduced")
+	})
+	for i := range 40 {
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+	}
+	time.Sleep(200 * time.Millisecond)
+	e1 = endpointStatus(t, p, "e1")
+	if e1.Exact.State != "suspended" || e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < uint64(gateway.DefaultResumeAfterBlocks) {
+		t.Fatalf("e1 after matching completions: %+v", e1.Exact)
+	}
+	if !slices.Equal(e1.Exact.Holds, []string{"unverified_since_restart", "probe_not_reproduced"}) || !strings.Contains(e1.Fenced, "chat template") ||
+		!strings.Contains(e1.Fenced, "the chat probe was not reproduced") || reasonMetric(t, p, "e1", "probe_not_reproduced") != 1 || eligibleMetric(t, p, "e1") != 0 {
+		t.Fatalf("e1 holds %v, fence %q", e1.Exact.Holds, e1.Fenced)
+	}
+	if e1.Exact.Probes.LastResult["completion"] != "reproduced" {
+		t.Fatalf("the completion probe should have been reproduced: %+v", e1.Exact.Probes)
+	}
+	chat, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": docs(1)[0]}}})
+	for range 3 {
+		resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if d := resp.Header.Get(proxy.HeaderDecision); strings.Contains(d, `"tier":"kv-exact"`) && resp.Header.Get(proxy.HeaderEndpoint) == "e1" {
+			t.Fatalf("KV-exact chose the drifted endpoint: %s", d)
+		}
 	}
 }
 

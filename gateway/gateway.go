@@ -391,9 +391,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if err := g.newRouter(rt, certified); err != nil {
 		return nil, err
 	}
-	for _, e := range rt.eps {
+	for i, e := range rt.eps {
 		ok := rt.exact.Enabled && certified.Has(e.ID)
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		rt.stop()
