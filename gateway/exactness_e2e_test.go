@@ -326,6 +326,40 @@ func TestE2EChatTemplateDriftAfterRestart(t *testing.T) {
 	}
 }
 
+// TestE2ETRTLLMBlockSizeDriftAfterRestart: e1's TensorRT-LLM engine restarts with twice the
+// certified tokens_per_block. The router binding would drop every block as partial and see none;
+// the events' own block lengths show the change, and e1 is suspended naming both sizes, never
+// resuming on a re-probe that compares nothing.
+func TestE2ETRTLLMBlockSizeDriftAfterRestart(t *testing.T) {
+	p := startPool(t, poolSpec{family: "trtllm", release: "1.2", n: 2, mode: 3, certify: true, blockSize: 16,
+		gwMod: func(o *gateway.Options) { o.ReprobeInterval = 200 * time.Millisecond }})
+	if st := endpointStatus(t, p, "e1"); st.Exact.State != "eligible" {
+		t.Fatalf("e1 before the restart: %+v", st.Exact)
+	}
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.BlockSize = 32 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	eventually(t, 10*time.Second, "e1 suspended for its block geometry", func() bool {
+		direct(t, s, docs(1)[0])
+		e1 = endpointStatus(t, p, "e1")
+		return slices.Contains(e1.Exact.Holds, "geometry_mismatch")
+	})
+	// Several re-probes later it still is.
+	time.Sleep(time.Second)
+	e1 = endpointStatus(t, p, "e1")
+	if e1.Exact.State != "suspended" || !slices.Contains(e1.Exact.Holds, "geometry_mismatch") ||
+		!strings.Contains(e1.Fenced, "blocks of 32 tokens, the rule's block_size is 16") || reasonMetric(t, p, "e1", "geometry_mismatch") != 1 {
+		t.Fatalf("e1 after the restart: %+v (fence %q)", e1.Exact, e1.Fenced)
+	}
+	if st := endpointStatus(t, p, "e0"); st.Exact.State != "eligible" {
+		t.Fatalf("e0: %+v", st.Exact)
+	}
+}
+
 // TestE2ETemplateDriftSeenOnlyByRealizedHits: e1's engine renders chats with another template than
 // the certified one (here one that puts the last question first). Its events are self-consistent, so
 // the live parity watch sees nothing; but the gateway, holding the certified template's blocks on

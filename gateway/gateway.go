@@ -572,7 +572,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if binding == "engine" && rt.keyer != nil {
 			hasher = rt.keyer.Hasher
 		}
-		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, hasher)
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, r.BlockSize, hasher)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)

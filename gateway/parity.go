@@ -27,8 +27,9 @@ var restartCauses = map[string]string{
 // endpointWatch feeds one endpoint's decoded events to its exactness state: restart detection
 // always, and the live parity watch where the rule runs the engine binding (w non-nil).
 type endpointWatch struct {
-	x   *endpointExact
-	log *slog.Logger
+	x         *endpointExact
+	log       *slog.Logger
+	blockSize int // the rule's: what every full block the engine publishes must hold
 
 	mu sync.Mutex
 	w  *watch.Watch
@@ -45,8 +46,8 @@ type endpointWatch struct {
 
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
 // router binding, where only restarts are detected).
-func (g *Gateway) newEndpointWatch(x *endpointExact, family string, hasher *hashcore.Hasher) (*endpointWatch, error) {
-	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name)}
+func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize int, hasher *hashcore.Hasher) (*endpointWatch, error) {
+	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), blockSize: blockSize}
 	ew.reconnect = func() {
 		go g.probeProcess(g.ctx, ew)
 	}
@@ -92,8 +93,11 @@ func (ew *endpointWatch) trace(t ingest.Trace) {
 			}
 			return
 		}
-		if t.Event.Kind == engines.BlockStored && ew.w != nil {
-			ew.check(t.Event)
+		if t.Event.Kind == engines.BlockStored {
+			ew.checkGeometry(t.Event)
+			if ew.w != nil {
+				ew.check(t.Event)
+			}
 		}
 	}
 }
@@ -146,6 +150,34 @@ func (ew *endpointWatch) restarted(why string) {
 	if ew.verify != nil {
 		ew.verify()
 	}
+}
+
+// checkGeometry compares the block size a stored event shows with the rule's: the event's own
+// block_size where the engine sends one, else its per-block token lists (TensorRT-LLM), where a
+// block longer than the rule's, or a short one before the last, means another tokens_per_block.
+// The router binding would otherwise drop every such block as partial and see nothing, silently.
+func (ew *endpointWatch) checkGeometry(ev *engines.Event) {
+	bs := ew.blockSize
+	if bs <= 0 || ev.Bigram || ev.SlidingWin > 0 || ev.HasGroupIdx && ev.GroupIdx != 0 {
+		return // not the full-attention geometry the rule's block_size names
+	}
+	seen := 0
+	switch {
+	case ev.BlockSize > 0 && ev.BlockSize != bs:
+		seen = ev.BlockSize
+	default:
+		for i, b := range ev.BlockTokens {
+			if len(b) > bs || len(b) < bs && i < len(ev.BlockTokens)-1 {
+				seen = len(b)
+				break
+			}
+		}
+	}
+	if seen == 0 {
+		return
+	}
+	ew.x.apply(exactness.Evidence{Type: exactness.GeometryMismatched,
+		Detail: fmt.Sprintf("the engine publishes blocks of %d tokens, the rule's block_size is %d (the engine's tokens_per_block or block size changed; set the rule's block_size to the engine's and re-certify, or restart the engine with %d)", seen, bs, bs)})
 }
 
 func (ew *endpointWatch) check(ev *engines.Event) {

@@ -33,6 +33,9 @@ const (
 	// Parity: a block the engine published does not hash to its key with the rule's
 	// binding.
 	Parity Cause = "parity_mismatch"
+	// Geometry: the engine's events show another block size than the rule's (tokens_per_block,
+	// page size): every block the gateway keys would be another one.
+	Geometry Cause = "geometry_mismatch"
 	// Probe: a verification probe (a completion or a chat whose keys the gateway computed)
 	// was sent to the engine and the engine stored other blocks: tokenizer, chat template, block
 	// size or hash no longer match.
@@ -45,7 +48,7 @@ const (
 )
 
 // Causes is every cause in the stable order status, metrics and fence reasons use.
-var Causes = []Cause{Uncertified, Reprobe, Restart, Parity, Probe, Shortfall, TokenDrift}
+var Causes = []Cause{Uncertified, Reprobe, Restart, Parity, Geometry, Probe, Shortfall, TokenDrift}
 
 // ClearedByHand reports whether the operator's clear (POST …/exact/clear) lifts c: the causes whose
 // evidence cannot come back while the endpoint is fenced (a fenced endpoint gets no KV-exact hits
@@ -61,7 +64,7 @@ func Lifts(c Cause) string {
 		return "lifts when a later re-probe passes, or on re-certification"
 	case Restart:
 		return "lifts when the new process is verified (see verification), or on re-certification"
-	case Parity:
+	case Parity, Geometry:
 		return "lifts on re-certification, or when the engine restarts and its new process is verified"
 	case Probe:
 		return "lifts when a later probe of the same kind is reproduced, or on re-certification"
@@ -122,6 +125,9 @@ const (
 	// ParityMismatched: the live parity watch found a block that does not match; Detail names the
 	// leg.
 	ParityMismatched
+	// GeometryMismatched: the engine's events carry blocks of another size than the rule's (Detail
+	// names both).
+	GeometryMismatched
 	// ReprobePassed and ReprobeFailed: the periodic re-probe's verdict (Detail says why it failed).
 	ReprobePassed
 	ReprobeFailed
@@ -315,6 +321,7 @@ func (m *Machine) Apply(ev Evidence) Transition {
 		// The process that produced a parity mismatch is gone; the new one must prove itself
 		// from scratch, which the Restart hold demands.
 		m.lift(&t, Parity)
+		m.lift(&t, Geometry)
 		m.resetVerification(at)
 		m.raise(&t, Restart, fmt.Sprintf("unverified since restart at %s: %s; %s", stamp(at), ev.Detail, m.needsText()), at)
 	case ParityMatched:
@@ -323,6 +330,8 @@ func (m *Machine) Apply(ev Evidence) Transition {
 		}
 	case ParityMismatched:
 		m.raise(&t, Parity, fmt.Sprintf("live parity mismatch at %s: %s", stamp(at), ev.Detail), at)
+	case GeometryMismatched:
+		m.raise(&t, Geometry, fmt.Sprintf("block geometry changed at %s: %s", stamp(at), ev.Detail), at)
 	case ReprobePassed:
 		m.lift(&t, Reprobe)
 		if m.has(Restart) {
@@ -381,7 +390,7 @@ func (m *Machine) setProbeHold(t *Transition, at time.Time) {
 // blocks (or, without one, a passing re-probe), every configured probe reproduced, and no parity
 // mismatch or failed probe since.
 func (m *Machine) tryLiftRestart(t *Transition) {
-	if !m.has(Restart) || m.has(Parity) || m.has(Probe) {
+	if !m.has(Restart) || m.has(Parity) || m.has(Geometry) || m.has(Probe) {
 		return
 	}
 	if m.cfg.ParityBlocks > 0 && m.parityBlocks < m.cfg.ParityBlocks {

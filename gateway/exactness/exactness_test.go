@@ -71,6 +71,10 @@ func TestTransitions(t *testing.T) {
 			[]Evidence{restarted(), ev(ParityMismatched), parity(10), probe(ProbeReproduced, Completion), probe(ProbeReproduced, Chat)}, StateSuspended, []Cause{Restart, Parity}},
 		{"a restart replaces a parity mismatch by its verification", engineCfg, true, []Evidence{ev(ParityMismatched), restarted()}, StateVerifying, []Cause{Restart}},
 
+		{"geometry mismatch", routerCfg, true, []Evidence{ev(GeometryMismatched)}, StateSuspended, []Cause{Geometry}},
+		{"geometry mismatch during verification blocks the lift", routerCfg, true,
+			[]Evidence{restarted(), ev(GeometryMismatched), ev(ReprobePassed), probe(ProbeReproduced, Completion), probe(ProbeReproduced, Chat)}, StateSuspended, []Cause{Restart, Geometry}},
+		{"a restart replaces a geometry mismatch by its verification", routerCfg, true, []Evidence{ev(GeometryMismatched), restarted()}, StateVerifying, []Cause{Restart}},
 		{"chat probe not reproduced", engineCfg, true, []Evidence{probe(ProbeNotReproduced, Chat)}, StateSuspended, []Cause{Probe}},
 		{"chat probe: a completion probe does not lift it", engineCfg, true,
 			[]Evidence{probe(ProbeNotReproduced, Chat), probe(ProbeReproduced, Completion)}, StateSuspended, []Cause{Probe}},
@@ -168,11 +172,12 @@ type model struct {
 	reproduced            map[Kind]bool
 	failed                map[Kind]bool
 	parityBad, reprobeBad bool
+	geometryBad           bool
 	shortfall, drift      bool
 }
 
 func (o *model) verified(k Kind) bool {
-	if !o.certified || o.parityBad || o.reprobeBad || o.shortfall || o.drift {
+	if !o.certified || o.parityBad || o.geometryBad || o.reprobeBad || o.shortfall || o.drift {
 		return false
 	}
 	if o.failed[Completion] || o.failed[Chat] {
@@ -202,12 +207,14 @@ func (o *model) apply(e Evidence) {
 	case NotCertified:
 		o.certified = false
 	case Restarted:
-		o.restartPending, o.parityBlocks, o.reprobeOK, o.parityBad = true, 0, false, false
+		o.restartPending, o.parityBlocks, o.reprobeOK, o.parityBad, o.geometryBad = true, 0, false, false, false
 		clear(o.reproduced)
 	case ParityMatched:
 		o.parityBlocks += e.Blocks
 	case ParityMismatched:
 		o.parityBad = true
+	case GeometryMismatched:
+		o.geometryBad = true
 	case ReprobePassed:
 		o.reprobeOK, o.reprobeBad = true, false
 	case ReprobeFailed:
@@ -228,7 +235,7 @@ func (o *model) apply(e Evidence) {
 			o.drift = false
 		}
 	}
-	if o.restartPending && !o.parityBad && !o.failed[Completion] && !o.failed[Chat] {
+	if o.restartPending && !o.parityBad && !o.geometryBad && !o.failed[Completion] && !o.failed[Chat] {
 		// Lifting ends the restart's verification; the counts no longer matter.
 		done := !(o.cfg.ParityBlocks > 0 && o.parityBlocks < o.cfg.ParityBlocks || o.cfg.ParityBlocks == 0 && !o.reprobeOK)
 		for _, p := range o.cfg.Probes {
