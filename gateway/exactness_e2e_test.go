@@ -33,6 +33,28 @@ func reasonMetric(t *testing.T, p *pool, ep, reason string) float64 {
 	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_ineligible_reason", map[string]string{"rule": "pool", "endpoint": ep, "reason": reason})
 }
 
+// ruleReasonLabel is the reason label of the pool rule's kvexact_rule_exact_enabled sample.
+func ruleReasonLabel(t *testing.T, p *pool) string {
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvexact_rule_exact_enabled" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					return l.GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("no kvexact_rule_exact_enabled sample")
+	return ""
+}
+
 func endpointStatus(t *testing.T, p *pool, name string) gateway.EndpointStatus {
 	t.Helper()
 	for _, e := range p.g.Status().Rules[0].Endpoints {
@@ -106,6 +128,9 @@ func TestE2ECertificateExpiresWhileRunningAndReloads(t *testing.T) {
 	eventually(t, 5*time.Second, "the rule metric to follow the expiry", func() bool {
 		return promtest.Value(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"}) == 0
 	})
+	if got := ruleReasonLabel(t, p); got != "no_endpoint_certified" || st.Rules[0].Exact.Code != got {
+		t.Fatalf("the rule's reason label is %q, not the closed code (%+v)", got, st.Rules[0].Exact)
+	}
 	c := p.complete(docs(1)[0], false)
 	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) {
 		t.Fatalf("after expiry: status %d, decision %s", c.status, c.decision)
@@ -487,6 +512,16 @@ func TestE2EPredictedMatchesRealized(t *testing.T) {
 	}
 	if pred == 0 || real < pred {
 		t.Fatalf("predicted %v, realized %v: a healthy pool realizes at least what was predicted", pred, real)
+	}
+	// Every KV-exact hit is counted once by the evidence it stood on.
+	var hits, confirmed, predicted float64
+	for _, ep := range []string{"e0", "e1"} {
+		hits += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_total", map[string]string{"rule": "pool", "endpoint": ep})
+		confirmed += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_by_evidence_total", map[string]string{"rule": "pool", "endpoint": ep, "evidence": "engine_confirmed"})
+		predicted += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_by_evidence_total", map[string]string{"rule": "pool", "endpoint": ep, "evidence": "predicted"})
+	}
+	if confirmed == 0 || confirmed+predicted != hits {
+		t.Fatalf("hits %v: engine-confirmed %v, predicted %v", hits, confirmed, predicted)
 	}
 	for _, ep := range []string{"e0", "e1"} {
 		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" {

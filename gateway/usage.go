@@ -14,9 +14,11 @@ import (
 // block and no cached token reported by the engine suspend the endpoint (Options.ShortfallHits).
 const DefaultShortfallHits = 3
 
-// shortfallReason is the status text of a realized shortfall: the event watch sees the engine's own
-// tokens, so only the engine's usage can show that it tokenizes or renders requests differently.
-const shortfallReason = "engine reports no hits where the gateway predicted them: tokenizer or template drift suspected"
+// shortfallReason is the status text of a realized shortfall. The engine's usage is the last line
+// of evidence: it shows that the gateway's picture of what the engine caches is wrong for the
+// requests routed to it, not which leg made it wrong, so the text names every cause seen to give
+// it (the exactness machine's other checks name a leg where they can).
+const shortfallReason = "engine reports no hits where the gateway predicted them: the gateway's inventory or keys do not describe what the engine caches for these requests — lost or unreplayed events (stale blocks), a data-parallel rank other than the one holding the blocks, or tokenizer or template drift suspected"
 
 // usageMetrics count predicted and realized cached tokens per rule and endpoint.
 type usageMetrics struct {
