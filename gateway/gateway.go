@@ -584,6 +584,12 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			rt.watches = map[string]*endpointWatch{}
 		}
 		rt.watches[e.Name] = ew
+		index, id, rule, name := rt.index, ep.ID, r.Name, e.Name
+		ew.drop = func() {
+			if index.Clear(id) == nil {
+				g.log.Warn("inventory dropped: the engine runs a new process", "rule", rule, "endpoint", name)
+			}
+		}
 		if rt.exact.Enabled {
 			go g.probeProcess(ctx, ew) // the process identity the certificate's engine runs as
 		}

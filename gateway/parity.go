@@ -37,6 +37,10 @@ type endpointWatch struct {
 	proc      processIdentity
 	reconnect func() // on every reconnect after the first: re-check the process identity
 	verify    func() // after a restart: send the verification probes (nil: none can be sent)
+	// drop empties the endpoint's inventory at once when a new process is seen before its events
+	// (the process identity, /version): the old process's blocks are gone with it, and predicting
+	// on them until the new process's first event would give false hits.
+	drop func()
 
 	// history marks the ranks still in their first connect's replay: what it holds happened before
 	// the gateway was there (a certification's cache clear), so it restarts nothing.

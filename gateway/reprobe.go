@@ -43,8 +43,7 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 			why, version := g.probeOnce(ctx, hc, rt, e)
 			if ew := rt.watches[e.Name]; ew != nil {
 				if changed := ew.proc.checkVersion(version); changed != "" {
-					ew.reset()
-					ew.restarted(changed)
+					ew.newProcess(changed)
 				}
 			}
 			if why != "" {
