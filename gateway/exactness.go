@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -94,7 +95,7 @@ func (x *endpointExact) logTransition(t exactness.Transition) {
 		if c == exactness.Restart {
 			lvl = slog.LevelWarn
 		}
-		x.log.Log(nil, lvl, "KV-exact suspended", "hold", string(c), "state", string(t.To), "reason", reasons[c], "lifts", exactness.Lifts(c))
+		x.log.Log(context.Background(), lvl, "KV-exact suspended", "hold", string(c), "state", string(t.To), "reason", reasons[c], "lifts", exactness.Lifts(c))
 	}
 	for _, c := range t.Lifted {
 		x.log.Info("KV-exact hold lifted", "hold", string(c), "state", string(t.To))

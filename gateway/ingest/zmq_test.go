@@ -73,7 +73,9 @@ func TestZMQSmallGapKept(t *testing.T) {
 func TestZMQGapReplayed(t *testing.T) {
 	checkNoLeak(t)
 	p := newGoPub(t, true)
-	h := startSource(t, vllmCfg(p))
+	cfg := vllmCfg(p)
+	cfg.ReplayGaps = true
+	h := startSource(t, cfg)
 	p.waitSub()
 	eventually(t, 5*time.Second, "the first replay", func() bool {
 		return h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")) == 1
@@ -86,6 +88,9 @@ func TestZMQGapReplayed(t *testing.T) {
 	h.waitKeys(map[uint64]int{1: 1, 3: 1, 7: 1})
 	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "kept")); g != 0 {
 		t.Errorf("gaps kept: %v, want 0 (the gap was replayed)\n%s", g, h.traceLog())
+	}
+	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "replayed")); g != 1 {
+		t.Errorf("gaps replayed: %v, want 1\n%s", g, h.traceLog())
 	}
 	if c := h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")); c != 2 {
 		t.Errorf("replays completed: %v, want 2\n%s", c, h.traceLog())
