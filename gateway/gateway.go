@@ -475,7 +475,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
 	for i, e := range rt.eps {
-		c, got, why := certificate.CoversAny(certs, st.ProfileDigest, IdentityOf(r, i), now)
+		c, got, why := certificate.CoversProfile(certs, prof, IdentityOf(r, i), now)
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
