@@ -42,6 +42,10 @@ type Options struct {
 	Parallel int
 	// Logger receives progress (default: discard).
 	Logger *slog.Logger
+	// LenientAuto restores the old verdict of binding auto: an endpoint that proved one binding
+	// passes even when a leg of the other failed (a seed the engine binding cannot reproduce, say).
+	// By default such an endpoint is still covered for the binding it proved, but the run exits 1.
+	LenientAuto bool
 }
 
 func (o *Options) defaults() {
@@ -83,6 +87,12 @@ type EndpointResult struct {
 	// OK says whether the endpoint is certified for what the pool requires of it; Reason says why not.
 	OK     bool   `json:"ok"`
 	Reason string `json:"reason,omitempty"`
+	// Binding is the KV-exact binding the endpoint got ("engine", "router"; "" none): under
+	// binding auto, the one the gateway will use.
+	Binding string `json:"binding,omitempty"`
+	// FailedLegs lists the legs of the specs that failed (with binding auto an endpoint may be
+	// covered for one binding and still have failed legs: the run then exits 1).
+	FailedLegs []string `json:"failed_legs,omitempty"`
 }
 
 // Result is a whole run: the certificate (one per engine family in the pool; Certificate is the
@@ -200,7 +210,7 @@ func Certify(ctx context.Context, p *Pool, opts Options) (*Result, error) {
 			}
 		}
 		c.Endpoints = append(c.Endpoints, ce)
-		if !er.OK {
+		if !er.OK || len(er.FailedLegs) > 0 && r.st.Binding == "auto" && r.ep.Require == RequireExact && !opts.LenientAuto {
 			res.ExitCode = 1
 		}
 	}
@@ -366,6 +376,21 @@ func (r *endpointRun) verdict() EndpointResult {
 		} else {
 			er.Reason = fmt.Sprintf("not certified for %s: %s", want, strings.Join(failed, "; "))
 		}
+	}
+	switch {
+	case has(certificate.CoverEngine) && r.st.Binding != "router":
+		er.Binding = "engine"
+	case has(certificate.CoverRouter):
+		er.Binding = "router"
+	}
+	for _, s := range r.specs {
+		if s.State == Fail && !slices.Contains(er.FailedLegs, s.Leg) {
+			er.FailedLegs = append(er.FailedLegs, s.Leg)
+		}
+	}
+	if er.OK && len(er.FailedLegs) > 0 && r.st.Binding == "auto" && r.ep.Require == RequireExact && !r.opts.LenientAuto {
+		er.Reason = fmt.Sprintf("binding auto: covered for the %s binding only, with failing legs %s (the run exits 1; fix the legs, set binding: %s in the pool to ask for that binding alone, or pass --lenient-auto)",
+			er.Binding, strings.Join(er.FailedLegs, ", "), er.Binding)
 	}
 	sort.Slice(er.Certified, func(i, j int) bool { return er.Certified[i] < er.Certified[j] })
 	return er

@@ -67,12 +67,20 @@ var _ = Describe("a pool with one wrong leg", func() {
 		Expect(spec(res, "P0", "token ids").State).To(Equal(ctk.Pass))
 	})
 
-	It("still certifies the router binding under auto when only the seed differs", func() {
+	It("covers the router binding under auto when only the seed differs, reports it, and exits 1 (0 with LenientAuto)", func() {
 		e := startSim("vllm", "v0.25.1", func(c *sim.Config) { c.Seed = strp("1") })
 		res := certify(poolFor(e, "P0", `seed: "0"`), nil)
-		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.ExitCode).To(Equal(1), "a CI gate on the exit code must not pass a failing leg")
 		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
+		Expect(res.Endpoints[0].Binding).To(Equal("router"))
+		Expect(res.Endpoints[0].FailedLegs).To(ConsistOf(ctk.LegSeed))
+		Expect(res.Endpoints[0].Reason).To(ContainSubstring("covered for the router binding only, with failing legs seed"))
+		Expect(res.Certificate.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
 		Expect(spec(res, "P0", "block keys").Leg).To(Equal(ctk.LegSeed))
+
+		res = certifyWith(poolFor(e, "P0", `seed: "0"`), ctk.Options{LenientAuto: true})
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(res.Endpoints[0].Binding).To(Equal("router"))
 	})
 
 	It("fails and names the algorithm when the engine hashes with another algorithm", func() {

@@ -101,12 +101,18 @@ func poolFor(e *sim.Engine, name string, staged ...string) *ctk.Pool {
 
 // certify runs the kit with the llama3 tokenizer staged and short timeouts.
 func certify(p *ctk.Pool, tok *tokenize.Tokenizer) *ctk.Result {
-	if tok == nil {
-		tok = tokenizer("llama3")
+	return certifyWith(p, ctk.Options{Tokenizer: tok})
+}
+
+// certifyWith certifies with opts, the tests' tokenizer and timeouts filled in where unset.
+func certifyWith(p *ctk.Pool, opts ctk.Options) *ctk.Result {
+	if opts.Tokenizer == nil {
+		opts.Tokenizer = tokenizer("llama3")
 	}
+	opts.EventTimeout, opts.SubscribeTimeout = 2*time.Second, 3*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := ctk.Certify(ctx, p, ctk.Options{Tokenizer: tok, EventTimeout: 2 * time.Second, SubscribeTimeout: 3 * time.Second})
+	res, err := ctk.Certify(ctx, p, opts)
 	Expect(err).NotTo(HaveOccurred())
 	return res
 }

@@ -140,8 +140,10 @@ var _ = Describe("a hybrid vLLM geometry", func() {
 			return body
 		})
 		res := certify(p, nil)
-		Expect(res.ExitCode).To(Equal(0), failed(res))
+		// binding auto: covered for the router binding, but a failing leg fails the run.
+		Expect(res.ExitCode).To(Equal(1), failed(res))
 		Expect(res.Endpoints[0].Certified).To(ConsistOf(certificate.CoverAffinity, certificate.CoverRouter))
+		Expect(res.Endpoints[0].Binding).To(Equal("router"))
 		s := spec(res, "P0", "block keys")
 		Expect(s.State).To(Equal(ctk.Fail))
 		Expect(s.Leg).To(Equal(ctk.LegBlockSize))

@@ -46,10 +46,16 @@ func (r *Result) WriteText(w io.Writer) error {
 			cov[i] = string(c)
 		}
 		verdict := "CERTIFIED"
-		if !e.OK {
+		switch {
+		case !e.OK:
 			verdict = "NOT CERTIFIED"
+		case len(e.FailedLegs) > 0 && e.Reason != "":
+			verdict = "CERTIFIED WITH FAILING LEGS"
 		}
 		line := fmt.Sprintf("# %s %s (%s %s, contract %s, requires %s): proven [%s]", verdict, e.Name, e.Family, e.Release, e.Contract, e.Require, strings.Join(cov, ", "))
+		if e.Binding != "" {
+			line += ", KV-exact binding " + e.Binding
+		}
 		if e.Reason != "" {
 			line += " — " + e.Reason
 		}

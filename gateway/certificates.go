@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -157,6 +158,10 @@ func (g *Gateway) recertified() {
 	}
 	g.mu.RUnlock()
 	for _, x := range xs {
-		x.recertified()
+		x.mu.Lock()
+		if x.sm.Certified() {
+			x.applyLocked(exactness.Evidence{Type: exactness.Certified, Detail: x.sm.CertificateReason()})
+		}
+		x.mu.Unlock()
 	}
 }

@@ -450,6 +450,11 @@ func TestE2EExactRefusedWithoutCertificate(t *testing.T) {
 	if st := p.g.Status().Rules[0].Exact; st.Enabled || !strings.Contains(st.Reason, "differs from the rule's staged profile") {
 		t.Fatalf("mismatching certificate accepted: %+v", st)
 	}
+	// The reason names the one field that differs, with both values, and no other.
+	want := fmt.Sprintf("in seed fingerprint: certificate %q, rule %q;", prof.SeedFingerprint, certificate.SeedFingerprint(strp("0")))
+	if st := p.g.Status().Rules[0].Exact; !strings.Contains(st.Reason, want) || strings.Contains(st.Reason, "hash algorithm:") || strings.Contains(st.Reason, "binding:") {
+		t.Fatalf("the reason does not name the seed alone (want %s): %s", want, st.Reason)
+	}
 }
 
 func TestE2EConnectFailureGoesToSecondBest(t *testing.T) {

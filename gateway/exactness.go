@@ -1,61 +1,37 @@
 package gateway
 
 import (
-	"strings"
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
-// holdKind names one reason the gateway stopped KV-exact on an endpoint while it runs. It is the
-// `reason` label of kvexact_endpoint_exact_ineligible_reason, so the set is small and fixed.
-type holdKind string
-
-const (
-	// holdReprobe: the periodic re-probe found another version, model or tokenizer.
-	holdReprobe holdKind = "reprobe_failed"
-	// holdRestart: the engine restarted, cleared its cache or changed identity; KV-exact waits for
-	// the live parity watch to see enough matching blocks (or a re-certification).
-	holdRestart holdKind = "unverified_since_restart"
-	// holdParity: a block the engine published does not hash to its key with the rule's binding.
-	holdParity holdKind = "parity_mismatch"
-	// holdShortfall: the engine reports no cached tokens where the gateway predicted them.
-	holdShortfall holdKind = "realized_shortfall"
-	// holdTokenDrift: on the router binding, the engine's published blocks do not reproduce the
-	// gateway's tokenization of prompts routed to it (tokencheck.go).
-	holdTokenDrift holdKind = "token_drift"
-)
-
-// uncertified is the reason label of an endpoint no certificate covers.
-const uncertified = "uncertified"
-
-// holdKinds lists every kind in a stable order (metrics, status).
-var holdKinds = []holdKind{holdReprobe, holdRestart, holdParity, holdShortfall, holdTokenDrift}
-
-// endpointExact is one endpoint's runtime exactness: whether a certificate covers it, what has
-// stopped KV-exact on it since (each hold with its reason), and the evidence the gateway gathers
-// while it runs. The router sees the result through the endpoint's fence, the one mechanism that
-// keeps KV-exact off an endpoint while the other tiers still use it.
+// endpointExact is one endpoint's runtime exactness: its state machine (package exactness), which
+// every check feeds with evidence, and the counters /admin/status shows beside it. The router,
+// the metrics and the log lines are derived from the machine on every change: the router sees it
+// through the endpoint's fence, the one mechanism that keeps KV-exact off an endpoint while the
+// other tiers still use it.
 type endpointExact struct {
 	rule, name, addr string // the endpoint's name and address never change
 	now              func() time.Time
 	m                *statusMetrics
+	log              *slog.Logger
 
 	mu sync.Mutex
 	// ep is the router's endpoint the fence goes to; a membership change hands the state to the
 	// new router's endpoint (rebind).
-	ep        *route.Endpoint
-	certified bool
-	certWhy   string // "certified (engine)" or why not
-	holds     map[holdKind]string
-	since     time.Time // when eligibility last changed
-	parity    ParityStatus
-	// verifiedAfterRestart counts matching blocks since the restart hold was set.
-	verifiedAfterRestart int
-	restarts             uint64
+	ep     *route.Endpoint
+	sm     *exactness.Machine
+	since  time.Time // when eligibility last changed
+	parity ParityStatus
+	// restarts counts the restarts and cache clears detected.
+	restarts uint64
 	// predicted and realized cached tokens, and the current run of KV-exact hits that predicted at
 	// least a block and realized none.
 	predicted, realized uint64
@@ -65,102 +41,113 @@ type endpointExact struct {
 	tokens       TokenCheckStatus
 	tokenRun     int
 	tokenPending int
+	// probes is the verification probes' account; probing is set while a round runs.
+	probes  ProbeStatus
+	probing bool
 }
 
-func newEndpointExact(rule string, ep *route.Endpoint, certified bool, certWhy string, now func() time.Time, m *statusMetrics) *endpointExact {
-	x := &endpointExact{rule: rule, name: ep.Name, addr: ep.Address, ep: ep, now: now, m: m, certified: certified, certWhy: certWhy, holds: map[holdKind]string{}, since: now()}
+func newEndpointExact(rule string, ep *route.Endpoint, cfg exactness.Config, certified bool, certWhy string, now func() time.Time, m *statusMetrics, log *slog.Logger) *endpointExact {
+	x := &endpointExact{rule: rule, name: ep.Name, addr: ep.Address, ep: ep, now: now, m: m, since: now(),
+		sm: exactness.New(cfg, certified, certWhy)}
+	if log != nil {
+		x.log = log.With("rule", rule, "endpoint", ep.Name)
+	}
 	x.mu.Lock()
 	x.publish()
 	x.mu.Unlock()
 	return x
 }
 
-// hold stops KV-exact on the endpoint for kind (replacing that kind's reason). It reports whether
-// the hold is new.
-func (x *endpointExact) hold(kind holdKind, reason string) bool {
+// apply moves the endpoint's machine on one piece of evidence, then publishes and logs what
+// changed.
+func (x *endpointExact) apply(ev exactness.Evidence) exactness.Transition {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	_, had := x.holds[kind]
-	x.holds[kind] = reason
-	if kind == holdRestart {
-		x.verifiedAfterRestart = 0
-	}
-	x.publish()
-	return !had
+	return x.applyLocked(ev)
 }
 
-// release lifts a hold; it reports whether there was one.
-func (x *endpointExact) release(kind holdKind) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if _, ok := x.holds[kind]; !ok {
-		return false
+func (x *endpointExact) applyLocked(ev exactness.Evidence) exactness.Transition {
+	if ev.At.IsZero() {
+		ev.At = x.now()
 	}
-	delete(x.holds, kind)
-	x.publish()
-	return true
+	if ev.Type == exactness.Certified {
+		x.shortRun, x.tokenRun = 0, 0
+	}
+	t := x.sm.Apply(ev)
+	if t.Changed() {
+		x.publish()
+		x.logTransition(t)
+	}
+	return t
 }
 
-// recertified lifts every hold and restarts the runs that lead to one (a re-certification).
-func (x *endpointExact) recertified() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.shortRun, x.tokenRun, x.verifiedAfterRestart = 0, 0, 0
-	if len(x.holds) == 0 {
+// logTransition writes one line per raised or lifted hold, with the machine's reason.
+func (x *endpointExact) logTransition(t exactness.Transition) {
+	if x.log == nil {
 		return
 	}
-	clear(x.holds)
-	x.publish()
+	reasons := map[exactness.Cause]string{}
+	for _, h := range x.sm.Holds() {
+		reasons[h.Cause] = h.Reason
+	}
+	for _, c := range t.Raised {
+		lvl := slog.LevelError
+		if c == exactness.Restart {
+			lvl = slog.LevelWarn
+		}
+		x.log.Log(context.Background(), lvl, "KV-exact suspended", "hold", string(c), "state", string(t.To), "reason", reasons[c], "lifts", exactness.Lifts(c))
+	}
+	for _, c := range t.Lifted {
+		x.log.Info("KV-exact hold lifted", "hold", string(c), "state", string(t.To))
+	}
 }
 
-func (x *endpointExact) held(kind holdKind) bool {
+func (x *endpointExact) held(c exactness.Cause) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	_, ok := x.holds[kind]
-	return ok
+	return x.sm.Held(c)
 }
 
-func (x *endpointExact) eligible() bool { return x.certified && len(x.holds) == 0 }
+func (x *endpointExact) certified() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.sm.Certified()
+}
 
-// publish pushes the state to the router (fence) and the metrics. Callers hold x.mu.
+// publish pushes the machine's state to the router (fence) and the metrics. Callers hold x.mu.
 func (x *endpointExact) publish() {
 	was := x.ep.Fenced() == ""
-	if len(x.holds) == 0 {
+	if f := x.sm.FenceReason(); f == "" {
 		x.ep.Unfence()
 	} else {
-		x.ep.Fence(x.reasonsLocked())
+		x.ep.Fence(f)
 	}
 	if now := x.ep.Fenced() == ""; now != was || x.since.IsZero() {
 		x.since = x.now()
 	}
 	if x.m != nil {
-		x.m.endpoint(x.rule, x.name, x.eligible(), x.certified, x.holds)
+		x.m.endpoint(x.rule, x.name, x.sm)
 	}
 }
 
-// reasonsLocked joins the holds' reasons in the fixed kind order.
-func (x *endpointExact) reasonsLocked() string {
-	var out []string
-	for _, k := range holdKinds {
-		if r, ok := x.holds[k]; ok {
-			out = append(out, r)
-		}
-	}
-	return strings.Join(out, "; ")
-}
-
-// EndpointExact is one endpoint's exactness in /admin/status.
+// EndpointExact is one endpoint's exactness in /admin/status, read from its state machine.
 type EndpointExact struct {
-	// State is certified-eligible ("eligible"), "suspended" (certified, but something seen while
-	// running stopped KV-exact) or "uncertified".
+	// State is "eligible", "verifying" (restarted; only the new process's verification is
+	// outstanding), "suspended" (certified, but a check failed while running) or "uncertified".
 	State string `json:"state"`
 	// Since is when the endpoint last became eligible or stopped being so.
 	Since time.Time `json:"since"`
-	// Reasons are why KV-exact is off on it ("" entries never appear), Holds their stable codes.
+	// Reasons are why KV-exact is off on it, Holds their stable codes (the metrics' reason
+	// label), Lifts what lifts each (parallel to Holds).
 	Reasons []string `json:"reasons,omitempty"`
 	Holds   []string `json:"holds,omitempty"`
+	Lifts   []string `json:"lifts,omitempty"`
+	// Verification is a restart's verification under way.
+	Verification *exactness.Verification `json:"verification,omitempty"`
 	// Parity is the live parity watch's account.
 	Parity ParityStatus `json:"parity"`
+	// Probes is the verification probes' account.
+	Probes ProbeStatus `json:"probes"`
 	// Restarts counts the engine restarts and cache clears detected on the event stream.
 	Restarts uint64 `json:"restarts_detected"`
 	// PredictedCachedTokens and RealizedCachedTokens sum, over responses whose engine reported
@@ -187,7 +174,8 @@ type ParityStatus struct {
 func (x *endpointExact) status() EndpointExact {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	st := EndpointExact{Since: x.since, Parity: x.parity, Restarts: x.restarts, PredictedCachedTokens: x.predicted, RealizedCachedTokens: x.realized}
+	st := EndpointExact{State: string(x.sm.State()), Since: x.since, Parity: x.parity, Probes: x.probes, Restarts: x.restarts,
+		PredictedCachedTokens: x.predicted, RealizedCachedTokens: x.realized}
 	if x.predicted > 0 {
 		r := float64(x.realized) / float64(x.predicted)
 		st.RealizedRatio = &r
@@ -196,21 +184,13 @@ func (x *endpointExact) status() EndpointExact {
 		tc := x.tokens
 		st.TokenCheck = &tc
 	}
-	switch {
-	case !x.certified:
-		st.State = "uncertified"
-		st.Reasons = append(st.Reasons, x.certWhy)
-		st.Holds = append(st.Holds, uncertified)
-	case len(x.holds) > 0:
-		st.State = "suspended"
-	default:
-		st.State = "eligible"
+	if v, ok := x.sm.Verification(); ok {
+		st.Verification = &v
 	}
-	for _, k := range holdKinds {
-		if r, ok := x.holds[k]; ok {
-			st.Reasons = append(st.Reasons, r)
-			st.Holds = append(st.Holds, string(k))
-		}
+	for _, h := range x.sm.Holds() {
+		st.Reasons = append(st.Reasons, h.Reason)
+		st.Holds = append(st.Holds, string(h.Cause))
+		st.Lifts = append(st.Lifts, exactness.Lifts(h.Cause))
 	}
 	return st
 }
@@ -229,31 +209,25 @@ func newEndpointMetrics(reg prometheus.Registerer) *endpointMetrics {
 		}, []string{"rule", "endpoint"}),
 		reason: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvexact_endpoint_exact_ineligible_reason",
-			Help: "1 for each reason KV-exact is off on the endpoint: uncertified, reprobe_failed, unverified_since_restart, parity_mismatch, realized_shortfall, token_drift.",
+			Help: "1 for each cause KV-exact is off on the endpoint (a closed set: the causes of package gateway/exactness).",
 		}, []string{"rule", "endpoint", "reason"}),
 	}
 	reg.MustRegister(m.eligible, m.reason)
 	return m
 }
 
-func (m *statusMetrics) endpoint(rule, endpoint string, eligible, certified bool, holds map[holdKind]string) {
+func (m *statusMetrics) endpoint(rule, endpoint string, sm *exactness.Machine) {
 	v := 0.0
-	if eligible {
+	if sm.Eligible(exactness.Completion) {
 		v = 1
 	}
 	m.ep.eligible.WithLabelValues(rule, endpoint).Set(v)
-	set := func(reason string, on bool) {
-		g := m.ep.reason.WithLabelValues(rule, endpoint, reason)
-		if on {
-			g.Set(1)
-		} else {
-			g.Set(0)
+	for _, c := range exactness.Causes {
+		on := 0.0
+		if sm.Held(c) {
+			on = 1
 		}
-	}
-	set(uncertified, !certified)
-	for _, k := range holdKinds {
-		_, on := holds[k]
-		set(string(k), on)
+		m.ep.reason.WithLabelValues(rule, endpoint, string(c)).Set(on)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
@@ -30,6 +31,28 @@ func eligibleMetric(t *testing.T, p *pool, ep string) float64 {
 
 func reasonMetric(t *testing.T, p *pool, ep, reason string) float64 {
 	return promtest.Value(t, p.reg, "kvexact_endpoint_exact_ineligible_reason", map[string]string{"rule": "pool", "endpoint": ep, "reason": reason})
+}
+
+// ruleReasonLabel is the reason label of the pool rule's kvexact_rule_exact_enabled sample.
+func ruleReasonLabel(t *testing.T, p *pool) string {
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kvexact_rule_exact_enabled" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					return l.GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("no kvexact_rule_exact_enabled sample")
+	return ""
 }
 
 func endpointStatus(t *testing.T, p *pool, name string) gateway.EndpointStatus {
@@ -105,6 +128,9 @@ func TestE2ECertificateExpiresWhileRunningAndReloads(t *testing.T) {
 	eventually(t, 5*time.Second, "the rule metric to follow the expiry", func() bool {
 		return promtest.Value(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"}) == 0
 	})
+	if got := ruleReasonLabel(t, p); got != "no_endpoint_certified" || st.Rules[0].Exact.Code != got {
+		t.Fatalf("the rule's reason label is %q, not the closed code (%+v)", got, st.Rules[0].Exact)
+	}
 	c := p.complete(docs(1)[0], false)
 	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) {
 		t.Fatalf("after expiry: status %d, decision %s", c.status, c.decision)
@@ -260,7 +286,7 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 		e1 = endpointStatus(t, p, "e1")
 		if slices.Contains(e1.Exact.Holds, "unverified_since_restart") {
 			sawUnverified = true
-			if e1.Exact.State != "suspended" || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
+			if e1.Exact.State != "verifying" || e1.Exact.Verification == nil || reasonMetric(t, p, "e1", "unverified_since_restart") != 1 {
 				t.Fatalf("unverified but %+v", e1.Exact)
 			}
 		}
@@ -268,11 +294,118 @@ func TestE2ERestartSameSettingsResumes(t *testing.T) {
 			break
 		}
 	}
-	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 {
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < 80 || e1.Exact.Restarts == 0 || e1.Exact.Probes.Reproduced < 2 {
 		t.Fatalf("e1 resumed with %+v", e1.Exact)
 	}
 	if eligibleMetric(t, p, "e1") != 1 {
 		t.Fatal("metric: e1 not eligible after resuming")
+	}
+}
+
+// TestE2EChatTemplateDriftAfterRestart: e1's engine restarts with another chat template (and the
+// same seed, block size and tokenizer). Its completions hash exactly as before, so the live parity
+// watch sees only matching blocks; the chat probe the gateway sends after the restart is rendered
+// with the certified template and its blocks never appear: e1 stays suspended naming the chat
+// template, however many matching completion blocks follow, and KV-exact never picks it for a chat.
+func TestE2EChatTemplateDriftAfterRestart(t *testing.T) {
+	const drifted = "{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.ServeChatTemplate = drifted })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	eventually(t, 10*time.Second, "e1 suspended by the chat probe", func() bool {
+		direct(t, s, docs(1)[0])
+		e1 = endpointStatus(t, p, "e1")
+		return slices.Contains(e1.Exact.Holds, "probe_not_reproduced")
+	})
+	for i := range 40 {
+		direct(t, s, fmt.Sprintf("after the restart, prompt %d. %s", i, docs(1)[0]))
+	}
+	time.Sleep(200 * time.Millisecond)
+	e1 = endpointStatus(t, p, "e1")
+	if e1.Exact.State != "suspended" || e1.Exact.Parity.Mismatches != 0 || e1.Exact.Parity.MatchedBlocks < uint64(gateway.DefaultResumeAfterBlocks) {
+		t.Fatalf("e1 after matching completions: %+v", e1.Exact)
+	}
+	if !slices.Equal(e1.Exact.Holds, []string{"unverified_since_restart", "probe_not_reproduced"}) || !strings.Contains(e1.Fenced, "chat template") ||
+		!strings.Contains(e1.Fenced, "the chat probe was not reproduced") || reasonMetric(t, p, "e1", "probe_not_reproduced") != 1 || eligibleMetric(t, p, "e1") != 0 {
+		t.Fatalf("e1 holds %v, fence %q", e1.Exact.Holds, e1.Fenced)
+	}
+	if e1.Exact.Probes.LastResult["completion"] != "reproduced" {
+		t.Fatalf("the completion probe should have been reproduced: %+v", e1.Exact.Probes)
+	}
+	chat, _ := json.Marshal(map[string]any{"model": "llama3", "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": docs(1)[0]}}})
+	for range 3 {
+		resp, err := http.Post(p.base+"/v1/chat/completions", "application/json", bytes.NewReader(chat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if d := resp.Header.Get(proxy.HeaderDecision); strings.Contains(d, `"tier":"kv-exact"`) && resp.Header.Get(proxy.HeaderEndpoint) == "e1" {
+			t.Fatalf("KV-exact chose the drifted endpoint: %s", d)
+		}
+	}
+}
+
+// TestE2ETRTLLMBlockSizeDriftAfterRestart: e1's TensorRT-LLM engine restarts with twice the
+// certified tokens_per_block. The router binding would drop every block as partial and see none;
+// the events' own block lengths show the change, and e1 is suspended naming both sizes, never
+// resuming on a re-probe that compares nothing.
+func TestE2ETRTLLMBlockSizeDriftAfterRestart(t *testing.T) {
+	p := startPool(t, poolSpec{family: "trtllm", release: "1.2", n: 2, mode: 3, certify: true, blockSize: 16,
+		gwMod: func(o *gateway.Options) { o.ReprobeInterval = 200 * time.Millisecond }})
+	if st := endpointStatus(t, p, "e1"); st.Exact.State != "eligible" {
+		t.Fatalf("e1 before the restart: %+v", st.Exact)
+	}
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.BlockSize = 32 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	var e1 gateway.EndpointStatus
+	eventually(t, 10*time.Second, "e1 suspended for its block geometry", func() bool {
+		direct(t, s, docs(1)[0])
+		e1 = endpointStatus(t, p, "e1")
+		return slices.Contains(e1.Exact.Holds, "geometry_mismatch")
+	})
+	// Several re-probes later it still is.
+	time.Sleep(time.Second)
+	e1 = endpointStatus(t, p, "e1")
+	if e1.Exact.State != "suspended" || !slices.Contains(e1.Exact.Holds, "geometry_mismatch") ||
+		!strings.Contains(e1.Fenced, "blocks of 32 tokens, the rule's block_size is 16") || reasonMetric(t, p, "e1", "geometry_mismatch") != 1 {
+		t.Fatalf("e1 after the restart: %+v (fence %q)", e1.Exact, e1.Fenced)
+	}
+	if st := endpointStatus(t, p, "e0"); st.Exact.State != "eligible" {
+		t.Fatalf("e0: %+v", st.Exact)
+	}
+}
+
+// TestE2ERestartDropsInventoryAtOnce: e1's engine restarts and none of its new process's events
+// arrive. The new process (seen on the reconnect's identity check) has an empty cache, so the
+// gateway's mirror of the old one goes at once: no prediction rests on blocks that no longer exist.
+func TestE2ERestartDropsInventoryAtOnce(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	doc := docs(1)[0]
+	direct(t, p.sims[1], doc)
+	eventually(t, 5*time.Second, "e1's inventory to hold the prompt", func() bool { return p.overlap(doc, "e1") > 0 })
+	// The new process publishes nothing that arrives (its messages are lost on the wire), so no
+	// sequence regression can clear the mirror: only the identity check can.
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.Faults.DropEvents = 1 << 20 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	eventually(t, 5*time.Second, "e1's inventory dropped with the old process", func() bool {
+		return p.overlap(doc, "e1") == 0 && endpointStatus(t, p, "e1").Exact.Restarts > 0
+	})
+	if st := endpointStatus(t, p, "e1"); st.Exact.State == "eligible" && st.Exact.Probes.Reproduced < 2 {
+		t.Fatalf("e1 eligible before its new process was verified: %+v", st.Exact)
 	}
 }
 
@@ -403,6 +536,16 @@ func TestE2EPredictedMatchesRealized(t *testing.T) {
 	}
 	if pred == 0 || real < pred {
 		t.Fatalf("predicted %v, realized %v: a healthy pool realizes at least what was predicted", pred, real)
+	}
+	// Every KV-exact hit is counted once by the evidence it stood on.
+	var hits, confirmed, predicted float64
+	for _, ep := range []string{"e0", "e1"} {
+		hits += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_total", map[string]string{"rule": "pool", "endpoint": ep})
+		confirmed += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_by_evidence_total", map[string]string{"rule": "pool", "endpoint": ep, "evidence": "engine_confirmed"})
+		predicted += promtest.Value(t, p.reg, "kvexact_kv_exact_hits_by_evidence_total", map[string]string{"rule": "pool", "endpoint": ep, "evidence": "predicted"})
+	}
+	if confirmed == 0 || confirmed+predicted != hits {
+		t.Fatalf("hits %v: engine-confirmed %v, predicted %v", hits, confirmed, predicted)
 	}
 	for _, ep := range []string{"e0", "e1"} {
 		if st := endpointStatus(t, p, ep); st.Exact.State != "eligible" {

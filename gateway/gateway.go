@@ -134,12 +134,15 @@ type ruleRuntime struct {
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
 type ExactStatus struct {
-	Mode          int               `json:"mode"`
-	Enabled       bool              `json:"enabled"`
-	Binding       string            `json:"binding,omitempty"`
-	ProfileDigest string            `json:"profile_digest,omitempty"`
-	Reason        string            `json:"reason,omitempty"`
-	Endpoints     map[string]string `json:"endpoints,omitempty"` // endpoint → "certified (engine)" or why not
+	Mode          int    `json:"mode"`
+	Enabled       bool   `json:"enabled"`
+	Binding       string `json:"binding,omitempty"`
+	ProfileDigest string `json:"profile_digest,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	// Code is Reason's stable code (the reason label of kvexact_rule_exact_enabled, a closed set:
+	// exactOffCodes), "" when enabled.
+	Code      string            `json:"code,omitempty"`
+	Endpoints map[string]string `json:"endpoints,omitempty"` // endpoint → "certified (engine)" or why not
 }
 
 // New builds a gateway from validated options (it starts nothing; see Start).
@@ -380,7 +383,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
 			if err != nil {
-				rt.exact.Enabled, rt.exact.Reason = false, "hash binding: "+err.Error()
+				rt.exact.Enabled, rt.exact.Reason, rt.exact.Code = false, "hash binding: "+err.Error(), "hash_binding"
 			}
 			k.Hasher = h
 		} else {
@@ -391,9 +394,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if err := g.newRouter(rt, certified); err != nil {
 		return nil, err
 	}
-	for _, e := range rt.eps {
+	for i, e := range rt.eps {
 		ok := rt.exact.Enabled && certified.Has(e.ID)
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		rt.stop()
@@ -445,18 +448,18 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	}
 	switch {
 	case r.KVExactMode == rules.KVExactOff:
-		st.Reason = "kvExactMode is 0"
+		st.Reason, st.Code = "kvExactMode is 0", "mode_off"
 		return inventory.Mask{}, fallback
 	case !ct.HasEvents():
-		st.Reason = ct.Hash.NoneReason
+		st.Reason, st.Code = ct.Hash.NoneReason, "no_events"
 		return inventory.Mask{}, "none"
 	case len(r.Models) != 1:
-		st.Reason = "KV-exact binds one certified profile per rule: list exactly one model in models"
+		st.Reason, st.Code = "KV-exact binds one certified profile per rule: list exactly one model in models", "models"
 		return inventory.Mask{}, fallback
 	}
 	tok, err := g.pool.Get(r.Models[0])
 	if err != nil {
-		st.Reason = "tokenizer: " + err.Error()
+		st.Reason, st.Code = "tokenizer: "+err.Error(), "tokenizer"
 		return inventory.Mask{}, fallback
 	}
 	jsonSHA, cfgSHA := tok.Files()
@@ -466,13 +469,13 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	certs := g.certs
 	g.mu.RUnlock()
 	if len(certs) == 0 {
-		st.Reason = "no certificate loaded (run ctk certify and start the gateway with --certificate)"
+		st.Reason, st.Code = "no certificate loaded (run ctk certify and start the gateway with --certificate)", "no_certificate"
 		return inventory.Mask{}, fallback
 	}
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
 	for i, e := range rt.eps {
-		c, got, why := certificate.CoversAny(certs, st.ProfileDigest, IdentityOf(r, i), now)
+		c, got, why := certificate.CoversProfile(certs, prof, IdentityOf(r, i), now)
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
@@ -502,7 +505,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		for _, n := range names {
 			why = append(why, n+": "+st.Endpoints[n])
 		}
-		st.Reason = "no endpoint is certified for this rule's profile: " + strings.Join(why, "; ")
+		st.Reason, st.Code = "no endpoint is certified for this rule's profile: "+strings.Join(why, "; "), "no_endpoint_certified"
 		return mask, fallback
 	}
 	st.Enabled, st.Binding = true, binding
@@ -572,7 +575,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if binding == "engine" && rt.keyer != nil {
 			hasher = rt.keyer.Hasher
 		}
-		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, hasher)
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, r.BlockSize, hasher)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)
@@ -581,12 +584,18 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			rt.watches = map[string]*endpointWatch{}
 		}
 		rt.watches[e.Name] = ew
+		index, id, rule, name := rt.index, ep.ID, r.Name, e.Name
+		ew.drop = func() {
+			if index.Clear(id) == nil {
+				g.log.Warn("inventory dropped: the engine runs a new process", "rule", rule, "endpoint", name)
+			}
+		}
 		if rt.exact.Enabled {
 			go g.probeProcess(ctx, ew) // the process identity the certificate's engine runs as
 		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
-			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay,
+			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true,
 			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 			Groups: rt.groups.Endpoint(ep.ID),
 		})

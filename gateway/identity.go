@@ -92,7 +92,17 @@ func scanGauge(r io.Reader, name string) (float64, bool) {
 // periodic re-probe.
 func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) {
 	if why := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.addr); why != "" {
-		ew.reset()
-		ew.restarted(why)
+		ew.newProcess(why)
 	}
+}
+
+// newProcess is a restart seen on the engine's identity rather than its event stream: the
+// inventory goes at once (the new process's first event may be far off), then the restart's
+// evidence as for any other.
+func (ew *endpointWatch) newProcess(why string) {
+	if ew.drop != nil {
+		ew.drop()
+	}
+	ew.reset()
+	ew.restarted(why)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -72,7 +73,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		ok := rt.exact.Enabled && certified.Has(e.ID)
 		if i, kept := prev[e.Name]; kept {
 			x := old.epExact[i]
-			x.rebind(e, ok, rt.exact.Endpoints[e.Name])
+			x.rebind(e, g.verifyConfig(rt, e.Index), ok, rt.exact.Endpoints[e.Name])
 			rt.epExact = append(rt.epExact, x)
 			if s := old.sources[e.Name]; s != nil {
 				rt.sources[e.Name] = s
@@ -88,7 +89,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			}
 			continue
 		}
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, ok, rt.exact.Endpoints[e.Name], g.now, g.statusM))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, e.Index), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		for name, s := range rt.sources {
@@ -126,10 +127,17 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 
 // rebind hands the endpoint's exactness state to the new router's endpoint, with the verdict the
 // certificates give it now.
-func (x *endpointExact) rebind(ep *route.Endpoint, certified bool, certWhy string) {
+func (x *endpointExact) rebind(ep *route.Endpoint, cfg exactness.Config, certified bool, certWhy string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.ep, x.certified, x.certWhy = ep, certified, certWhy
+	x.ep = ep
+	x.sm.SetConfig(cfg, x.now())
+	switch {
+	case certified && !x.sm.Certified():
+		x.applyLocked(exactness.Evidence{Type: exactness.Certified, Detail: certWhy})
+	case !certified:
+		x.applyLocked(exactness.Evidence{Type: exactness.NotCertified, Detail: certWhy})
+	}
 	x.publish()
 }
 

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/watch"
@@ -27,15 +27,20 @@ var restartCauses = map[string]string{
 // endpointWatch feeds one endpoint's decoded events to its exactness state: restart detection
 // always, and the live parity watch where the rule runs the engine binding (w non-nil).
 type endpointWatch struct {
-	x      *endpointExact
-	log    *slog.Logger
-	resume int
+	x         *endpointExact
+	log       *slog.Logger
+	blockSize int // the rule's: what every full block the engine publishes must hold
 
 	mu sync.Mutex
 	w  *watch.Watch
 
 	proc      processIdentity
 	reconnect func() // on every reconnect after the first: re-check the process identity
+	verify    func() // after a restart: send the verification probes (nil: none can be sent)
+	// drop empties the endpoint's inventory at once when a new process is seen before its events
+	// (the process identity, /version): the old process's blocks are gone with it, and predicting
+	// on them until the new process's first event would give false hits.
+	drop func()
 
 	// history marks the ranks still in their first connect's replay: what it holds happened before
 	// the gateway was there (a certification's cache clear), so it restarts nothing.
@@ -45,14 +50,12 @@ type endpointWatch struct {
 
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
 // router binding, where only restarts are detected).
-func (g *Gateway) newEndpointWatch(x *endpointExact, family string, hasher *hashcore.Hasher) (*endpointWatch, error) {
-	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), resume: g.opts.ResumeAfterBlocks}
-	if ew.resume <= 0 {
-		ew.resume = DefaultResumeAfterBlocks
-	}
+func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize int, hasher *hashcore.Hasher) (*endpointWatch, error) {
+	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), blockSize: blockSize}
 	ew.reconnect = func() {
 		go g.probeProcess(g.ctx, ew)
 	}
+	ew.verify = func() { g.startVerifyProbes(x) }
 	if hasher != nil {
 		w, err := watch.New(watch.Config{Hasher: hasher, Family: family, CheckFirst: g.opts.ParityCheckFirst, SampleEvery: g.opts.ParitySampleEvery})
 		if err != nil {
@@ -94,8 +97,11 @@ func (ew *endpointWatch) trace(t ingest.Trace) {
 			}
 			return
 		}
-		if t.Event.Kind == engines.BlockStored && ew.w != nil {
-			ew.check(t.Event)
+		if t.Event.Kind == engines.BlockStored {
+			ew.checkGeometry(t.Event)
+			if ew.w != nil {
+				ew.check(t.Event)
+			}
 		}
 	}
 }
@@ -137,24 +143,45 @@ func (ew *endpointWatch) reset() {
 	ew.mu.Unlock()
 }
 
-// restarted marks the endpoint unverified since restart. A parity mismatch seen before is lifted:
-// the engine that produced it is gone, and the one now running must prove itself block by block.
+// restarted is a restart's evidence: the endpoint is unverified until its new process is, and
+// the verification probes start (the evidence for the template and tokenizer legs).
 func (ew *endpointWatch) restarted(why string) {
 	x := ew.x
 	x.mu.Lock()
 	x.restarts++
+	x.applyLocked(exactness.Evidence{Type: exactness.Restarted, Detail: why})
 	x.mu.Unlock()
-	if !x.certified {
+	if ew.verify != nil {
+		ew.verify()
+	}
+}
+
+// checkGeometry compares the block size a stored event shows with the rule's: the event's own
+// block_size where the engine sends one, else its per-block token lists (TensorRT-LLM), where a
+// block longer than the rule's, or a short one before the last, means another tokens_per_block.
+// The router binding would otherwise drop every such block as partial and see nothing, silently.
+func (ew *endpointWatch) checkGeometry(ev *engines.Event) {
+	bs := ew.blockSize
+	if bs <= 0 || ev.Bigram || ev.SlidingWin > 0 || ev.HasGroupIdx && ev.GroupIdx != 0 {
+		return // not the full-attention geometry the rule's block_size names
+	}
+	seen := 0
+	switch {
+	case ev.BlockSize > 0 && ev.BlockSize != bs:
+		seen = ev.BlockSize
+	default:
+		for i, b := range ev.BlockTokens {
+			if len(b) > bs || len(b) < bs && i < len(ev.BlockTokens)-1 {
+				seen = len(b)
+				break
+			}
+		}
+	}
+	if seen == 0 {
 		return
 	}
-	how := fmt.Sprintf("resumes after %d matching blocks (live parity watch) or a re-certification", ew.resume)
-	if ew.w == nil {
-		how = "resumes after the next passing re-probe or a re-certification (the router binding has no engine keys to watch)"
-	}
-	x.release(holdParity)
-	if x.hold(holdRestart, fmt.Sprintf("unverified since restart at %s: %s; %s", x.now().UTC().Format(time.RFC3339), why, how)) {
-		ew.log.Warn("KV-exact suspended: endpoint unverified since restart", "why", why)
-	}
+	ew.x.apply(exactness.Evidence{Type: exactness.GeometryMismatched,
+		Detail: fmt.Sprintf("the engine publishes blocks of %d tokens, the rule's block_size is %d (the engine's tokens_per_block or block size changed; set the rule's block_size to the engine's and re-certify, or restart the engine with %d)", seen, bs, bs)})
 }
 
 func (ew *endpointWatch) check(ev *engines.Event) {
@@ -166,6 +193,7 @@ func (ew *endpointWatch) check(ev *engines.Event) {
 	}
 	x := ew.x
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	x.parity.CheckedBlocks += uint64(o.Checked)
 	x.parity.MatchedBlocks += uint64(o.Matched)
 	x.parity.UncheckedBlock += uint64(o.Unchecked)
@@ -175,20 +203,10 @@ func (ew *endpointWatch) check(ev *engines.Event) {
 	if o.Mismatch != nil {
 		x.parity.Mismatches++
 		x.parity.LastMismatch = o.Mismatch.Error()
-	}
-	x.verifiedAfterRestart += o.Matched
-	resumed := x.verifiedAfterRestart
-	x.mu.Unlock()
-	if !x.certified {
+		x.applyLocked(exactness.Evidence{Type: exactness.ParityMismatched, Detail: fmt.Sprintf("the engine's published block keys do not match the rule's binding (%s leg): %s", o.Mismatch.Leg, o.Mismatch.Detail)})
 		return
 	}
-	if o.Mismatch != nil {
-		if x.hold(holdParity, fmt.Sprintf("live parity mismatch (%s leg) at %s: %s", o.Mismatch.Leg, x.now().UTC().Format(time.RFC3339), o.Mismatch.Detail)) {
-			ew.log.Error("KV-exact suspended: the engine's published block keys do not match the rule's binding", "leg", o.Mismatch.Leg, "detail", o.Mismatch.Detail)
-		}
-		return
-	}
-	if resumed >= ew.resume && !x.held(holdParity) && x.release(holdRestart) {
-		ew.log.Info("KV-exact resumed: the live parity watch verified blocks since the restart", "blocks", resumed)
+	if o.Matched > 0 {
+		x.applyLocked(exactness.Evidence{Type: exactness.ParityMatched, Blocks: o.Matched})
 	}
 }

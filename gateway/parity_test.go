@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -15,9 +16,9 @@ import (
 // was there (ctk certify clears every engine) and restarts nothing; a clear after it, or replayed on
 // a reconnect, makes the endpoint unverified; a gap does not.
 func TestHistoryIsNoRestart(t *testing.T) {
-	x := newEndpointExact("r", &route.Endpoint{Name: "e0"}, true, "certified (engine)", time.Now, nil)
+	x := newEndpointExact("r", &route.Endpoint{Name: "e0"}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
 	g := &Gateway{log: slog.New(slog.DiscardHandler)}
-	ew, err := g.newEndpointWatch(x, "vllm", nil)
+	ew, err := g.newEndpointWatch(x, "vllm", 16, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,23 +27,23 @@ func TestHistoryIsNoRestart(t *testing.T) {
 	ew.trace(ingest.Trace{Type: "connect", Count: 1})
 	ew.trace(ingest.Trace{Type: "replay", Reason: "requested"})
 	ew.trace(ingest.Trace{Type: "event", Event: cleared})
-	if x.held(holdRestart) {
+	if x.held(exactness.Restart) {
 		t.Fatal("a clear from the first replay (history) made the endpoint unverified")
 	}
 	ew.trace(ingest.Trace{Type: "replay", Reason: "completed"})
 	ew.trace(ingest.Trace{Type: "clear", Reason: "gap"})
-	if x.held(holdRestart) {
+	if x.held(exactness.Restart) {
 		t.Fatal("a sequence gap made the endpoint unverified")
 	}
 	ew.trace(ingest.Trace{Type: "event", Event: cleared})
-	if !x.held(holdRestart) || x.ep.Fenced() == "" {
+	if !x.held(exactness.Restart) || x.ep.Fenced() == "" {
 		t.Fatal("a live clear did not make the endpoint unverified")
 	}
-	x.release(holdRestart)
+	x.apply(exactness.Evidence{Type: exactness.Certified})
 	ew.trace(ingest.Trace{Type: "connect", Count: 2})
 	ew.trace(ingest.Trace{Type: "replay", Reason: "requested"})
 	ew.trace(ingest.Trace{Type: "clear", Reason: "regression"})
-	if !x.held(holdRestart) {
+	if !x.held(exactness.Restart) {
 		t.Fatal("a regression replayed on a reconnect did not make the endpoint unverified")
 	}
 }

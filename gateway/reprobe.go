@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines/registry"
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -42,25 +43,18 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 			why, version := g.probeOnce(ctx, hc, rt, e)
 			if ew := rt.watches[e.Name]; ew != nil {
 				if changed := ew.proc.checkVersion(version); changed != "" {
-					ew.reset()
-					ew.restarted(changed)
+					ew.newProcess(changed)
 				}
 			}
-			switch {
-			case why != "" && !x.held(holdReprobe):
-				g.log.Warn("re-probe failed: KV-exact fenced for this endpoint", "rule", rt.rule.Name, "endpoint", e.Name, "reason", why)
-				x.hold(holdReprobe, why)
-				g.statusM.fence(rt.rule.Name, e.Name, true)
-			case why == "" && x.held(holdReprobe):
-				g.log.Info("re-probe passed again: fence lifted", "rule", rt.rule.Name, "endpoint", e.Name)
-				x.release(holdReprobe)
-				g.statusM.fence(rt.rule.Name, e.Name, false)
+			if why != "" {
+				x.apply(exactness.Evidence{Type: exactness.ReprobeFailed, Detail: why})
+			} else {
+				x.apply(exactness.Evidence{Type: exactness.ReprobePassed})
 			}
-			// The router binding has no engine keys for the live parity watch to verify after a
-			// restart: a passing re-probe (identity and tokenizer) is what lets it resume.
-			if why == "" && rt.exact.Binding == "router" && x.release(holdRestart) {
-				g.log.Info("re-probe passed after a restart: KV-exact resumed", "rule", rt.rule.Name, "endpoint", e.Name)
-			}
+			g.statusM.fence(rt.rule.Name, e.Name, x.held(exactness.Reprobe))
+			// Each re-probe also samples the verification probes: a template or tokenizer that
+			// drifted without a restart is seen within one interval.
+			g.startVerifyProbes(x)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -330,5 +331,42 @@ func TestE2EExplainAnswersAsTheDataPath(t *testing.T) {
 	code, body := do(p.admin+"/admin/explain", "application/json", string(raw), true)
 	if code != 200 || !strings.Contains(body, `"overlap": 0`) || strings.Contains(body, `"tier": "kv-exact"`) {
 		t.Fatalf("explain of the unsalted prompt: %d %s", code, body)
+	}
+}
+
+// TestE2EPromptLogprobsPredictsZero: vLLM reads no prefix-cache block for a request asking for
+// prompt_logprobs (its SamplingParams turn skip_reading_prefix_cache on), so the simulator reports 0
+// cached tokens for it even where the prompt is cached, and the gateway predicts 0 with the reason
+// instead of a KV-exact hit it would never get. skip_reading_prefix_cache: false restores the hit.
+func TestE2EPromptLogprobsPredictsZero(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, blockSize: 16})
+	doc := docs(1)[0]
+	req := func(extra map[string]any) map[string]any {
+		m := map[string]any{"model": "llama3", "prompt": doc, "max_tokens": 2}
+		maps.Copy(m, extra)
+		return m
+	}
+	ep := warmHit(t, p, "/v1/completions", req(nil), req(nil))
+	missesBefore := missCount(p, "no_cache_read")
+	c := p.send("/v1/completions", req(map[string]any{"prompt_logprobs": 1}))
+	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) || !strings.Contains(c.decision, "no_cache_read") {
+		t.Fatalf("prompt_logprobs: %d, decision %s", c.status, c.decision)
+	}
+	if missCount(p, "no_cache_read") != missesBefore+1 {
+		t.Fatalf("no_cache_read misses: %v, want %v", missCount(p, "no_cache_read"), missesBefore+1)
+	}
+	// The engine agrees: sent where the prompt is cached, it reads none of it.
+	i := 0
+	if ep != p.sims[0].Config().Endpoint {
+		i = 1
+	}
+	if d := p.direct(i, req(map[string]any{"prompt_logprobs": 1})); d.cached != 0 {
+		t.Fatalf("the engine reported %d cached tokens for a prompt_logprobs request", d.cached)
+	}
+	if d := p.direct(i, req(map[string]any{"prompt_logprobs": 1, "skip_reading_prefix_cache": false})); d.cached == 0 {
+		t.Fatal("skip_reading_prefix_cache false: the engine should read the cached prompt")
+	}
+	if c := p.send("/v1/completions", req(map[string]any{"prompt_logprobs": 1, "skip_reading_prefix_cache": false})); !strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("skip_reading_prefix_cache false: decision %s", c.decision)
 	}
 }

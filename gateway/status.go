@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -130,7 +131,11 @@ func (g *Gateway) SetEndpointState(rule, endpoint, state string) bool {
 	return false
 }
 
-// statusMetrics exports whether KV-exact runs per rule, with the reason as a label when it does not.
+// exactOffCodes are the codes of ExactStatus.Code: why KV-exact does not run for a rule.
+var exactOffCodes = []string{"mode_off", "no_events", "models", "tokenizer", "no_certificate", "no_endpoint_certified", "hash_binding"}
+
+// statusMetrics exports whether KV-exact runs per rule, with the reason's code as a label when it
+// does not.
 type statusMetrics struct {
 	exact  *prometheus.GaugeVec
 	fenced *prometheus.GaugeVec
@@ -141,7 +146,7 @@ type statusMetrics struct {
 func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
 	m := &statusMetrics{exact: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kvexact_rule_exact_enabled",
-		Help: "1 when KV-exact runs for the rule (a valid certificate covers its profile), else 0 with the reason.",
+		Help: "1 when KV-exact runs for the rule (a valid certificate covers its profile), else 0 with the reason's code: mode_off, no_events, models, tokenizer, no_certificate, no_endpoint_certified, hash_binding (/admin/status has the text).",
 	}, []string{"rule", "binding", "reason"}),
 		fenced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kvexact_endpoint_exact_fenced",
@@ -159,11 +164,12 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 	if rt.exact.Enabled {
 		v = 1
 	}
-	reason := rt.exact.Reason
-	if len(reason) > 200 {
-		reason = reason[:200]
+	// The label is the reason's code, never its text (a closed set; /admin/status has the text).
+	code := rt.exact.Code
+	if code != "" && !slices.Contains(exactOffCodes, code) {
+		code = "other" // a code added without its entry here still cannot open the label set
 	}
-	m.exact.WithLabelValues(rt.rule.Name, rt.exact.Binding, reason).Set(v)
+	m.exact.WithLabelValues(rt.rule.Name, rt.exact.Binding, code).Set(v)
 	for _, x := range rt.epExact {
 		x.mu.Lock()
 		x.publish()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
 
@@ -60,7 +61,7 @@ func (g *Gateway) CheckRoutedPrompt(rule, endpoint string, lastKey uint64, block
 		return
 	}
 	x := rt.exactOf(endpoint)
-	if x == nil || !x.certified {
+	if x == nil || !x.certified() {
 		return
 	}
 	before, ok := endpointCounters(rt.index, x.ep.ID)
@@ -108,14 +109,11 @@ func (g *Gateway) finishTokenCheck(rt *ruleRuntime, x *endpointExact, lastKey ui
 		x.tokens.LastMiss = fmt.Sprintf("a prompt of %d blocks routed at %s: its last block (key %016x) is not among the %d blocks the engine stored within %s",
 			blocks, routed.UTC().Format(time.RFC3339), lastKey, after.Stored-before.Stored, grace)
 	}
-	run, last := x.tokenRun, x.tokens.LastMiss
-	x.mu.Unlock()
-	if run >= k {
-		why := fmt.Sprintf("%s (%d consecutive routed prompts not reproduced; last: %s)", tokenDriftReason, run, last)
-		if x.hold(holdTokenDrift, why) {
-			g.log.Error("KV-exact suspended: "+tokenDriftReason, "rule", x.rule, "endpoint", x.ep.Name, "prompts", run)
-		}
+	if x.tokenRun >= k && !x.sm.Held(exactness.TokenDrift) {
+		x.applyLocked(exactness.Evidence{Type: exactness.TokenDriftSeen,
+			Detail: fmt.Sprintf("%s (%d consecutive routed prompts not reproduced; last: %s)", tokenDriftReason, x.tokenRun, x.tokens.LastMiss)})
 	}
+	x.mu.Unlock()
 }
 
 // endpointCounters returns the inventory's counters of endpoint id.

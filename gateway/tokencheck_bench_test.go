@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -80,7 +81,7 @@ func tokenCheckRule(tb testing.TB, n, keys int) (*Gateway, *ruleRuntime) {
 		runtimes: map[string]*ruleRuntime{}}
 	rt := &ruleRuntime{index: ix, eps: eps, exact: ExactStatus{Enabled: true, Binding: "router"}}
 	for _, e := range eps {
-		rt.epExact = append(rt.epExact, newEndpointExact("pool", e, true, "certified (router)", time.Now, nil))
+		rt.epExact = append(rt.epExact, newEndpointExact("pool", e, exactness.Config{}, true, "certified (router)", time.Now, nil, nil))
 	}
 	g.runtimes["pool"] = rt
 	return g, rt

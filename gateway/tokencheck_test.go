@@ -3,6 +3,8 @@ package gateway
 import (
 	"testing"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/exactness"
 )
 
 // TestTokenCheckOutcomes: the check's verdict per window. A resident deepest block is reproduced
@@ -48,8 +50,8 @@ func TestTokenCheckOutcomes(t *testing.T) {
 		x.mu.Lock()
 		tc, r := x.tokens, x.tokenRun
 		x.mu.Unlock()
-		if tc.Reproduced != rep || tc.NotReproduced != not || tc.Inconclusive != inc || r != run || x.held(holdTokenDrift) != suspended {
-			t.Fatalf("got %+v run %d held %v; want reproduced %d, not %d, inconclusive %d, run %d, held %v", tc, r, x.held(holdTokenDrift), rep, not, inc, run, suspended)
+		if tc.Reproduced != rep || tc.NotReproduced != not || tc.Inconclusive != inc || r != run || x.held(exactness.TokenDrift) != suspended {
+			t.Fatalf("got %+v run %d held %v; want reproduced %d, not %d, inconclusive %d, run %d, held %v", tc, r, x.held(exactness.TokenDrift), rep, not, inc, run, suspended)
 		}
 	}
 	check(held, stored)
@@ -68,7 +70,7 @@ func TestTokenCheckOutcomes(t *testing.T) {
 	want(2, 2, 3, 1, false)
 	check(absent, stored)
 	want(2, 3, 3, 2, true)
-	if r := x.ep.Fenced(); r == "" || !x.held(holdTokenDrift) {
+	if r := x.ep.Fenced(); r == "" || !x.held(exactness.TokenDrift) {
 		t.Fatalf("not fenced: %q", r)
 	}
 	// The operator's clear lifts it and restarts the run.

@@ -6,15 +6,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/gateway/exactness"
 )
 
 // DefaultShortfallHits is how many consecutive KV-exact hits with a predicted prefix of at least one
 // block and no cached token reported by the engine suspend the endpoint (Options.ShortfallHits).
 const DefaultShortfallHits = 3
 
-// shortfallReason is the status text of a realized shortfall: the event watch sees the engine's own
-// tokens, so only the engine's usage can show that it tokenizes or renders requests differently.
-const shortfallReason = "engine reports no hits where the gateway predicted them: tokenizer or template drift suspected"
+// shortfallReason is the status text of a realized shortfall. The engine's usage is the last line
+// of evidence: it shows that the gateway's picture of what the engine caches is wrong for the
+// requests routed to it, not which leg made it wrong, so the text names every cause seen to give
+// it (the exactness machine's other checks name a leg where they can).
+const shortfallReason = "engine reports no hits where the gateway predicted them: the gateway's inventory or keys do not describe what the engine caches for these requests — lost or unreplayed events (stale blocks), a data-parallel rank other than the one holding the blocks, or tokenizer or template drift suspected"
 
 // usageMetrics count predicted and realized cached tokens per rule and endpoint.
 type usageMetrics struct {
@@ -65,14 +69,11 @@ func (g *Gateway) RecordUsage(rule, endpoint string, kvExact bool, predicted, re
 			x.shortRun = 0
 		}
 	}
-	run := x.shortRun
-	x.mu.Unlock()
-	if run >= k && x.certified {
-		why := fmt.Sprintf("%s (%d consecutive KV-exact hits predicted at least one block, the engine reported 0 cached tokens; since %s)", shortfallReason, run, x.now().UTC().Format(time.RFC3339))
-		if x.hold(holdShortfall, why) {
-			g.log.Error("KV-exact suspended: "+shortfallReason, "rule", rule, "endpoint", endpoint, "hits", run)
-		}
+	if x.shortRun >= k && !x.sm.Held(exactness.Shortfall) {
+		x.applyLocked(exactness.Evidence{Type: exactness.ShortfallSeen,
+			Detail: fmt.Sprintf("%s (%d consecutive KV-exact hits predicted at least one block, the engine reported 0 cached tokens; since %s)", shortfallReason, x.shortRun, x.now().UTC().Format(time.RFC3339))})
 	}
+	x.mu.Unlock()
 }
 
 // ErrHoldNotClearable is returned by ClearExactHold for a hold that lifts on evidence only.
@@ -94,11 +95,11 @@ var ErrNoEndpoint = errors.New("no such endpoint")
 // realized_shortfall. It returns the endpoint's exactness after the change.
 func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, error) {
 	if hold == "" {
-		hold = string(holdShortfall)
+		hold = string(exactness.Shortfall)
 	}
-	kind := holdKind(hold)
-	if kind != holdShortfall && kind != holdTokenDrift {
-		return EndpointExact{}, fmt.Errorf("%w: hold %q (only %q and %q are cleared by hand; the others lift on evidence or re-certification)", ErrHoldNotClearable, hold, holdShortfall, holdTokenDrift)
+	kind := exactness.Cause(hold)
+	if !exactness.ClearedByHand(kind) {
+		return EndpointExact{}, fmt.Errorf("%w: hold %q (only %q and %q are cleared by hand; the others lift on evidence or re-certification)", ErrHoldNotClearable, hold, exactness.Shortfall, exactness.TokenDrift)
 	}
 	rt, ok := g.runtime(rule)
 	if !ok {
@@ -109,14 +110,14 @@ func (g *Gateway) ClearExactHold(rule, endpoint, hold string) (EndpointExact, er
 		return EndpointExact{}, fmt.Errorf("%w: endpoint %q in rule %q", ErrNoEndpoint, endpoint, rule)
 	}
 	x.mu.Lock()
-	if kind == holdShortfall {
+	if kind == exactness.Shortfall {
 		x.shortRun = 0
 	} else {
 		x.tokenRun = 0
 	}
-	x.mu.Unlock()
-	if x.release(kind) {
+	if t := x.applyLocked(exactness.Evidence{Type: exactness.Cleared, Cause: kind}); len(t.Lifted) > 0 {
 		g.log.Warn("KV-exact suspension cleared by the operator", "rule", rule, "endpoint", endpoint, "hold", hold)
 	}
+	x.mu.Unlock()
 	return x.status(), nil
 }

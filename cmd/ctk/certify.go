@@ -29,7 +29,7 @@ func init() {
 }
 
 var certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
-                   [--event-timeout 15s] [-v]
+                   [--event-timeout 15s] [--lenient-auto] [-v]
 
 Runs the certification specs against every endpoint of the pool — identity, tokenizer parity,
 chat-template parity, geometry and hash parity end to end (a probe completion's own KV events),
@@ -41,7 +41,10 @@ The engines must be otherwise idle: the probe clears caches where the family all
 ` + drainedEngines + ` drain must have no other consumer while ctk reads it.
 
 Exit status: 0 every endpoint is certified for what the pool asks of it, 1 otherwise, 2 unusable
-input (the message names the field).
+input (the message names the field). With binding auto an endpoint must get a binding with no
+failing leg: one covered for the router binding while its engine-binding keys failed (a wrong seed)
+is reported with the binding it got and the failing legs, and the run exits 1; --lenient-auto
+exits 0 for it as before.
 `
 
 func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -53,6 +56,7 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signKey := fs.String("sign-key", "", "ed25519 private key (PEM, from ctk keygen) to sign the certificate")
 	eventTimeout := fs.Duration("event-timeout", 15*time.Second, "how long to wait for the probe's own events")
 	verbose := fs.Bool("v", false, "log progress to stderr")
+	lenient := fs.Bool("lenient-auto", false, "binding auto: exit 0 for an endpoint covered for one binding even when a leg of the other failed")
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ctk certify: "+format+"\n\n%s", append(a, certifyUsage)...)
 		return 2
@@ -79,7 +83,7 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ctk certify: %s: %v\n", *poolPath, err)
 		return 2
 	}
-	opts := ctk.Options{ValidFor: *validFor, EventTimeout: *eventTimeout}
+	opts := ctk.Options{ValidFor: *validFor, EventTimeout: *eventTimeout, LenientAuto: *lenient}
 	if *signKey != "" {
 		if opts.SignKey, err = certificate.LoadPrivateKey(*signKey); err != nil {
 			fmt.Fprintf(stderr, "ctk certify: --sign-key: %v\n", err)

@@ -287,7 +287,7 @@ func status(args []string) int {
 		sort.Strings(names)
 		suspended := map[string]string{}
 		for _, e := range r.EndpointStates {
-			if e.Exact != nil && e.Exact.State == "suspended" {
+			if e.Exact != nil && (e.Exact.State == "suspended" || e.Exact.State == "verifying") {
 				suspended[e.Name] = strings.Join(e.Exact.Reasons, "; ")
 			}
 		}

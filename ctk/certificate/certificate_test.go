@@ -2,6 +2,7 @@ package certificate
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,5 +189,23 @@ func TestVerification(t *testing.T) {
 	}
 	if got, err := Load(path, pub); err != nil || got.Verification() != Verified {
 		t.Fatalf("signed with key: %v %v", got, err)
+	}
+}
+
+func TestProfileDiffNamesEachFieldWithBothValues(t *testing.T) {
+	a := NewProfile("vllm", "vllm-kv-map-v2", "llama3", "tok", "cfg", "tmpl", 16, "auto", "sha256", nil)
+	if d := ProfileDiff(a, a); len(d) != 0 {
+		t.Fatalf("equal profiles differ: %v", d)
+	}
+	seed := "1"
+	b := NewProfile("vllm", "vllm-kv-map-v2", "llama3", "tok", "cfg", "other template", 16, "engine", "sha256", &seed)
+	d := ProfileDiff(a, b)
+	want := []string{
+		fmt.Sprintf("chat template sha256: certificate %q, rule %q", a.TemplateSHA256, b.TemplateSHA256),
+		`binding: certificate "auto", rule "engine"`,
+		fmt.Sprintf("seed fingerprint: certificate %q, rule %q", a.SeedFingerprint, b.SeedFingerprint),
+	}
+	if strings.Join(d, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("diff:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
 	}
 }

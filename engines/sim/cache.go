@@ -47,8 +47,9 @@ type seq struct {
 	storedN int    // leading blocks whose keys are cached (hit, stored or shared)
 	// winFrom, winTo: the blocks [winFrom, winTo) the request holds in the sliding-window group.
 	winFrom, winTo int
-	hitN           int // leading blocks that were prefix-cache hits at admission
-	reserve        int // blocks still reserved for this request
+	hitN           int  // leading blocks that were prefix-cache hits at admission
+	skipRead       bool // the request reads no prefix-cache hit (genReq.skipRead)
+	reserve        int  // blocks still reserved for this request
 }
 
 // storedFunc builds a BlockStored event for blocks [first, last) of s (all full, freshly cached).
@@ -267,6 +268,9 @@ func (c *cache) hits(keys []uint64, promptLen int) int {
 // promise them yet.
 func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 	n := c.hits(s.keys, promptLen)
+	if s.skipRead {
+		n = 0
+	}
 	if c.win != nil {
 		n = c.win.hit(s.keys, n)
 	}

@@ -664,6 +664,10 @@ type genReq struct {
 	first []uint32
 	// prefillOnly stops after the prefill step's one token (P/D prefill side).
 	prefillOnly bool
+	// skipRead: the request does not read the prefix cache (vLLM's skip_reading_prefix_cache,
+	// which prompt_logprobs turns on: cached positions would have no prompt logprobs). Its blocks
+	// are still stored.
+	skipRead bool
 	// onPrefilled runs once the prompt is computed (the first token is about to stream); onToken
 	// for every output token.
 	onPrefilled func(cached int)
@@ -726,7 +730,7 @@ func (e *Engine) generate(ctx context.Context, q *genReq) (*genRes, error) {
 	if !r.cache.fits(total) {
 		return nil, fmt.Errorf("request needs %d blocks, the KV cache has %d", ceilDiv(total, e.cfg.BlockSize), r.cache.capacity())
 	}
-	s := &seq{ex: q.ex, session: q.session}
+	s := &seq{ex: q.ex, session: q.session, skipRead: q.skipRead}
 	keyer, err := e.newKeyer(q.ex)
 	if err != nil {
 		return nil, err

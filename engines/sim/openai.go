@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,8 +28,12 @@ type oaiBody struct {
 		IncludeUsage         *bool `json:"include_usage"`
 		ContinuousUsageStats *bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
-	AddSpecialTokens *bool   `json:"add_special_tokens"`
-	CacheSalt        *string `json:"cache_salt"`
+	AddSpecialTokens *bool `json:"add_special_tokens"`
+	// PromptLogprobs (vLLM) turns on skip_reading_prefix_cache unless the request sets that
+	// itself (vLLM's SamplingParams: skip_reading_prefix_cache = prompt_logprobs is not None).
+	PromptLogprobs         json.RawMessage `json:"prompt_logprobs"`
+	SkipReadingPrefixCache *bool           `json:"skip_reading_prefix_cache"`
+	CacheSalt              *string         `json:"cache_salt"`
 	// SGLang: the request's session, echoed on its stores from v0.5.21 (PR #37482).
 	SessionID *string `json:"session_id"`
 	// vLLM P/D.
@@ -289,7 +294,7 @@ func (e *Engine) serveGeneration(w http.ResponseWriter, r *http.Request, p *prep
 	ctx := r.Context()
 	id := e.responseID(p.kind)
 	created := time.Now().Unix()
-	q := &genReq{rank: p.rank, prompt: p.prompt, maxTokens: p.maxTokens, ex: p.ex, session: p.session}
+	q := &genReq{rank: p.rank, prompt: p.prompt, maxTokens: p.maxTokens, ex: p.ex, session: p.session, skipRead: e.cfg.Family == "vllm" && p.body.skipsPrefixCache()}
 	pd, status, msg := e.preparePD(ctx, p, q)
 	if status != 0 {
 		e.writeError(w, status, msg, "")
@@ -458,4 +463,14 @@ func (s *sseWriter) finish(reason string, usage map[string]any, includeUsage boo
 func (s *sseWriter) errorEvent(err error) {
 	s.send(map[string]any{"error": map[string]any{"message": err.Error(), "type": "InternalServerError", "param": nil, "code": 500}})
 	_, _ = s.w.Write([]byte("data: [DONE]\n\n"))
+}
+
+// skipsPrefixCache is vLLM's skip_reading_prefix_cache for the body: its own value when given, else
+// whether prompt_logprobs is set (not null).
+func (b *oaiBody) skipsPrefixCache() bool {
+	if b.SkipReadingPrefixCache != nil {
+		return *b.SkipReadingPrefixCache
+	}
+	v := bytes.TrimSpace(b.PromptLogprobs)
+	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
 }

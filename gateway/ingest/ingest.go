@@ -95,6 +95,11 @@ type Config struct {
 	// hold one address per rank ("" for a rank without replay).
 	Publish []string
 	Replay  []string
+	// ReplayGaps asks a rank's replay socket for the messages of a live sequence gap before the
+	// message after it is applied (the gateway: no stale block from a lost eviction, no lost
+	// store). Off, a gap is judged by the window alone — what ctk wants, since it certifies that
+	// the publisher loses nothing.
+	ReplayGaps bool
 
 	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string

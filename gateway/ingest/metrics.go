@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, append(rer, "reason")),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_gaps_total",
-			Help: "Sequence discontinuities, by decision (kept: <= 64 missing; cleared: more, a regression or a restart).",
+			Help: "Sequence discontinuities, by decision (replayed: asked of the replay socket first, then judged again; kept: <= 64 missing; cleared: more, a regression or a restart).",
 		}, append(rer, "decision")),
 		clears: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_clears_total",

@@ -163,6 +163,17 @@ func (rr *rankRun) live(ctx context.Context, seq uint64, payload []byte) {
 		rr.resync(ctx, 0)
 		v, missing = rr.w.Check(seq, digest, false)
 	}
+	if rr.replay != "" && rr.p.cfg.ReplayGaps && (v == GapKept || v == GapCleared) {
+		// Messages were lost on the wire (a PUB high-water mark, a slow subscriber): their stores
+		// and evictions are in the publisher's replay buffer. Ask for them before this message is
+		// applied, so no block the engine evicted meanwhile stays as a stale key, and none it
+		// stored is missed; then judge the message again. If the buffer no longer has them the
+		// gap stands and is kept or cleared as before.
+		rr.p.lab.gap(rr.rank, "replayed")
+		rr.p.trace(Trace{Type: "gap", Rank: rr.rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "replayed"})
+		rr.resync(ctx, rr.w.last+1)
+		v, missing = rr.w.Check(seq, digest, false)
+	}
 	if rr.p.admit(rr.rank, &rr.w, seq, digest, v, missing, false) {
 		rr.apply(seq, payload)
 	}

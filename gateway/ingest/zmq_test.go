@@ -67,6 +67,36 @@ func TestZMQSmallGapKept(t *testing.T) {
 	}
 }
 
+// TestZMQGapReplayed: with a replay socket, a gap is filled from the publisher's buffer before the
+// message after it is applied: the lost messages' stores arrive and the eviction among them removes
+// its key (kept without replay, it would stay as a stale block), and no gap is counted as kept.
+func TestZMQGapReplayed(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, true)
+	cfg := vllmCfg(p)
+	cfg.ReplayGaps = true
+	h := startSource(t, cfg)
+	p.waitSub()
+	eventually(t, 5*time.Second, "the first replay", func() bool {
+		return h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")) == 1
+	})
+	p.publish(0, stored(t, 0, 1, 2))
+	h.waitKeys(map[uint64]int{1: 1, 2: 1})
+	p.drop(1, stored(t, 0, 7))
+	p.drop(2, removed(t, 0, 2))
+	p.publish(3, stored(t, 0, 3))
+	h.waitKeys(map[uint64]int{1: 1, 3: 1, 7: 1})
+	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "kept")); g != 0 {
+		t.Errorf("gaps kept: %v, want 0 (the gap was replayed)\n%s", g, h.traceLog())
+	}
+	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "replayed")); g != 1 {
+		t.Errorf("gaps replayed: %v, want 1\n%s", g, h.traceLog())
+	}
+	if c := h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")); c != 2 {
+		t.Errorf("replays completed: %v, want 2\n%s", c, h.traceLog())
+	}
+}
+
 func TestZMQLargeGapCleared(t *testing.T) {
 	checkNoLeak(t)
 	p := newGoPub(t, false)

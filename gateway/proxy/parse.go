@@ -148,6 +148,8 @@ type parsed struct {
 	truncate     *int64
 	truncSide    string
 	promptEmbeds bool
+	// skipsCache: the engine reads no prefix-cache hit for the request (route.Request.SkipsPrefixCache).
+	skipsCache bool
 	// chatReq is the chat body checked as vLLM does, or chatErr why it is not a valid one (the
 	// request is still forwarded: the engine gives the client its own answer).
 	chatReq *tokenize.ChatRequest
@@ -159,6 +161,7 @@ type parsed struct {
 type wireBody struct {
 	Model, Stream, User, Prompt, Messages                                           json.RawMessage
 	AddSpecialTokens, CacheSalt, TruncatePromptTokens, TruncationSide, PromptEmbeds json.RawMessage
+	PromptLogprobs, SkipReadingPrefixCache                                          json.RawMessage
 }
 
 // bodyScanner is a pooled JSON token reader for request bodies.
@@ -264,6 +267,10 @@ func (wb *wireBody) member(quoted []byte) *json.RawMessage {
 		return &wb.TruncationSide
 	case "prompt_embeds":
 		return &wb.PromptEmbeds
+	case "prompt_logprobs":
+		return &wb.PromptLogprobs
+	case "skip_reading_prefix_cache":
+		return &wb.SkipReadingPrefixCache
 	}
 	return nil
 }
@@ -322,6 +329,7 @@ func (p *parsed) parse(raw []byte, chat bool) *apierror.Error {
 	if e := p.readKeyFields(wb.CacheSalt, wb.TruncatePromptTokens, wb.TruncationSide); e != nil {
 		return e
 	}
+	p.skipsCache = skipsPrefixCache(wb.PromptLogprobs, wb.SkipReadingPrefixCache)
 	p.promptEmbeds = !isNull(wb.PromptEmbeds)
 	if p.promptEmbeds && isNull(wb.Prompt) {
 		return nil // vLLM accepts prompt_embeds alone
@@ -377,6 +385,7 @@ func (p *parsed) parseChat(raw []byte) *apierror.Error {
 	if e := p.readKeyFields(member("cache_salt"), member("truncate_prompt_tokens"), member("truncation_side")); e != nil {
 		return e
 	}
+	p.skipsCache = skipsPrefixCache(member("prompt_logprobs"), member("skip_reading_prefix_cache"))
 	p.affinity = cb.MessagesText()
 	p.chatReq, p.chatErr = cb.Request()
 	return nil
@@ -551,6 +560,7 @@ func (p *parsed) fillRouteRequest(rr *route.Request, r *http.Request) {
 		TruncatePromptTokens: p.truncate,
 		TruncationSide:       p.truncSide,
 		PromptEmbeds:         p.promptEmbeds,
+		SkipsPrefixCache:     p.skipsCache,
 	}
 }
 
@@ -576,4 +586,17 @@ func sniffModel(r *http.Request, raw []byte) string {
 		return ""
 	}
 	return v.Model
+}
+
+// skipsPrefixCache is vLLM's skip_reading_prefix_cache for a body: its own value when it is a
+// boolean, else whether prompt_logprobs is set (vLLM's SamplingParams default). The engine
+// validates both; a value it refuses fails there, so anything unreadable here counts as set.
+func skipsPrefixCache(promptLogprobs, skip json.RawMessage) bool {
+	if !isNull(skip) {
+		var b bool
+		if json.Unmarshal(skip, &b) == nil {
+			return b
+		}
+	}
+	return !isNull(promptLogprobs)
 }

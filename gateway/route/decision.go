@@ -34,11 +34,12 @@ const (
 	MissBatch           Miss = "batch"            // several prompts in one completions request
 	MissLoRA            Miss = "lora"             // the engine's keys do not separate LoRA adapters
 	MissCacheSalt       Miss = "cache_salt"       // the engine's keys do not carry cache_salt
+	MissNoCacheRead     Miss = "no_cache_read"    // prompt_logprobs / skip_reading_prefix_cache: the engine reads no cached block
 )
 
 // Misses lists every reason, for metrics.
 var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow,
-	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt}
+	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt, MissNoCacheRead}
 
 // Decision is a routing outcome with its evidence. Release must be called exactly once when the
 // request ends (it gives back the load units the decision took).

@@ -84,6 +84,8 @@ func (r *Request) unkeyable() (Miss, string) {
 	switch {
 	case r.PromptEmbeds:
 		return MissPromptEmbeds, "prompt_embeds: the engine hashes the embedding tensors, which the gateway does not decode"
+	case r.SkipsPrefixCache:
+		return MissNoCacheRead, "prompt_logprobs (or skip_reading_prefix_cache): the engine reads no cached block for this request, so no endpoint's cache helps it; 0 cached tokens predicted"
 	case r.Batch > 1:
 		return MissBatch, strconv.Itoa(r.Batch) + " prompts in one request: no single key sequence to score"
 	case r.Prompt == "" && len(r.PromptTokens) == 0 && !r.Chat:

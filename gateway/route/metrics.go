@@ -32,6 +32,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec // rule, tier
 	misses    *prometheus.CounterVec // rule, reason
 	hits      *prometheus.CounterVec // rule, endpoint
+	hitsBy    *prometheus.CounterVec // rule, endpoint, evidence
 	spills    *prometheus.CounterVec // rule, endpoint
 	seeds     *prometheus.CounterVec // rule, endpoint
 	zeroHits  *prometheus.CounterVec // rule
@@ -45,11 +46,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_route_decisions_total", Help: "Routing decisions by the tier that decided."}, []string{"rule", "tier"}),
 		misses:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_miss_total", Help: "KV-exact misses by reason (one reason per miss)."}, []string{"rule", "reason"}),
 		hits:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_hits_total", Help: "Requests KV-exact routed to an endpoint."}, []string{"rule", "endpoint"}),
-		spills:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_spills_total", Help: "KV-exact decisions the load law moved off the best-scoring endpoint."}, []string{"rule", "endpoint"}),
-		seeds:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_coldstart_seeds_total", Help: "KV-exact hits diverted to a cold endpoint."}, []string{"rule", "endpoint"}),
-		zeroHits:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_zero_hit_watchdog_total", Help: "Lookups at or past 50 consecutive zero-overlap results against a non-empty inventory (a parity leg probably differs)."}, []string{"rule"}),
+		hitsBy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_hits_by_evidence_total",
+			Help: "KV-exact hits by the evidence the winning score stood on: engine_confirmed (only blocks the engine's events published) or predicted (it needed at least one block predict-on-route assumed, no event confirmed). kvexact_realized_cached_tokens_total has what the engines then reported."}, []string{"rule", "endpoint", "evidence"}),
+		spills:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_spills_total", Help: "KV-exact decisions the load law moved off the best-scoring endpoint."}, []string{"rule", "endpoint"}),
+		seeds:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_coldstart_seeds_total", Help: "KV-exact hits diverted to a cold endpoint."}, []string{"rule", "endpoint"}),
+		zeroHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_zero_hit_watchdog_total", Help: "Lookups at or past 50 consecutive zero-overlap results against a non-empty inventory (a parity leg probably differs)."}, []string{"rule"}),
 	}
-	reg.MustRegister(m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits)
+	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits)
 	m.decisionsC.vec, m.missesC.vec, m.hitsC.vec = m.decisions, m.misses, m.hits
 	return m
 }
@@ -58,6 +61,11 @@ func (m *Metrics) decided(rule string, d *Decision) {
 	m.decisionsC.get(rule, d.Tier).Inc()
 	if d.Tier == TierKVExact {
 		m.hitsC.get(rule, d.Target.Name).Inc()
+		evidence := "engine_confirmed"
+		if d.Predicted {
+			evidence = "predicted"
+		}
+		m.hitsBy.WithLabelValues(rule, d.Target.Name, evidence).Inc()
 		if d.Spill {
 			m.spills.WithLabelValues(rule, d.Target.Name).Inc()
 		}
@@ -78,7 +86,7 @@ func (m *Metrics) Forget(rule string) {
 	m.decisionsC.forget(rule)
 	m.missesC.forget(rule)
 	m.hitsC.forget(rule)
-	for _, v := range []*prometheus.CounterVec{m.decisions, m.misses, m.hits, m.spills, m.seeds, m.zeroHits} {
+	for _, v := range []*prometheus.CounterVec{m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 }

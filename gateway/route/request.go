@@ -41,6 +41,10 @@ type Request struct {
 	// PromptEmbeds is true when the request carries prompt_embeds (hashed from tensors the gateway
 	// does not decode).
 	PromptEmbeds bool
+	// SkipsPrefixCache is true when the engine will read no cached block for the request: vLLM's
+	// skip_reading_prefix_cache, which prompt_logprobs turns on (cached positions would have no
+	// prompt logprobs). KV-exact then predicts 0 cached tokens.
+	SkipsPrefixCache bool
 }
 
 // sessionKey is X-Conversation-Id, else user.

@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/exactness"
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/route"
+)
+
+// The verification probes are the evidence for the legs the live parity watch cannot see. That
+// watch re-hashes the token ids the engine's own events carry, so a chat template or tokenizer
+// that changed with a restart is invisible to it. A probe is a request whose keys the gateway
+// computes itself — a completion, and a chat rendered with the certified template — sent straight
+// to the engine (one output token); its deepest full block must then appear among the blocks the
+// endpoint publishes (the engine binding: the engine hashed the same tokens with the same binding;
+// the router binding: the engine's tokens reproduce ours). As with the token check (tokencheck.go):
+//   - resident: reproduced;
+//   - absent while the engine stored blocks in that window and removed, evicted or cleared none:
+//     it stored something, not our prompt — not reproduced, which suspends the endpoint naming the
+//     kind's leg (chat: the chat template; completion: tokenizer, block size or hash);
+//   - anything else is inconclusive and retried.
+// A round runs after every restart (the Restart hold lifts only once every configured kind is
+// reproduced) and with every periodic re-probe (sampling drift without a restart).
+
+// verifyAttempts bounds the probe rounds after a restart whose probes stay inconclusive; the next
+// periodic re-probe starts a new round.
+const verifyAttempts = 5
+
+// ProbeStatus is the verification probes' account on an endpoint in /admin/status.
+type ProbeStatus struct {
+	Sent          uint64    `json:"sent"`
+	Reproduced    uint64    `json:"reproduced"`
+	NotReproduced uint64    `json:"not_reproduced"`
+	Inconclusive  uint64    `json:"inconclusive"`
+	LastProbe     time.Time `json:"last_probe,omitzero"`
+	// LastResult says what the last probe of each kind found.
+	LastResult map[exactness.Kind]string `json:"last_result,omitempty"`
+}
+
+// verifyConfig is what an endpoint's restart verification needs: the live parity watch's blocks
+// where it runs, and the probes the rule's keyer can compute.
+func (g *Gateway) verifyConfig(rt *ruleRuntime, i int) exactness.Config {
+	var cfg exactness.Config
+	if !rt.exact.Enabled || rt.keyer == nil {
+		return cfg
+	}
+	e := rt.rule.Endpoints[i]
+	events := rt.contract.HasEvents() && rt.binding != "none" && (len(e.Events.ZMQ) > 0 || e.Events.Drain != "")
+	if !events {
+		return cfg // nothing published to find a probe in
+	}
+	if rt.binding == "engine" && rt.keyer.Hasher != nil {
+		cfg.ParityBlocks = g.opts.ResumeAfterBlocks
+		if cfg.ParityBlocks <= 0 {
+			cfg.ParityBlocks = DefaultResumeAfterBlocks
+		}
+	}
+	for _, k := range []exactness.Kind{exactness.Completion, exactness.Chat} {
+		if _, _, ok := probeRequest(rt, k, "config"); ok {
+			cfg.Probes = append(cfg.Probes, k)
+		}
+	}
+	return cfg
+}
+
+// probeRequest builds a probe of kind with a nonce (so no cached block answers it) and returns its
+// body, its keyed request and whether the gateway can key it.
+func probeRequest(rt *ruleRuntime, kind exactness.Kind, nonce string) ([]byte, *route.Request, bool) {
+	if len(rt.rule.Models) == 0 || rt.keyer == nil {
+		return nil, nil, false
+	}
+	model := rt.rule.Models[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "kvexact verification probe %s.", nonce)
+	words := []string{"river", "stone", "lantern", "orchard", "copper", "meadow", "signal", "harbor"}
+	for i := range 6 * max(rt.rule.BlockSize, 16) {
+		b.WriteString(" " + words[i%len(words)])
+	}
+	text := b.String()
+	rr := &route.Request{Model: model, Chat: kind == exactness.Chat}
+	var body []byte
+	if kind == exactness.Chat {
+		body, _ = json.Marshal(map[string]any{"model": model, "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": text}}})
+	} else {
+		body, _ = json.Marshal(map[string]any{"model": model, "max_tokens": 1, "prompt": text})
+		rr.Prompt = text
+	}
+	rr.Body = body
+	keys, _, miss, _ := rt.keyer.Keys(context.Background(), rr)
+	return body, rr, miss == route.MissNone && len(keys) >= 2
+}
+
+// startVerifyProbes starts a probe round on the endpoint unless one runs.
+func (g *Gateway) startVerifyProbes(x *endpointExact) {
+	rt, ok := g.runtime(x.rule)
+	if !ok || rt.exactOf(x.name) != x || g.ctx == nil {
+		return
+	}
+	x.mu.Lock()
+	kinds := x.sm.Config().Probes
+	if x.probing || len(kinds) == 0 || !x.sm.Certified() {
+		x.mu.Unlock()
+		return
+	}
+	x.probing = true
+	x.mu.Unlock()
+	go func() {
+		defer func() {
+			x.mu.Lock()
+			x.probing = false
+			x.mu.Unlock()
+		}()
+		g.verifyRound(g.ctx, rt, x, kinds)
+	}()
+}
+
+// verifyRound re-probes the endpoint's identity (a restart's evidence for the router binding),
+// then probes each kind until every one is conclusive or verifyAttempts rounds passed.
+func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointExact, kinds []exactness.Kind) {
+	hc := &http.Client{Transport: g.transport()}
+	if x.held(exactness.Restart) {
+		if why, _ := g.probeOnce(ctx, hc, rt, x.ep); why != "" {
+			x.apply(exactness.Evidence{Type: exactness.ReprobeFailed, Detail: why})
+		} else {
+			x.apply(exactness.Evidence{Type: exactness.ReprobePassed})
+		}
+	}
+	grace := g.opts.TokenCheckGrace
+	if grace <= 0 {
+		grace = DefaultTokenCheckGrace
+	}
+	pending := append([]exactness.Kind(nil), kinds...)
+	for attempt := 0; attempt < verifyAttempts && len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(grace):
+			}
+		}
+		var left []exactness.Kind
+		for _, k := range pending {
+			ev, conclusive := g.probeKind(ctx, hc, rt, x, k, grace)
+			if conclusive {
+				x.apply(ev)
+			} else {
+				left = append(left, k)
+			}
+		}
+		pending = left
+	}
+}
+
+// probeKind sends one probe of kind and waits up to grace for its deepest full block; it returns
+// the evidence and whether it is conclusive.
+func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntime, x *endpointExact, kind exactness.Kind, grace time.Duration) (exactness.Evidence, bool) {
+	var nb [6]byte
+	_, _ = rand.Read(nb[:])
+	body, rr, ok := probeRequest(rt, kind, hex.EncodeToString(nb[:]))
+	if !ok {
+		return exactness.Evidence{}, false
+	}
+	keys, n, _, _ := rt.keyer.Keys(ctx, rr)
+	depth := len(keys)
+	if bs := rt.rule.BlockSize; bs > 0 && n%bs == 0 {
+		depth-- // a prompt of whole blocks: the engine may keep its last one uncached
+	}
+	last := keys[depth-1]
+	before, _ := endpointCounters(rt.index, x.ep.ID)
+	sent := x.now()
+	path := "/v1/completions"
+	if kind == exactness.Chat {
+		path = "/v1/chat/completions"
+	}
+	result := func(s string, counter *uint64) {
+		x.mu.Lock()
+		x.probes.Sent++
+		*counter++
+		x.probes.LastProbe = sent
+		if x.probes.LastResult == nil {
+			x.probes.LastResult = map[exactness.Kind]string{}
+		}
+		x.probes.LastResult[kind] = s
+		x.mu.Unlock()
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(x.addr, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return exactness.Evidence{}, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		result("inconclusive: the engine did not answer the probe: "+err.Error(), &x.probes.Inconclusive)
+		return exactness.Evidence{}, false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		result(fmt.Sprintf("inconclusive: the engine answered the probe with HTTP %d", resp.StatusCode), &x.probes.Inconclusive)
+		return exactness.Evidence{}, false
+	}
+	var mask inventory.Mask
+	mask.Set(x.ep.ID)
+	deadline := time.Now().Add(grace)
+	for {
+		if rt.index.Score([]uint64{last}, mask, nil)[0].Overlap > 0 {
+			result("reproduced", &x.probes.Reproduced)
+			return exactness.Evidence{Type: exactness.ProbeReproduced, Kind: kind}, true
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return exactness.Evidence{}, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	after, ok := endpointCounters(rt.index, x.ep.ID)
+	if !ok || after.Stored == before.Stored || after.Removed != before.Removed || after.UnknownRemoves != before.UnknownRemoves ||
+		after.Retirements != before.Retirements || after.Clears != before.Clears {
+		result(fmt.Sprintf("inconclusive: the endpoint published no block the gateway could key within %s, or removed some (block size, event stream, or eviction)", grace), &x.probes.Inconclusive)
+		return exactness.Evidence{}, false
+	}
+	leg := "the tokenizer, block size or hash binding"
+	if kind == exactness.Chat {
+		leg = "the chat template (or the tokenizer)"
+	}
+	detail := fmt.Sprintf("a %d-token %s probe sent at %s: its block %d (key %016x) is not among the %d blocks the engine stored within %s — %s no longer matches the certified one",
+		n, kind, sent.UTC().Format(time.RFC3339), depth, last, after.Stored-before.Stored, grace, leg)
+	result("not reproduced: "+detail, &x.probes.NotReproduced)
+	return exactness.Evidence{Type: exactness.ProbeNotReproduced, Kind: kind, Detail: detail}, true
+}
