@@ -166,12 +166,13 @@ func long(t *testing.T) {
 	}
 }
 
-// metric reads one counter of the gateway's registry.
+// metric sums the series of one counter of the gateway's registry that carry labels.
 func (g *gw) metric(name string, labels map[string]string) float64 {
 	mfs, err := g.reg.Gather()
 	if err != nil {
 		g.t.Fatal(err)
 	}
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -183,8 +184,8 @@ func (g *gw) metric(name string, labels map[string]string) float64 {
 					continue next
 				}
 			}
-			return m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue()
 		}
 	}
-	return 0
+	return sum
 }
