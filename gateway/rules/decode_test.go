@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Numbers and durations that do not parse are refused naming their field path, not a line: in
@@ -31,5 +32,27 @@ func TestDecodeErrorsNameTheField(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "line ") {
 			t.Errorf("%s: the error still names a line: %v", tc.replace, err)
 		}
+	}
+}
+
+// The new limits' defaults and their bounds at the edge: lingerTimeout 1m and lingerBytes 1 GiB
+// are accepted, a model name of 256 bytes is.
+func TestListenerLimitDefaults(t *testing.T) {
+	c, err := Parse([]byte(strings.Replace(base, "admin: {token: secret}\n", "admin: {token: secret}\nserver: {lingerTimeout: 1m, lingerBytes: 1073741824}\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(c.Server.WriteTimeout).String() != "1m0s" || time.Duration(c.Server.LingerTimeout).String() != "1m0s" || c.Server.LingerBytes != 1<<30 {
+		t.Fatalf("server: %+v", c.Server)
+	}
+	d := Server{}.WithDefaults()
+	if time.Duration(d.WriteTimeout).String() != "1m0s" || time.Duration(d.LingerTimeout).String() != "5s" || d.LingerBytes != 4<<20 {
+		t.Fatalf("server defaults: %+v", d)
+	}
+	if u := (Upstream{}).WithDefaults(); time.Duration(u.IdleTimeout).String() != "1m0s" {
+		t.Fatalf("upstream.idleTimeout default %s, want 1m0s", time.Duration(u.IdleTimeout))
+	}
+	if _, err := Parse([]byte(strings.Replace(base, "models: [llama3]", "models: ["+strings.Repeat("m", 256)+"]", 1))); err != nil {
+		t.Fatalf("a 256-byte model name: %v", err)
 	}
 }
