@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors hfdiff
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors hfdiff security
 
 all: build
 
@@ -39,6 +39,11 @@ hfdiff:
 	@if [ -f $(HF_TOKENIZERS_LIB)/libtokenizers.a ]; then \
 	  CGO_LDFLAGS="-L$(HF_TOKENIZERS_LIB)" $(GO) test -count=1 -tags hftokenizers -run TestDifferentialHFRust ./gateway/tokenize; \
 	else echo "hfdiff: skipped: $(HF_TOKENIZERS_LIB)/libtokenizers.a is missing (scripts/hf-tokenizers.sh builds it with cargo)"; fi
+
+# The hostile-input suite's many-connection cases (gateway/security: hundreds of slow, stalled and
+# non-reading clients at once); its quick cases run in make test. .ci/run calls it.
+security:
+	KVEXACT_SECURITY=long $(GO) test -count=1 -timeout 10m ./gateway/security
 
 parity: tokenizers
 	$(GO) test -count=1 -v ./parity

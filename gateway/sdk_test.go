@@ -6,48 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/openaisdk"
 )
 
-// Pinned SDK and HTTP client for the end-to-end test (undici 7: Node ≥ 20.18; openai 6 has no
-// engine floor).
-const sdkPackages = "openai@6.30.1 undici@7.30.2"
-
-// sdkDir installs the pinned packages once into .cache/npm/openai-sdk (from the npm registry) and
-// returns the folder, or skips naming what is missing.
-func sdkDir(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node not found: install Node.js ≥ 20.18 and npm (Debian: apt-get install nodejs npm; .ci/run does) for the OpenAI SDK test")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm not found: install npm (Debian: apt-get install npm; .ci/run does) for the OpenAI SDK test")
-	}
-	dir, err := filepath.Abs(filepath.Join("..", ".cache", "npm", "openai-sdk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stamp := filepath.Join(dir, ".installed")
-	if b, err := os.ReadFile(stamp); err == nil && string(b) == sdkPackages {
-		return dir
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(npm, append([]string{"install", "--no-audit", "--no-fund", "--no-save", "--prefix", dir}, strings.Fields(sdkPackages)...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm install %s failed (the npm registry must be reachable): %v\n%s", sdkPackages, err, out)
-	}
-	if err := os.WriteFile(stamp, []byte(sdkPackages), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// sdkDir is the folder whose node_modules holds the pinned npm OpenAI SDK, or skips.
+func sdkDir(t *testing.T) string { return openaisdk.Node(t) }
 
 // TestOpenAISDKOverTLSAndHTTP2 runs the official OpenAI Node SDK against the gateway in front of
 // simulated vLLM engines, over TLS with HTTP/2: chat, streaming, receipts, and the SDK's view of

@@ -21,6 +21,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/keypair"
+	"github.com/kvexact/kvexact/internal/linger"
 )
 
 // ParseFunc turns a client request body into what the router needs (the proxy's parser), so that
@@ -52,11 +53,15 @@ type server interface {
 // offered by ALPN, and server.h2c accepts HTTP/2 with prior knowledge on a plain client listener.
 func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseFunc) (*Servers, error) {
 	s := &Servers{Client: map[string]string{}, errs: make(chan error, 16)}
+	sc := g.cfg.Server.WithDefaults()
 	start := func(addr string, srv *http.Server) (string, error) {
 		l, err := listen(addr)
 		if err != nil {
 			return "", err
 		}
+		// Every listener's connections close lingering (beneath TLS: the drain reads the socket),
+		// so that a refused upload reads its status rather than a reset.
+		l = linger.Listen(l, linger.Bounds{Timeout: time.Duration(sc.LingerTimeout), Bytes: sc.LingerBytes})
 		if srv.TLSConfig != nil {
 			l = tls.NewListener(l, srv.TLSConfig)
 		}
@@ -70,7 +75,6 @@ func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseF
 		}()
 		return l.Addr().String(), nil
 	}
-	sc := g.cfg.Server
 	clientTLS, err := g.tlsConfig("server.tls", sc.TLS)
 	if err != nil {
 		return nil, err
@@ -91,7 +95,14 @@ func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseF
 	}
 	adminSC := sc
 	adminSC.H2C = false
-	bound, err := start(g.cfg.Admin.Listen, NewHTTPServer(admin.Handler(&adminBackend{g: g, parse: parse}, g.cfg.Admin.Token), adminSC, adminTLS, g.log))
+	adminSrv := NewHTTPServer(admin.Handler(&adminBackend{g: g, parse: parse}, g.cfg.Admin.Token), adminSC, adminTLS, g.log)
+	// Every admin request, authenticated or not, is read within the header and body deadlines
+	// together: net/http discards an unread body (up to 256 KiB) before closing, and without a
+	// read deadline a client that declares a body and never sends it would hold the connection.
+	// (The client listeners arm the body deadline per request instead: their response streams
+	// must not be cut by it.)
+	adminSrv.ReadTimeout = time.Duration(adminSC.ReadHeaderTimeout + adminSC.BodyTimeout)
+	bound, err := start(g.cfg.Admin.Listen, adminSrv)
 	if err != nil {
 		s.Shutdown(context.Background())
 		return nil, fmt.Errorf("admin listen %s: %w", g.cfg.Admin.Listen, err)

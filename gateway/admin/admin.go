@@ -192,6 +192,12 @@ func requireToken(token string, next http.Handler) http.Handler {
 		got = strings.TrimLeft(got, " ")
 		if token == "" || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kvexact-admin"`)
+			if r.ContentLength != 0 {
+				// The body is not read: the connection closes after the answer (net/http discards at
+				// most 256 KiB of it within the listener's read deadline, the lingering close at most
+				// server.lingerBytes), so an unauthenticated upload cannot hold it.
+				w.Header().Set("Connection", "close")
+			}
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}

@@ -84,6 +84,7 @@ func New(cfg Config) (*Gateway, error) {
 		MaxBodyBytes:    rc.MaxBodyBytes,
 		MaxHeaderFields: rc.Server.MaxHeaderFields,
 		BodyTimeout:     time.Duration(rc.Server.BodyTimeout),
+		WriteTimeout:    time.Duration(rc.Server.WriteTimeout),
 		DebugHeader:     rc.DebugHeader,
 		Transport:       cfg.Transport,
 		Log:             cfg.Log,

@@ -31,6 +31,9 @@ func (c *call) end() {
 	case !c.resp.committed:
 		c.p.cfg.Metrics.clientError(c.rule.name, clientGoneEarly)
 		c.p.log.Info("client left before the response; connection closed", "rule", c.rule.name, "request_id", c.id, "after", time.Since(c.start))
+	case c.resp.truncated && c.resp.stalled:
+		c.p.cfg.Metrics.clientError(c.rule.name, clientWriteTimeout)
+		c.p.log.Info("client stopped reading the response; connection closed", "rule", c.rule.name, "endpoint", c.serverName(), "write_timeout", c.p.cfg.WriteTimeout, "request_id", c.id)
 	case c.resp.truncated && c.resp.gone:
 		c.p.cfg.Metrics.clientError(c.rule.name, clientGoneMidway)
 		c.p.log.Info("client left during the response; connection closed", "rule", c.rule.name, "endpoint", c.serverName(), "request_id", c.id)

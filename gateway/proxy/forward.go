@@ -11,10 +11,12 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // single forwards the request unchanged to ep and relays the answer.
@@ -153,8 +155,12 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 		}
 		l.breaker = ep.Health.Breaker
 	}
+	// The leg's own context: canceled (with errUpstreamIdle) when its response body stays silent
+	// longer than the rule's upstream.idleTimeout (idleBody), else when the body is closed.
+	ctx, cancel := context.WithCancelCause(ctx)
 	out, err := c.upstreamRequest(ctx, ep, body, o)
 	if err != nil {
+		cancel(nil)
 		l.report(health.Canceled, 0) // a bad address is configuration, not the endpoint's health
 		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
 	}
@@ -186,13 +192,16 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	}
 	t, err := c.transport()
 	if err != nil {
+		cancel(nil)
 		l.report(health.Canceled, 0) // configuration, not the endpoint's health
 		return nil, l, fmt.Errorf("endpoint %s: %w", ep.Name, err)
 	}
 	resp, err := t.RoundTrip(out)
 	if err == nil {
+		resp.Body = newIdleBody(resp.Body, ctx, cancel, c.upstreamIdle())
 		return resp, l, nil
 	}
+	defer cancel(nil)
 	switch {
 	case c.ctx.Err() != nil:
 		l.report(health.Canceled, 0)
@@ -249,4 +258,53 @@ func (c *call) upstreamRequest(ctx context.Context, ep *route.Endpoint, body []b
 		out.Body = http.NoBody // an empty POST still says Content-Length: 0
 	}
 	return out, nil
+}
+
+// errUpstreamIdle is how a response body that stayed silent past upstream.idleTimeout ends.
+var errUpstreamIdle = errors.New("no body byte within the rule's upstream.idleTimeout")
+
+// upstreamIdle is the rule's upstream read-idle bound.
+func (c *call) upstreamIdle() time.Duration {
+	if c.rule.rt != nil {
+		if d := time.Duration(c.rule.rt.Rule().Upstream.IdleTimeout); d > 0 {
+			return d
+		}
+	}
+	return time.Duration(rules.Upstream{}.WithDefaults().IdleTimeout)
+}
+
+// idleBody bounds the silence of an upstream response body: each Read must return within idle,
+// else the leg's context is canceled and the read fails with errUpstreamIdle (the relay then sends
+// the client an error event and cuts the connection). The clock runs only while a Read waits, so a
+// client that reads slowly never makes its upstream look idle.
+type idleBody struct {
+	body   io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	timer  *time.Timer
+}
+
+func newIdleBody(body io.ReadCloser, ctx context.Context, cancel context.CancelCauseFunc, idle time.Duration) *idleBody {
+	b := &idleBody{body: body, ctx: ctx, cancel: cancel, idle: idle}
+	b.timer = time.AfterFunc(time.Hour, func() { cancel(errUpstreamIdle) })
+	b.timer.Stop()
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.idle)
+	n, err := b.body.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), errUpstreamIdle) {
+		err = fmt.Errorf("%w (%s)", errUpstreamIdle, b.idle)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.body.Close()
+	b.cancel(nil)
+	return err
 }

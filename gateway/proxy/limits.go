@@ -47,3 +47,21 @@ func (c *call) endBodyDeadline() {
 		_ = http.NewResponseController(c.w).SetReadDeadline(time.Time{})
 	}
 }
+
+// progress renews the write deadline: the next write to the client must make progress within
+// WriteTimeout (http.ResponseController's deadline, without a controller per request). A write
+// past it fails, and the relay cuts the response as for a client that left.
+func (c *call) progress() {
+	w := c.w
+	for {
+		switch t := w.(type) {
+		case interface{ SetWriteDeadline(time.Time) error }:
+			_ = t.SetWriteDeadline(time.Now().Add(c.p.cfg.WriteTimeout))
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return
+		}
+	}
+}

@@ -68,6 +68,7 @@ const (
 	clientBodyTimeout  = "body_timeout"   // the body did not arrive within the body deadline: 408
 	clientGoneEarly    = "gone_early"     // the client left (or half-closed) before any response byte
 	clientGoneMidway   = "gone_midstream" // the client left while the response was being relayed
+	clientWriteTimeout = "write_timeout"  // a write to the client made no progress within the write deadline
 )
 
 // NewMetrics registers the proxy metrics on reg.
@@ -81,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_failovers_total",
 			Help: "Selections re-run with a failed endpoint excluded (connect failure or open breaker)."}, []string{"rule"}),
 		client: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_client_errors_total",
-			Help: "Requests the client side ended by kind: header_fields (431), body_timeout (408), gone_early (left or half-closed before any response byte; the connection is closed), gone_midstream (left during the relay)."}, []string{"rule", "kind"}),
+			Help: "Requests the client side ended by kind: header_fields (431), body_timeout (408), gone_early (left or half-closed before any response byte; the connection is closed), gone_midstream (left during the relay), write_timeout (stopped reading: a write made no progress within server.writeTimeout)."}, []string{"rule", "kind"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_proxy_inflight_requests",
 			Help: "Client requests being served."}, []string{"rule"}),
 		pdParams: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_pd_params_total",

@@ -61,6 +61,10 @@ type Config struct {
 	// BodyTimeout bounds the time from the handler's start to the request body's last byte (408
 	// and a closed connection past it). 0 means 60s.
 	BodyTimeout time.Duration
+	// WriteTimeout bounds each write to the client, renewed before every write (a response's
+	// headers, each relayed chunk, each flush): a client that stops reading is cut when one write
+	// makes no progress that long. 0 means 60s (nginx's send_timeout).
+	WriteTimeout time.Duration
 	// DebugHeader adds X-Kvexact-Decision to responses.
 	DebugHeader bool
 	// PrefillTimeout bounds a P/D prefill (context) leg; past it the client gets 504
@@ -104,6 +108,9 @@ func New(cfg Config) *Proxy {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = 60 * time.Second
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 60 * time.Second
+	}
 	captureStdLog(cfg.Log)
 	p := &Proxy{cfg: cfg, log: cfg.Log}
 	if p.log == nil {
@@ -142,8 +149,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve dispatches on the path: the two generation paths, the models listing, or a path forwarded
 // as it is.
 func (c *call) serve() {
+	if e := checkQuery(c.r); e != nil {
+		c.fail(e)
+		return
+	}
 	switch path := c.r.URL.Path; {
 	case path == "/v1/completions" || path == "/v1/chat/completions":
+		if !canonicalPath(c.r) {
+			c.fail(nonCanonical(c.r)) // forwarded as written: it must read as what was matched
+			return
+		}
 		if c.allow(http.MethodPost) {
 			c.generate(path == "/v1/chat/completions")
 		}
@@ -186,6 +201,10 @@ func (c *call) generate(chat bool) {
 func (c *call) passThrough() {
 	if !c.anyForwards(c.r.URL.Path) {
 		c.fail(unknownPath(c.r))
+		return
+	}
+	if !canonicalPath(c.r) {
+		c.fail(nonCanonical(c.r))
 		return
 	}
 	if e := c.parseForwarded(); e != nil {

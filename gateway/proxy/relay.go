@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ type response struct {
 	// broke off); the connection must be cut so that the client cannot take it for complete.
 	truncated bool
 	gone      bool            // the client left (context canceled by net/http) while the relay ran
+	stalled   bool            // a write to the client made no progress within Config.WriteTimeout
 	server    *route.Endpoint // receipt: the endpoint whose response is relayed
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	vals      [numVals]string // single header values, handed out by value
@@ -54,6 +56,7 @@ func (c *call) fail(e *apierror.Error) {
 		return
 	}
 	c.resp.committed, c.resp.status = true, e.Status
+	c.progress()
 	writeError(c.w, e)
 }
 
@@ -79,6 +82,7 @@ func (c *call) commitHeaders(status int, h http.Header) {
 		}
 	}
 	c.resp.committed, c.resp.status = true, status
+	c.progress()
 	c.w.WriteHeader(status)
 	c.p.cfg.Metrics.firstByte(c.rule.name, time.Since(c.start))
 }
@@ -96,6 +100,7 @@ func (c *call) writeBuffered(status int, h http.Header, body []byte) {
 	hh.Del("Content-Encoding")
 	hh.Set("Content-Length", strconv.Itoa(len(body)))
 	c.commitHeaders(status, hh)
+	c.progress()
 	_, _ = c.w.Write(body)
 }
 
@@ -178,7 +183,7 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 					cut = len(pending) // not SSE framing we understand: stop holding it
 				}
 				if cut > 0 {
-					if _, err := c.w.Write(pending[:cut]); err != nil {
+					if _, err := c.emit(pending[:cut]); err != nil {
 						return clientGone, started
 					}
 				}
@@ -186,12 +191,12 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 				out = nil
 			}
 			if len(out) > 0 {
-				if _, err := c.w.Write(out); err != nil {
+				if _, err := c.emit(out); err != nil {
 					return clientGone, started
 				}
 			}
 			if flush {
-				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				if err := c.emitFlush(rc); err != nil && !errors.Is(err, http.ErrNotSupported) {
 					return clientGone, started
 				}
 			}
@@ -201,12 +206,12 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 		}
 		if rerr == io.EOF {
 			if len(pending) > 0 {
-				if _, err := c.w.Write(pending); err != nil {
+				if _, err := c.emit(pending); err != nil {
 					return clientGone, started
 				}
 			}
 			if flush {
-				_ = rc.Flush()
+				_ = c.emitFlush(rc)
 			}
 			return relayed, started
 		}
@@ -226,11 +231,34 @@ func (c *call) relayBody(resp *http.Response, commit func() bool, diedCode strin
 		if sse {
 			// The error event tells an SSE client why; the cut connection (end) tells every
 			// client that the stream is incomplete.
-			_, _ = c.w.Write(sseError(&apierror.Error{Type: apierror.TypeServer, Code: diedCode,
+			_, _ = c.emit(sseError(&apierror.Error{Type: apierror.TypeServer, Code: diedCode,
 				Message: fmt.Sprintf("the upstream endpoint %s stopped mid-stream: %v", c.serverName(), rerr)}))
 		}
-		_ = rc.Flush() // what was relayed reaches the client before the cut
+		_ = c.emitFlush(rc) // what was relayed reaches the client before the cut
 		return upstreamDied, started
+	}
+}
+
+// emit writes b to the client within a fresh write deadline (progress); emitFlush flushes within one.
+// A deadline that passes marks the response as cut for a client that stopped reading.
+func (c *call) emit(b []byte) (int, error) {
+	c.progress()
+	n, err := c.w.Write(b)
+	c.noteWriteErr(err)
+	return n, err
+}
+
+func (c *call) emitFlush(f flusher) error {
+	c.progress()
+	err := f.Flush()
+	c.noteWriteErr(err)
+	return err
+}
+
+func (c *call) noteWriteErr(err error) {
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		c.resp.stalled = true
 	}
 }
 

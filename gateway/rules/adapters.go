@@ -3,12 +3,8 @@ package rules
 import (
 	"fmt"
 	"slices"
-	"unicode"
 	"unicode/utf8"
 )
-
-// maxModelName bounds model and adapter names (they reach headers and logs).
-const maxModelName = 256
 
 // normalizeAdapters validates the LoRA adapters and fills their defaults.
 func (r *Rule) normalizeAdapters() error {
@@ -16,8 +12,8 @@ func (r *Rule) normalizeAdapters() error {
 	for i := range r.Adapters {
 		a := &r.Adapters[i]
 		f := fmt.Sprintf("adapters[%d]", i)
-		if err := checkModelName(a.Name); err != nil {
-			return fieldErr(f+".name", "%v", err)
+		if err := checkName(f+".name", a.Name); err != nil {
+			return err
 		}
 		if seen[a.Name] {
 			return fieldErr(f+".name", "%q is listed twice", a.Name)
@@ -35,31 +31,16 @@ func (r *Rule) normalizeAdapters() error {
 		if len(r.Models) > 0 && !slices.Contains(r.Models, a.Base) {
 			return fieldErr(f+".base", "%q is not one of this rule's models %v", a.Base, r.Models)
 		}
-		if err := checkModelName(a.Base); err != nil {
-			return fieldErr(f+".base", "%v", err)
+		if err := checkName(f+".base", a.Base); err != nil {
+			return err
 		}
 		if a.LoRAName == "" {
 			a.LoRAName = a.Name
 		}
-		if !utf8.ValidString(a.LoRAName) || len(a.LoRAName) > maxModelName {
-			return fieldErr(f+".loraName", "must be valid UTF-8 of at most %d bytes", maxModelName)
-		}
-	}
-	return nil
-}
-
-// checkModelName accepts what an engine serves as a model id: non-empty UTF-8 of at most 256 bytes
-// without control characters or spaces.
-func checkModelName(s string) error {
-	if s == "" {
-		return fmt.Errorf("required")
-	}
-	if len(s) > maxModelName || !utf8.ValidString(s) {
-		return fmt.Errorf("must be valid UTF-8 of at most %d bytes", maxModelName)
-	}
-	for i, c := range s {
-		if unicode.IsControl(c) || unicode.IsSpace(c) {
-			return fmt.Errorf("%q has a space or control character at byte %d", s, i)
+		// The engine hashes this name into every block key and it reaches no header or label: any
+		// UTF-8 the engine accepts, within the names' length.
+		if !utf8.ValidString(a.LoRAName) || len(a.LoRAName) > maxNameLen {
+			return fieldErr(f+".loraName", "must be valid UTF-8 of at most %d bytes", maxNameLen)
 		}
 	}
 	return nil
@@ -68,11 +49,13 @@ func checkModelName(s string) error {
 // DiscoveredAdapter checks an adapter an endpoint lists in /v1/models (id, parent) against the rule
 // and returns it as the rule would declare it (vLLM hashes the served name, so LoRAName = id).
 func (r *Rule) DiscoveredAdapter(id, parent string) (Adapter, error) {
-	if err := checkModelName(id); err != nil {
-		return Adapter{}, fmt.Errorf("id: %v", err)
+	// An adapter name reaches the same headers, log fields and metric labels as a declared one:
+	// the same rule, or the adapter is not served.
+	if err := checkName("id", id); err != nil {
+		return Adapter{}, err
 	}
-	if err := checkModelName(parent); err != nil {
-		return Adapter{}, fmt.Errorf("parent of %q: %v", id, err)
+	if err := checkName("parent", parent); err != nil {
+		return Adapter{}, fmt.Errorf("%q: %w", id, err)
 	}
 	if slices.Contains(r.Models, id) {
 		return Adapter{}, fmt.Errorf("%q is one of the rule's models", id)

@@ -19,7 +19,7 @@ func TestAdapters(t *testing.T) {
 		{"[{name: llama3}]", `rules[0].adapters[0].name: "llama3" is also one of models`},
 		{"[{name: a}, {name: a}]", `rules[0].adapters[1].name: "a" is listed twice`},
 		{"[{name: a, base: other}]", `rules[0].adapters[0].base: "other" is not one of this rule's models`},
-		{`[{name: "a b"}]`, `rules[0].adapters[0].name: "a b" has a space or control character at byte 1`},
+		{`[{name: "a b"}]`, `rules[0].adapters[0].name: "a b": byte 1 (" ") is not allowed`},
 		{"[{base: llama3}]", "rules[0].adapters[0].name: required"},
 	} {
 		src := strings.Replace(base, "    models: [llama3]\n", "    models: [llama3]\n    adapters: "+tc.adapters+"\n", 1)
@@ -54,8 +54,8 @@ func TestDiscoveredAdapter(t *testing.T) {
 	for _, tc := range []struct{ id, parent, want string }{
 		{"sql-lora", "mistral", `parent "mistral" is not one of the rule's models`},
 		{"llama3", "llama3", "is one of the rule's models"},
-		{"a\nb", "llama3", "id: "},
-		{"sql-lora", "", "parent of"},
+		{"a\nb", "llama3", `id: "a\nb": byte 1 (LF) is not allowed`},
+		{"sql-lora", "", `"sql-lora": parent: required`},
 	} {
 		if _, err := r.DiscoveredAdapter(tc.id, tc.parent); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q/%q: want %q, got %v", tc.id, tc.parent, tc.want, err)

@@ -5,11 +5,12 @@ import (
 	"strings"
 )
 
-// maxNameLen caps rule and endpoint names (they appear in every response header and metric series).
-const maxNameLen = 128
+// maxNameLen caps names (they appear in response headers, log fields and metric series).
+const maxNameLen = 256
 
-// checkName validates a rule or endpoint name: it is sent in response headers (X-Kvexact-Rule,
-// X-Kvexact-Endpoint) and written as a metric label, so it must be 1..128 characters from
+// checkName is the one rule for every name that reaches a response header (X-Kvexact-Rule,
+// X-Kvexact-Endpoint), a log field or a metric label: rule and endpoint names, model and adapter
+// names from the YAML, the admin API and adapter discovery. It must be 1..256 characters from
 // A-Z a-z 0-9 and . _ ~ : / @ + - [ ] (URL characters enough for an address as name: the default
 // endpoint name is its address). No control characters, no spaces, no quotes: nothing a header
 // would drop or a metrics scraper would misread.

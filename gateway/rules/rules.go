@@ -65,6 +65,15 @@ type Server struct {
 	// BodyTimeout bounds the time from the end of the headers to the last body byte (default 60s);
 	// past it the request fails with 408 and the connection is closed.
 	BodyTimeout Duration `yaml:"bodyTimeout" json:"bodyTimeout,omitempty"`
+	// WriteTimeout bounds each write of a response to the client, renewed after every write that
+	// succeeds (default 60s, nginx's send_timeout): a client that stops reading a stream is cut.
+	WriteTimeout Duration `yaml:"writeTimeout" json:"writeTimeout,omitempty"`
+	// LingerTimeout and LingerBytes bound the lingering close of every connection of the client
+	// and admin listeners (internal/linger): after the last answer the gateway reads and discards
+	// what the client still sends, so that a refused upload (413, 415, 408, 401) reads its status
+	// instead of a reset (defaults 5s and 4 MiB).
+	LingerTimeout Duration `yaml:"lingerTimeout" json:"lingerTimeout,omitempty"`
+	LingerBytes   int64    `yaml:"lingerBytes" json:"lingerBytes,omitempty"`
 	// MaxHeaderBytes caps the request line and header block (default 64 KiB; 431 above it).
 	MaxHeaderBytes int `yaml:"maxHeaderBytes" json:"maxHeaderBytes,omitempty"`
 	// MaxHeaderFields caps the number of header field lines of a request (default 100; 431 above it).
@@ -125,6 +134,15 @@ func (s Server) WithDefaults() Server {
 	if s.BodyTimeout == 0 {
 		s.BodyTimeout = Duration(60 * time.Second)
 	}
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = Duration(60 * time.Second)
+	}
+	if s.LingerTimeout == 0 {
+		s.LingerTimeout = Duration(5 * time.Second)
+	}
+	if s.LingerBytes == 0 {
+		s.LingerBytes = 4 << 20
+	}
 	if s.MaxHeaderBytes == 0 {
 		s.MaxHeaderBytes = 64 << 10
 	}
@@ -143,6 +161,12 @@ func (s *Server) normalize() error {
 		return fieldErr("idleTimeout", "must be positive")
 	case s.BodyTimeout < 0:
 		return fieldErr("bodyTimeout", "must be positive")
+	case s.WriteTimeout < 0:
+		return fieldErr("writeTimeout", "must be positive")
+	case s.LingerTimeout < 0 || s.LingerTimeout > Duration(time.Minute):
+		return fieldErr("lingerTimeout", "%s is outside 0..1m", time.Duration(s.LingerTimeout))
+	case s.LingerBytes < 0 || s.LingerBytes > 1<<30:
+		return fieldErr("lingerBytes", "%d is outside 0..1073741824", s.LingerBytes)
 	case s.MaxHeaderBytes < 4<<10 || s.MaxHeaderBytes > 16<<20:
 		return fieldErr("maxHeaderBytes", "%d is outside 4096..16777216", s.MaxHeaderBytes)
 	case s.MaxHeaderFields < 16 || s.MaxHeaderFields > 10000:
@@ -252,6 +276,10 @@ type Upstream struct {
 	ResponseHeaderTimeout Duration `yaml:"responseHeaderTimeout" json:"responseHeaderTimeout,omitempty"`
 	// IdleConnTimeout closes a keep-alive connection idle that long (default 90s).
 	IdleConnTimeout Duration `yaml:"idleConnTimeout" json:"idleConnTimeout,omitempty"`
+	// IdleTimeout bounds the silence between two reads of an endpoint's response body (default
+	// 60s, nginx's proxy_read_timeout): an engine that stalls mid-stream is dropped, and the client
+	// gets an error event and a cut connection, never an answer that looks complete.
+	IdleTimeout Duration `yaml:"idleTimeout" json:"idleTimeout,omitempty"`
 	// CAFile is a PEM bundle that https:// endpoints' certificates must chain to (default: the
 	// system roots).
 	CAFile string `yaml:"caFile" json:"caFile,omitempty"`
@@ -271,6 +299,9 @@ func (u Upstream) WithDefaults() Upstream {
 	if u.IdleConnTimeout == 0 {
 		u.IdleConnTimeout = Duration(90 * time.Second)
 	}
+	if u.IdleTimeout == 0 {
+		u.IdleTimeout = Duration(60 * time.Second)
+	}
 	return u
 }
 
@@ -286,6 +317,8 @@ func (u *Upstream) validate() error {
 		return fieldErr("responseHeaderTimeout", "must be positive")
 	case u.IdleConnTimeout < 0:
 		return fieldErr("idleConnTimeout", "must be positive")
+	case u.IdleTimeout < 0:
+		return fieldErr("idleTimeout", "must be positive")
 	}
 	if u.CAFile != "" {
 		pem, err := os.ReadFile(u.CAFile)
@@ -433,7 +466,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (e.g. 30s, 5m)", n.Line, n.Value)
+		return &valueError{line: n.Line, column: n.Column, msg: fmt.Sprintf("%q is not a duration (e.g. 30s, 5m)", n.Value)}
 	}
 	*d = Duration(v)
 	return nil
@@ -514,7 +547,7 @@ func Parse(b []byte) (*Config, error) {
 	dec.KnownFields(true)
 	var c Config
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("gateway config: %w", err)
+		return nil, fmt.Errorf("gateway config: %w", fieldPaths(b, err))
 	}
 	if err := c.Normalize(); err != nil {
 		return nil, err
@@ -665,6 +698,9 @@ func (r *Rule) Normalize() error {
 	for i, m := range r.Models {
 		if m == "" {
 			return fieldErr(fmt.Sprintf("models[%d]", i), "empty model name (omit models for a wildcard pool)")
+		}
+		if err := checkName(fmt.Sprintf("models[%d]", i), m); err != nil {
+			return err
 		}
 	}
 	if err := r.normalizeAdapters(); err != nil {

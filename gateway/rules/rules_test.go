@@ -107,6 +107,12 @@ func TestRejections(t *testing.T) {
 		{"seed: \"0\"", "upstream: {caFile: /nonexistent.pem}", `rules[0].upstream.caFile: open /nonexistent.pem`},
 		{"seed: \"0\"", "upstream: {maxConnsPerHost: -1}", `rules[0].upstream.maxConnsPerHost: -1 is outside`},
 		{"listen: ", "server: {maxHeaderFields: 5}\nlisten: ", `server.maxHeaderFields: 5 is outside 16..10000`},
+		{"listen: ", "server: {writeTimeout: -1s}\nlisten: ", `server.writeTimeout: must be positive`},
+		{"listen: ", "server: {lingerTimeout: 61s}\nlisten: ", `server.lingerTimeout: 1m1s is outside 0..1m`},
+		{"listen: ", "server: {lingerBytes: 1073741825}\nlisten: ", `server.lingerBytes: 1073741825 is outside 0..1073741824`},
+		{"seed: \"0\"", "upstream: {idleTimeout: -1s}", `rules[0].upstream.idleTimeout: must be positive`},
+		{"models: [llama3]", "models: [\"llama3\\r\\n\"]", `rules[0].models[0]: "llama3\r\n": byte 6 (CR) is not allowed`},
+		{"models: [llama3]", "models: [" + strings.Repeat("m", 257) + "]", `rules[0].models[0]: 257 bytes; at most 256`},
 		{"listen: ", "server: {tls: {certFile: /nonexistent.pem}}\nlisten: ", `server.tls.keyFile: required with certFile`},
 		{"listen: ", "server: {tls: {certFile: a, keyFile: b, clientCAFile: c}}\nlisten: ", `server.tls.clientCAFile: client certificates are asked for on the admin listener only`},
 	} {
