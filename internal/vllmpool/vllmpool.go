@@ -333,3 +333,23 @@ func freePort(n int) (int, error) {
 	}
 	return 0, errors.New("vllmpool: no free port range")
 }
+
+// StopGroup ends an engine another process started (cmd/vllmpool down) by its process-group id:
+// SIGTERM to the group, SIGKILL to what is left after grace. An already ended group is no error.
+func StopGroup(pgid int, grace time.Duration) error {
+	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return err
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(-pgid, 0) != nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return nil
+}
