@@ -14,13 +14,13 @@ import (
 	"github.com/kvexact/kvexact/internal/vllmpool"
 )
 
-// Certification against real vLLM engines (the CPU build, a tiny llama3 with dummy weights): two
-// engines started once for these specs — "seeded" with PYTHONHASHSEED=0, "unseeded" without it —
-// and every single-leg mismatch staged against them.
+// Certification against real vLLM engines (the CPU build, tiny models with dummy weights): three
+// engines started once for these specs — llama3 "seeded" with PYTHONHASHSEED=0, llama3 "unseeded"
+// without it, qwen3 "qwen3" seeded — and every single-leg mismatch staged against them.
 var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 	var (
-		seeded, unseeded *vllmpool.Engine
-		model            string
+		seeded, unseeded, qwen *vllmpool.Engine
+		model, qwenModel       string
 	)
 	BeforeAll(func() {
 		env := realEnv()
@@ -29,7 +29,10 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 		DeferCleanup(unlock)
 		model = filepath.Join(GinkgoT().TempDir(), "llama3")
 		Expect(env.TinyModel(model, "llama3", "")).To(Succeed())
-		specs := []vllmpool.Spec{{Name: "seeded", Model: model, Seed: strp("0")}, {Name: "unseeded", Model: model}}
+		qwenModel = filepath.Join(GinkgoT().TempDir(), "qwen3")
+		Expect(env.TinyModel(qwenModel, "qwen3", "")).To(Succeed())
+		specs := []vllmpool.Spec{{Name: "seeded", Model: model, Seed: strp("0")}, {Name: "unseeded", Model: model},
+			{Name: "qwen3", Model: qwenModel, Seed: strp("0")}}
 		es := make([]*vllmpool.Engine, len(specs))
 		errs := make([]error, len(specs))
 		var wg sync.WaitGroup
@@ -44,14 +47,16 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 			}
 			Expect(errs[i]).NotTo(HaveOccurred())
 		}
-		seeded, unseeded = es[0], es[1]
+		seeded, unseeded, qwen = es[0], es[1], es[2]
 	})
 
 	pool := func(prof vllmpool.Profile, es ...*vllmpool.Engine) *ctk.Pool {
 		if prof.Model == "" {
 			prof.Model = "llama3"
 		}
-		prof.Tokenizer = model
+		if prof.Tokenizer == "" {
+			prof.Tokenizer = model
+		}
 		p, err := vllmpool.Pool(prof, es)
 		Expect(err).NotTo(HaveOccurred())
 		for i := range p.Endpoints {
@@ -86,6 +91,12 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 		Expect(spec(res, "seeded", "publishes the block keys the gateway computes").State).To(Equal(ctk.Pass))
 		Expect(spec(res, "seeded", "answers a replay request").State).To(Equal(ctk.Pass))
 		Expect(spec(res, "seeded", "announces a cache clear").State).To(Equal(ctk.Pass))
+	})
+	It("certifies a qwen3 engine with its own tokenizer and chat template", func() {
+		res := run(pool(vllmpool.Profile{Model: "qwen3", Tokenizer: qwenModel, Seed: strp("0")}, qwen), ctk.Options{})
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(spec(res, "qwen3", "chat template").State).To(Equal(ctk.Pass))
+		Expect(spec(res, "qwen3", "publishes the block keys the gateway computes").State).To(Equal(ctk.Pass))
 	})
 	It("certifies an engine without PYTHONHASHSEED under the release's default-seed rule for sha256", func() {
 		res := run(pool(vllmpool.Profile{}, unseeded), ctk.Options{})
