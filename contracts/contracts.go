@@ -91,6 +91,9 @@ type Contract struct {
 	BlockSize BlockSize `yaml:"blockSize"`
 	// ExtraKeys describes which request fields enter the keys (free text per field, for operators).
 	ExtraKeys map[string]string `yaml:"extraKeys"`
+	// ExtraKeyTags: the release hashes every extra key as a tuple led by its kind
+	// (hashcore.Binding.TaggedExtraKeys), as the released vllm 0.31.0 package does.
+	ExtraKeyTags bool `yaml:"extraKeyTags"`
 	// PD is the prefill/decode disaggregation dialect.
 	PD string `yaml:"pd"`
 	// Probes maps probe names (version, models, tokenize, health, metrics, info, …) to HTTP paths.

@@ -375,10 +375,10 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, Cache: g.keys}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, TaggedExtraKeys: ct.ExtraKeyTags, Cache: g.keys}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
-			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
+			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r), TaggedExtraKeys: ct.ExtraKeyTags}, hashcore.Default())
 			if err != nil {
 				rt.exact.Enabled, rt.exact.Reason = false, "hash binding: "+err.Error()
 			}

@@ -126,7 +126,8 @@ func New(cfg Config) (*Engine, error) {
 			seed = &s
 			e.seedDesc = "PYTHONHASHSEED unset: random root"
 		}
-		e.hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(cfg.Algorithm), BlockSize: cfg.BlockSize, Seed: seed}, hashcore.Default())
+		tagged := cfg.Contract() != nil && cfg.Contract().ExtraKeyTags // the release's extra-key layout
+		e.hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(cfg.Algorithm), BlockSize: cfg.BlockSize, Seed: seed, TaggedExtraKeys: tagged}, hashcore.Default())
 	case "sglang":
 		e.hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.SGLangSHA256, BlockSize: cfg.BlockSize}, hashcore.Default())
 	}

@@ -28,7 +28,7 @@ func ExtraKeys(ex *Extras, numTokens, blockSize int) ([][]any, error) {
 	if err := ex.validate(); err != nil {
 		return nil, err
 	}
-	return ex.blockRange(0, n, blockSize), nil
+	return ex.blockRange(0, n, blockSize, false), nil
 }
 
 // none reports whether ex gives no block an extra key.
@@ -63,8 +63,11 @@ func (ex *Extras) validate() error {
 
 // blockRange computes extra keys for blocks [first, last) in ONE vLLM request_block_hasher call:
 // the multimodal index starts at 0 when first == 0, else at -1 (only the last item: vLLM's
-// decode-time quirk), and is threaded from block to block.
-func (ex *Extras) blockRange(first, last, blockSize int) [][]any {
+// decode-time quirk), and is threaded from block to block. tagged is the released v0.31.0 layout
+// (Binding.TaggedExtraKeys): each key a tuple led by its kind — ("mm", identifier, offset),
+// ("cache_salt", salt), ("prompt_embeds", digest); LoRA's ("lora", name, path) needs the adapter's
+// path, which Extras does not carry (checkExtras refuses a LoRA name under that layout).
+func (ex *Extras) blockRange(first, last, blockSize int, tagged bool) [][]any {
 	if last <= first {
 		return nil
 	}
@@ -84,12 +87,26 @@ func (ex *Extras) blockRange(first, last, blockSize int) [][]any {
 		}
 		var mm []any
 		mm, mmIdx = ex.mmKeys(start, end, mmIdx)
-		keys = append(keys, mm...)
+		if tagged {
+			for _, k := range mm {
+				keys = append(keys, append([]any{"mm"}, k.([]any)...))
+			}
+		} else {
+			keys = append(keys, mm...)
+		}
 		if start == 0 && ex.CacheSalt != "" {
-			keys = append(keys, ex.CacheSalt)
+			if tagged {
+				keys = append(keys, []any{"cache_salt", ex.CacheSalt})
+			} else {
+				keys = append(keys, ex.CacheSalt)
+			}
 		}
 		if ex.PromptEmbeds != nil {
-			keys = append(keys, ex.embedsKey(start, end))
+			if tagged {
+				keys = append(keys, []any{"prompt_embeds", ex.embedsKey(start, end)})
+			} else {
+				keys = append(keys, ex.embedsKey(start, end))
+			}
 		}
 		if len(keys) > 0 {
 			out[b-first] = keys

@@ -116,6 +116,11 @@ type Binding struct {
 	Seed *string
 	// Bigram selects SGLang's EAGLE bigram pages (unit j = t[j], t[j+1]). SGLang only.
 	Bigram bool
+	// TaggedExtraKeys is vLLM's extra-key layout of the released v0.31.0 package: every extra key a
+	// tuple led by its kind (("cache_salt", salt), ("mm", id, offset), ("prompt_embeds", digest),
+	// ("lora", name, path)) instead of the bare values earlier releases hash. The release's contract
+	// says which (contracts.Contract.ExtraKeyTags).
+	TaggedExtraKeys bool
 }
 
 // Validate returns an error naming the offending field and value.
@@ -349,6 +354,9 @@ func (h *Hasher) checkExtras(ex *Extras) error {
 	if err := ex.validate(); err != nil {
 		return err
 	}
+	if ex != nil && h.b.TaggedExtraKeys && ex.LoRAName != "" {
+		return fmt.Errorf("hashcore: LoRA %q: this release hashes the adapter's path with its name, which the request does not carry", ex.LoRAName)
+	}
 	if ex == nil || h.b.Algorithm != SGLangSHA256 {
 		return nil
 	}
@@ -367,7 +375,10 @@ func (h *Hasher) blockExtras(ex *Extras, numTokens int) ([][]any, error) {
 	if h.b.Algorithm == SGLangSHA256 || ex.none() {
 		return nil, nil // not a nil entry per block: 24 bytes each, 150 KB for a 100k-token prompt
 	}
-	return ExtraKeys(ex, numTokens, h.b.BlockSize)
+	if err := ex.validate(); err != nil {
+		return nil, err
+	}
+	return ex.blockRange(0, numTokens/h.b.BlockSize, h.b.BlockSize, h.b.TaggedExtraKeys), nil
 }
 
 // Keys returns the keys of all full blocks of a prompt, appended to dst[:0].

@@ -48,9 +48,9 @@ func (s *Sequence) Append(tokens ...uint32) (newKeys []uint64, err error) {
 	var extras [][]any
 	switch {
 	case h.b.Algorithm.IsVLLM():
-		extras = s.ex.blockRange(first, last, h.b.BlockSize)
+		extras = s.ex.blockRange(first, last, h.b.BlockSize, h.b.TaggedExtraKeys)
 	case h.b.Algorithm == RouterXXH3V1:
-		extras = s.ex.blockRange(0, last, h.b.BlockSize)[first:]
+		extras = s.ex.blockRange(0, last, h.b.BlockSize, h.b.TaggedExtraKeys)[first:]
 	}
 	flat, keys, err := h.chain(parent, all[first*h.b.BlockSize:], last-first, extras, nil, nil)
 	if err != nil {

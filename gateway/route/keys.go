@@ -71,6 +71,9 @@ type PromptKeyer struct {
 	// SaltedRoot: the engine roots a salted request's chain at its cache_salt (SGLang), and its
 	// events say so; router keys then carry the salt in block 0's extras, as ingest does.
 	SaltedRoot bool
+	// TaggedExtraKeys: the release hashes extra keys as kind-led tuples (hashcore.Binding's field);
+	// router keys follow the events' extra keys, so they hash the same layout.
+	TaggedExtraKeys bool
 	// Cache, when set, reuses the keys of an earlier prompt's unchanged id prefix (keycache.go):
 	// exact, so the keys are the same with or without it.
 	Cache *KeyCache
@@ -183,6 +186,8 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 		return nil, 0, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
 	case ex.CacheSalt != "" && !k.BlockExtras && !k.SaltedRoot && !saltedKeys:
 		return nil, 0, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
+	case ex.LoRAName != "" && k.TaggedExtraKeys:
+		return nil, 0, MissLoRA, "this release hashes the LoRA adapter's path (" + ex.LoRAName + ") with its name, which the gateway does not know"
 	}
 	ids, m, reason := k.Tokens(r)
 	if m != MissNone {
@@ -204,7 +209,7 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 	case k.SaltedRoot && ex.CacheSalt != "":
 		rex = &hashcore.Extras{CacheSalt: ex.CacheSalt}
 	}
-	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.RouterXXH3V1, BlockSize: k.RouterBlockSize}, hashcore.Default())
+	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.RouterXXH3V1, BlockSize: k.RouterBlockSize, TaggedExtraKeys: k.TaggedExtraKeys}, hashcore.Default())
 	if err == nil {
 		var keys []uint64
 		if keys, err = k.Cache.Keys(h, ids, rex); err == nil {
