@@ -128,7 +128,7 @@ type Spec struct {
 	// Extra arguments for the server.
 	Extra []string
 	// Log receives the engine's output (default: a file beside Model, see Engine.LogPath).
-	Log io.Writer
+	Log io.Writer `json:"-"`
 }
 
 // Engine is one running engine.
@@ -256,10 +256,18 @@ func (e *Engine) logTail() string {
 		return ""
 	}
 	b, _ := os.ReadFile(e.LogPath)
+	// The root cause is usually far above the tail (the API server's traceback follows the engine
+	// core's), so the error lines come first.
+	var errs []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Error") && len(errs) < 12 {
+			errs = append(errs, l)
+		}
+	}
 	if len(b) > 3000 {
 		b = b[len(b)-3000:]
 	}
-	return "\n--- " + e.LogPath + " (tail) ---\n" + string(b)
+	return "\n--- " + e.LogPath + " (error lines) ---\n" + strings.Join(errs, "\n") + "\n--- (tail) ---\n" + string(b)
 }
 
 // Stop ends the engine by its PID: SIGTERM to its process group (server, engine core, workers),
