@@ -3,21 +3,26 @@
 //
 //	vllmpool up -dir DIR [-n 3] [-model llama3] [-seeds 0,0,unset] [-block-size 32] [-hash-algo sha256]
 //	            [-kv-blocks 96] [-lora] [-dp 1] [-listen 127.0.0.1:8080] [-admin 127.0.0.1:8081]
+//	vllmpool restart -dir DIR -name vllm-1 [-seed 1|unset]
 //	vllmpool down -dir DIR
 //
 // up writes DIR/pool.yaml (for ctk certify), DIR/gateway.yaml (for the gateway), DIR/pids (one
 // process-group id a line) and each engine's log, prints one line per engine, and returns once
 // every engine answers /health; the engines keep running. down ends each process group named in
-// DIR/pids (SIGTERM, SIGKILL after 15 s) and removes the file.
+// DIR/pids (SIGTERM, SIGKILL after 15 s) and removes the file. restart stops one engine and starts
+// it again on the same ports (DIR/engines.json keeps each engine's spec), with another
+// PYTHONHASHSEED when -seed says so.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +40,8 @@ func main() {
 	switch os.Args[1] {
 	case "up":
 		err = up(os.Args[2:])
+	case "restart":
+		err = restart(os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
 	default:
@@ -57,6 +64,7 @@ func up(args []string) error {
 	kvBlocks := fs.Int("kv-blocks", 96, "KV cache blocks per engine (0: vLLM's own sizing)")
 	lora := fs.Bool("lora", false, "generate a dummy LoRA adapter and serve it on every engine")
 	dp := fs.Int("dp", 1, "data-parallel size per engine")
+	binding := fs.String("binding", "", "the staged binding in pool.yaml and gateway.yaml: auto (default), engine or router")
 	firstPort := fs.Int("port", 0, "first engine's HTTP port; engine i takes port+i (0: free ports)")
 	listen := fs.String("listen", "127.0.0.1:8080", "the gateway config's client listener")
 	admin := fs.String("admin", "127.0.0.1:8081", "the gateway config's admin listener")
@@ -121,20 +129,13 @@ func up(args []string) error {
 		}
 		return err
 	}
-	var pids strings.Builder
 	for _, e := range es {
-		fmt.Fprintf(&pids, "%d\n", e.PID())
-		seed := "unset"
-		if e.Seed != nil {
-			seed = *e.Seed
-		}
-		fmt.Printf("vllmpool: %s pid=%d url=%s events=%s replay=%s PYTHONHASHSEED=%s up in %v log=%s\n", e.Name, e.PID(), e.URL,
-			strings.Join(e.Publish, ","), strings.Join(e.Replay, ","), seed, e.Started.Round(time.Second), e.LogPath)
+		report(e)
 	}
-	if err := os.WriteFile(filepath.Join(abs, "pids"), []byte(pids.String()), 0o644); err != nil {
+	if err := writeState(abs, es); err != nil {
 		return err
 	}
-	prof := vllmpool.Profile{Model: *arch, Tokenizer: model, BlockSize: *blockSize, HashAlgo: *algo, Seed: seedOf(0)}
+	prof := vllmpool.Profile{Model: *arch, Tokenizer: model, BlockSize: *blockSize, HashAlgo: *algo, Seed: seedOf(0), Binding: *binding}
 	if err := vllmpool.WriteFiles(abs, prof, es, *listen, *admin, *token); err != nil {
 		return err
 	}
@@ -166,4 +167,94 @@ func down(args []string) error {
 		}
 	}
 	return os.Remove(path)
+}
+
+func report(e *vllmpool.Engine) {
+	seed := "unset"
+	if e.Seed != nil {
+		seed = *e.Seed
+	}
+	fmt.Printf("vllmpool: %s pid=%d url=%s events=%s replay=%s PYTHONHASHSEED=%s up in %v log=%s\n", e.Name, e.PID(), e.URL,
+		strings.Join(e.Publish, ","), strings.Join(e.Replay, ","), seed, e.Started.Round(time.Second), e.LogPath)
+}
+
+// state is DIR/engines.json: each engine's spec (its ports included) and process-group id.
+type state struct {
+	Name string
+	PID  int
+	Spec vllmpool.Spec
+}
+
+func writeState(dir string, es []*vllmpool.Engine) error {
+	var pids strings.Builder
+	var st []state
+	for _, e := range es {
+		fmt.Fprintf(&pids, "%d\n", e.PID())
+		st = append(st, state{Name: e.Name, PID: e.PID(), Spec: e.Spec})
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "engines.json"), b, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "pids"), []byte(pids.String()), 0o644)
+}
+
+func restart(args []string) error {
+	fs := flag.NewFlagSet("vllmpool restart", flag.ContinueOnError)
+	dir := fs.String("dir", "", "the folder vllmpool up wrote (required)")
+	name := fs.String("name", "", "the engine to restart (required)")
+	seed := fs.String("seed", "", "PYTHONHASHSEED after the restart (\"unset\" leaves it unset; empty: as before)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long the engine may take to answer /health")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" || *name == "" {
+		return errors.New("restart: -dir and -name are required")
+	}
+	b, err := os.ReadFile(filepath.Join(*dir, "engines.json"))
+	if err != nil {
+		return err
+	}
+	var st []state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("restart: %s: %v", filepath.Join(*dir, "engines.json"), err)
+	}
+	i := slices.IndexFunc(st, func(s state) bool { return s.Name == *name })
+	if i < 0 {
+		return fmt.Errorf("restart: no engine %q in %s", *name, *dir)
+	}
+	if err := vllmpool.StopGroup(st[i].PID, 15*time.Second); err != nil {
+		return err
+	}
+	spec := st[i].Spec
+	switch *seed {
+	case "":
+	case "unset":
+		spec.Seed = nil
+	default:
+		spec.Seed = seed
+	}
+	env, err := vllmpool.Find()
+	if err != nil {
+		return err
+	}
+	e, err := env.Start(context.Background(), spec, *timeout)
+	if err != nil {
+		return err
+	}
+	report(e)
+	st[i].PID = e.PID()
+	st[i].Spec = e.Spec
+	var pids strings.Builder
+	for _, s := range st {
+		fmt.Fprintf(&pids, "%d\n", s.PID)
+	}
+	out, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(filepath.Join(*dir, "engines.json"), out, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(*dir, "pids"), []byte(pids.String()), 0o644)
 }
