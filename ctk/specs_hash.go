@@ -757,6 +757,13 @@ func (r *endpointRun) specClear(t *T) {
 		t.Failf(LegClear, "the engine must accept a cache reset when idle", "cache clear: %v", err)
 		return
 	}
+	// vLLM publishes the events a step collected at the end of that step, so an idle engine holds
+	// a reset's AllBlocksCleared until it next runs a request: a one-token prompt (shorter than a
+	// block, it stores nothing) makes it run one.
+	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: ".", MaxTokens: 1}); err != nil {
+		t.Failf(LegClear, clearHint, "the step after the clear (a one-token completion): %v", err)
+		return
+	}
 	probeKeys := map[uint64]bool{}
 	for _, a := range r.probe.aligned {
 		for _, h := range a.ev.Hashes {

@@ -25,11 +25,14 @@ func drive(args []string) int {
 	var runs, clears multiFlag
 	fs.Var(&runs, "run", "LABEL=URL of a gateway listener to drive (repeatable, run in order)")
 	fs.Var(&clears, "clear", "URL to POST before each run to empty an engine's cache (repeatable)")
+	var flushes multiFlag
+	fs.Var(&flushes, "flush", "engine base URL to send a one-token completion after the clears (repeatable): vLLM announces a cache reset only at the end of its next step, so until then the gateway still mirrors the wiped blocks")
 	model := fs.String("model", "llama3", "model name")
 	n := fs.Int("requests", 120, "requests per run")
 	conc := fs.Int("concurrency", 4, "requests in flight")
 	prefixes := fs.Int("prefixes", 6, "shared system prompts (Zipf popularity)")
 	seed := fs.Uint64("seed", 1, "workload seed")
+	checkBS := fs.Int("check-predicted", 0, "block size: compare, per KV-exact response whose prediction rests on engine-confirmed blocks, the cached tokens the decision header predicts (score × block size) with the engine's usage, print \"predicted = realized on N of M requests\" per run and fail when they differ (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,9 +56,34 @@ func drive(args []string) int {
 			}
 			resp.Body.Close()
 		}
-		res := runWorkload(url, *model, reqs, *conc)
+		for _, f := range flushes {
+			body, _ := json.Marshal(map[string]any{"model": *model, "prompt": "Hi", "max_tokens": 1})
+			resp, err := http.Post(strings.TrimRight(f, "/")+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kvbench drive: --flush %s: %v\n", f, err)
+				return 1
+			}
+			resp.Body.Close()
+		}
+		if len(flushes) > 0 {
+			time.Sleep(time.Second) // the clear events reach the gateway
+		}
+		res := runWorkload(url, *model, reqs, *conc, *checkBS)
 		res.label = label
 		rows = append(rows, res)
+	}
+	failed := false
+	if *checkBS > 0 {
+		for _, r := range rows {
+			if r.confirmed == 0 {
+				continue
+			}
+			fmt.Printf("%s: predicted = realized on %d of %d requests\n", r.label, r.equal, r.confirmed)
+			for _, d := range r.differ {
+				fmt.Printf("  %s\n", d)
+			}
+			failed = failed || r.equal != r.confirmed
+		}
 	}
 	fmt.Printf("\n%-12s %8s %8s %14s %10s %10s %s\n", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "served by")
 	for _, r := range rows {
@@ -65,6 +93,10 @@ func drive(args []string) int {
 		}
 		fmt.Printf("%-12s %8d %8d %13.1f%% %10s %10s %s\n", r.label, r.requests, r.errors, 100*ratio,
 			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), r.spread())
+	}
+	if failed {
+		fmt.Println("\nthe gateway's predicted cached tokens differ from the engines' on some requests")
+		return 1
 	}
 	for _, r := range rows {
 		if r.errors > 0 || r.mismatch > 0 {
@@ -108,6 +140,10 @@ type driveResult struct {
 	prompt, cached   int
 	ttft             []time.Duration
 	served           map[string]int
+	// confirmed counts the KV-exact responses whose prediction rests on engine-confirmed blocks,
+	// equal those whose prediction matched the engine's cached tokens; differ says the others.
+	confirmed, equal int
+	differ           []string
 }
 
 func (r driveResult) spread() string {
@@ -134,7 +170,7 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // runWorkload streams every request and reads, per response, the time to the first token, the
 // usage the engine reported (prompt and cached tokens) and both receipts.
-func runWorkload(url, model string, prompts []string, conc int) driveResult {
+func runWorkload(url, model string, prompts []string, conc, blockSize int) driveResult {
 	res := driveResult{served: map[string]int{}}
 	var mu sync.Mutex
 	work := make(chan string)
@@ -156,8 +192,18 @@ func runWorkload(url, model string, prompts []string, conc int) driveResult {
 					res.cached += one.cached
 					res.ttft = append(res.ttft, one.ttft)
 					res.served[one.endpoint]++
-					if one.endpoint != one.servedBy {
+					// Simulated engines sign what they served (X-Kvexact-Served-By); real ones send
+					// no such header, so there is nothing to compare.
+					if one.servedBy != "" && one.endpoint != one.servedBy {
 						res.mismatch++
+					}
+					if d := one.decision; blockSize > 0 && d.Tier == "kv-exact" && !d.Predicted {
+						res.confirmed++
+						if d.Score*blockSize == one.cached {
+							res.equal++
+						} else {
+							res.differ = append(res.differ, fmt.Sprintf("%s: predicted %d blocks (%d tokens), the engine cached %d of %d", one.endpoint, d.Score, d.Score*blockSize, one.cached, one.prompt))
+						}
 					}
 				}
 				mu.Unlock()
@@ -176,7 +222,12 @@ type oneResult struct {
 	ttft               time.Duration
 	prompt, cached     int
 	endpoint, servedBy string
-	err                error
+	decision           struct {
+		Tier      string `json:"tier"`
+		Score     int    `json:"score"`
+		Predicted bool   `json:"predicted"`
+	}
+	err error
 }
 
 func streamOnce(client *http.Client, url, model, prompt string) oneResult {
@@ -197,6 +248,9 @@ func streamOnce(client *http.Client, url, model, prompt string) oneResult {
 		return oneResult{err: fmt.Errorf("status %d: %s", resp.StatusCode, b)}
 	}
 	r := oneResult{endpoint: resp.Header.Get("X-Kvexact-Endpoint"), servedBy: resp.Header.Get("X-Kvexact-Served-By")}
+	if d := resp.Header.Get("X-Kvexact-Decision"); d != "" {
+		_ = json.Unmarshal([]byte(d), &r.decision) // absent or unreadable: not counted
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for sc.Scan() {

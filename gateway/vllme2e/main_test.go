@@ -1,0 +1,322 @@
+// Package vllme2e_test runs the gateway end to end against real vLLM engines (the CPU build in
+// .cache/py/vllm, a tiny llama3 with dummy weights): certified by ctk against the live engines,
+// then KV-exact routing checked against the engines' own usage receipts. The engines start once
+// for the package (TestMain) and are stopped by PID when it ends.
+package vllme2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/vllmpool"
+)
+
+// kvBlocks is each engine's KV cache in blocks: 96 blocks of 32 tokens, above the 64 one
+// 2048-token request needs, small enough that a few long prompts evict.
+const kvBlocks = 96
+
+var (
+	env     *vllmpool.Env
+	envErr  error
+	model   string
+	engines []*vllmpool.Engine
+	seed0   = "0"
+	prof    vllmpool.Profile
+	certs   []*certificate.Certificate
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		env, envErr = vllmpool.Find()
+		if envErr != nil {
+			if envErr == vllmpool.ErrNoEnv && os.Getenv("CI") == "" {
+				fmt.Println("vllme2e: skipping:", vllmpool.MissingEnvHint)
+				return m.Run() // each test skips with the same message
+			}
+			fmt.Println("vllme2e:", envErr)
+			return 1
+		}
+		if raceEnabled {
+			// The race pass (make test's second go test) would start the engines again for the
+			// same tests; they run once, in the plain pass. The gateway's code under race is the
+			// simulator suites' job.
+			env = nil
+			fmt.Println("vllme2e: real engines run in the plain (non-race) pass only")
+			return m.Run()
+		}
+		unlock, err := env.Lock()
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer unlock()
+		dir, err := os.MkdirTemp("", "vllme2e-")
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		model = filepath.Join(dir, "llama3")
+		if err := env.TinyModel(model, "llama3", ""); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		start := time.Now()
+		engines = make([]*vllmpool.Engine, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range engines {
+			wg.Go(func() {
+				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks}, 5*time.Minute)
+			})
+		}
+		wg.Wait()
+		defer func() {
+			for _, e := range engines {
+				if e != nil {
+					e.Stop()
+				}
+			}
+		}()
+		for _, err := range errs {
+			if err != nil {
+				fmt.Println(err)
+				return 1
+			}
+		}
+		fmt.Printf("vllme2e: 2 engines up in %v\n", time.Since(start).Round(time.Second))
+		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
+		if certs, err = certify(); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// certify runs ctk against the live engines: the gateway gets the certificate they earned.
+func certify() ([]*certificate.Certificate, error) {
+	p, err := vllmpool.Pool(prof, engines)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := ctk.Certify(ctx, p, ctk.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		var b strings.Builder
+		res.WriteText(&b)
+		return nil, fmt.Errorf("vllme2e: the real pool is not certified:\n%s", b.String())
+	}
+	return res.Certificates, nil
+}
+
+func needEngines(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("real engines run in the plain (non-race) pass of make test")
+	}
+	if env == nil {
+		t.Skip(vllmpool.MissingEnvHint)
+	}
+}
+
+// gw is one gateway in front of the shared engines.
+type gw struct {
+	t     *testing.T
+	a     *assemble.Gateway
+	reg   *prometheus.Registry
+	base  string
+	stop  func()
+	model string
+}
+
+func startGateway(t *testing.T) *gw {
+	t.Helper()
+	needEngines(t)
+	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "test-token"}, DebugHeader: true,
+		Rules: []rules.Rule{vllmpool.Rule("pool", prof, engines)}}
+	off := rules.OffDuration(0)
+	cfg.Rules[0].PredictOnRoute = &off // predictions rest on engine-confirmed blocks only
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	opts := gateway.Options{Config: cfg, Certificates: certs, Tokenizers: tokenize.NewPool(""), Registry: reg, ProbeInterval: -1, ReprobeInterval: -1,
+		Log: slog.New(slog.DiscardHandler)}
+	a, err := assemble.New(assemble.Config{Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	g := &gw{t: t, a: a, reg: reg, base: "http://" + a.Servers.Client["127.0.0.1:0"], model: "llama3"}
+	var once sync.Once
+	g.stop = func() {
+		once.Do(func() {
+			sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+			defer c()
+			a.Shutdown(sctx)
+			cancel()
+		})
+	}
+	t.Cleanup(g.stop)
+	if !g.a.Runtime.Status().Rules[0].Exact.Enabled {
+		t.Fatalf("KV-exact is not enabled on the certified rule: %+v", g.a.Runtime.Status().Rules[0].Exact)
+	}
+	return g
+}
+
+// reply is one response as the client sees it.
+type reply struct {
+	status   int
+	endpoint string
+	decision decision
+	prompt   int
+	cached   int
+	body     string
+}
+
+// decision is the part of the X-Kvexact-Decision header these tests read.
+type decision struct {
+	Target    string `json:"target"`
+	Tier      string `json:"tier"`
+	Miss      string `json:"miss"`
+	Blocks    int    `json:"blocks"`
+	MaxHit    int    `json:"maxHit"`
+	Score     int    `json:"score"`
+	Predicted bool   `json:"predicted"`
+}
+
+// send posts a completion (prompt) or a chat (messages) through the gateway, or straight to an
+// engine when base is an engine URL.
+func send(t *testing.T, base, path string, req map[string]any, stream bool) reply {
+	t.Helper()
+	req["max_tokens"] = 2
+	req["stream"] = stream
+	if stream {
+		req["stream_options"] = map[string]any{"include_usage": true}
+	}
+	body, _ := json.Marshal(req)
+	resp, err := http.Post(base+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, endpoint: resp.Header.Get(proxy.HeaderEndpoint), body: string(raw)}
+	if d := resp.Header.Get(proxy.HeaderDecision); d != "" {
+		if err := json.Unmarshal([]byte(d), &r.decision); err != nil {
+			t.Fatalf("decision header %q: %v", d, err)
+		}
+	}
+	var u struct {
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	take := func(b []byte) {
+		if json.Unmarshal(b, &u) == nil && u.Usage != nil {
+			r.prompt = u.Usage.PromptTokens
+			if u.Usage.PromptTokensDetails != nil {
+				r.cached = u.Usage.PromptTokensDetails.CachedTokens
+			}
+		}
+	}
+	if stream {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+				take([]byte(d))
+			}
+		}
+	} else {
+		take(raw)
+	}
+	if r.status != 200 {
+		t.Fatalf("%s: status %d: %s", path, r.status, raw)
+	}
+	return r
+}
+
+// explain is the router's dry run: the endpoints' evidence for a request.
+func (g *gw) explain(path string, req map[string]any) *route.Decision {
+	g.t.Helper()
+	body, _ := json.Marshal(req)
+	hr, _ := http.NewRequest("POST", path, nil)
+	pr, err := proxy.ParseRequest(hr, body)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	rt, _ := g.a.Runtime.Router("pool")
+	d, err := rt.Explain(context.Background(), pr)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return d
+}
+
+func (g *gw) overlap(path string, req map[string]any, ep string) int {
+	for _, e := range g.explain(path, req).Endpoints {
+		if e.Name == ep {
+			return e.Overlap
+		}
+	}
+	return 0
+}
+
+func (g *gw) resident(ep string) int {
+	keys, _ := g.a.Runtime.Inventory("pool", ep)
+	return len(keys)
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// doc is a distinct prompt of about n sentences (≈ 12 tokens each with llama3).
+func doc(tag string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Document %s. ", tag)
+	for j := 0; j < n; j++ {
+		fmt.Fprintf(&b, "Section %d of document %s talks about topic %d in some detail. ", j, tag, j%13)
+	}
+	return b.String()
+}

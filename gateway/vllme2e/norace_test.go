@@ -1,0 +1,5 @@
+//go:build !race
+
+package vllme2e_test
+
+const raceEnabled = false
