@@ -140,6 +140,11 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 		grace = DefaultTokenCheckGrace
 	}
 	pending := append([]exactness.Kind(nil), kinds...)
+	// A probe whose block is missing while other blocks arrived is conclusive only when a second
+	// probe of the same kind misses too: one store can be lost on its way (a subscription that
+	// reconnects as the engine restarts misses what was published before it joined), and one lost
+	// message must not read as a template or tokenizer that changed.
+	missed := map[exactness.Kind]bool{}
 	for attempt := 0; attempt < verifyAttempts && len(pending) > 0; attempt++ {
 		if attempt > 0 {
 			select {
@@ -151,6 +156,9 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 		var left []exactness.Kind
 		for _, k := range pending {
 			ev, conclusive := g.probeKind(ctx, hc, rt, x, k, grace)
+			if conclusive && ev.Type == exactness.ProbeNotReproduced && !missed[k] {
+				missed[k], conclusive = true, false
+			}
 			if conclusive {
 				x.apply(ev)
 			} else {
