@@ -124,6 +124,22 @@ var _ = Describe("a pool with one wrong leg", func() {
 		Expect(res.Endpoints[0].Certified).To(BeEmpty())
 	})
 
+	It("names the served model when the engine serves another, and runs no leg that depends on it", func() {
+		e := startSim("vllm", "v0.25.1", func(c *sim.Config) { c.Seed, c.ServedModelName = strp("0"), "llama3-other" })
+		res := certify(poolFor(e, "P0", `seed: "0"`), nil)
+		Expect(res.ExitCode).To(Equal(1))
+		s := spec(res, "P0", "serves the staged model")
+		Expect(s.State).To(Equal(ctk.Fail))
+		Expect(s.Leg).To(Equal(ctk.LegModel))
+		Expect(s.Message).To(Equal(`the engine serves "llama3-other", not "llama3"`))
+		for _, frag := range []string{"add_special_tokens=true", "chat template", "stored-block event", "block keys", "consecutively"} {
+			d := spec(res, "P0", frag)
+			Expect(d.State).To(Equal(ctk.Skip), frag)
+			Expect(d.Message).To(Equal("not run: model mismatch"), frag)
+		}
+		Expect(failed(res)).To(Equal("serves the staged model [model] " + s.Message + "\n"))
+	})
+
 	It("fails and names the events when the engine publishes none", func() {
 		e := startSim("vllm", "v0.25.1", func(c *sim.Config) {
 			c.Seed, c.ReplayAddr = strp("0"), ""

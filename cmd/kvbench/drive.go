@@ -317,6 +317,7 @@ func status(args []string) int {
 				Exact *struct {
 					State   string   `json:"state"`
 					Reasons []string `json:"reasons"`
+					Lifts   []string `json:"lifts"`
 				} `json:"exact"`
 			} `json:"endpoints"`
 		} `json:"rules"`
@@ -342,7 +343,15 @@ func status(args []string) int {
 		suspended := map[string]string{}
 		for _, e := range r.EndpointStates {
 			if e.Exact != nil && (e.Exact.State == "suspended" || e.Exact.State == "verifying") {
-				suspended[e.Name] = strings.Join(e.Exact.Reasons, "; ")
+				// Each hold with what lifts it, as the fence's log line says.
+				why := make([]string, len(e.Exact.Reasons))
+				for i, r := range e.Exact.Reasons {
+					why[i] = r
+					if i < len(e.Exact.Lifts) {
+						why[i] += " (" + e.Exact.Lifts[i] + ")"
+					}
+				}
+				suspended[e.Name] = strings.Join(why, "; ")
 			}
 		}
 		for _, n := range names {
