@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,6 +371,7 @@ func TestKeepalivePingFlood(t *testing.T) {
 		defer c.Close()
 		c.Write([]byte(http2.ClientPreface))
 		fr := http2.NewFramer(c, c)
+		var wmu sync.Mutex // a Framer's writes are not safe from two goroutines
 		fr.WriteSettings()
 		got := make(chan bool, 1)
 		go func() {
@@ -382,7 +384,9 @@ func TestKeepalivePingFlood(t *testing.T) {
 				switch f := f.(type) {
 				case *http2.SettingsFrame:
 					if !f.IsAck() {
+						wmu.Lock()
 						fr.WriteSettingsAck()
+						wmu.Unlock()
 					}
 				case *http2.GoAwayFrame:
 					got <- f.ErrCode == http2.ErrCodeEnhanceYourCalm && strings.Contains(string(f.DebugData()), "too_many_pings")
@@ -391,7 +395,9 @@ func TestKeepalivePingFlood(t *testing.T) {
 			}
 		}()
 		for i := 0; i < n; i++ {
+			wmu.Lock()
 			fr.WritePing(false, [8]byte{byte(i)})
+			wmu.Unlock()
 			time.Sleep(every)
 		}
 		select {
