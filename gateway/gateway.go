@@ -572,10 +572,11 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		}
 		ctx, cancel := context.WithCancel(g.ctx)
 		var hasher *hashcore.Hasher
+		tagged := false
 		if binding == "engine" && rt.keyer != nil {
-			hasher = rt.keyer.Hasher
+			hasher, tagged = rt.keyer.Hasher, rt.keyer.TaggedExtras
 		}
-		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, r.BlockSize, hasher)
+		ew, err := g.newEndpointWatch(rt.epExact[i], r.Engine.Family, r.BlockSize, hasher, tagged)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("endpoints[%d]: live parity watch: %w", i, err)

@@ -50,14 +50,14 @@ type endpointWatch struct {
 
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
 // router binding, where only restarts are detected).
-func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize int, hasher *hashcore.Hasher) (*endpointWatch, error) {
+func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize int, hasher *hashcore.Hasher, tagged bool) (*endpointWatch, error) {
 	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), blockSize: blockSize}
 	ew.reconnect = func() {
 		go g.probeProcess(g.ctx, ew)
 	}
 	ew.verify = func() { g.startVerifyProbes(x) }
 	if hasher != nil {
-		w, err := watch.New(watch.Config{Hasher: hasher, Family: family, CheckFirst: g.opts.ParityCheckFirst, SampleEvery: g.opts.ParitySampleEvery})
+		w, err := watch.New(watch.Config{Hasher: hasher, Family: family, TaggedExtraKeys: tagged, CheckFirst: g.opts.ParityCheckFirst, SampleEvery: g.opts.ParitySampleEvery})
 		if err != nil {
 			return nil, err
 		}

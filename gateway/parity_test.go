@@ -18,7 +18,7 @@ import (
 func TestHistoryIsNoRestart(t *testing.T) {
 	x := newEndpointExact("r", &route.Endpoint{Name: "e0"}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
 	g := &Gateway{log: slog.New(slog.DiscardHandler)}
-	ew, err := g.newEndpointWatch(x, "vllm", 16, nil)
+	ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

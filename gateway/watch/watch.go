@@ -37,6 +37,10 @@ type Config struct {
 	// Family names the engine family; its key rules (engines.KeyRules) must say its keys are
 	// reproducible.
 	Family string
+	// TaggedExtraKeys: the release hashes tagged extra keys (vLLM v0.31.0+, contracts'
+	// extraKeys scheme "tagged") while its events publish them untagged (vLLM's
+	// to_event_extra_keys), so the watch tags an event's keys again before hashing them.
+	TaggedExtraKeys bool
 	// CheckFirst, SampleEvery, MaxDigests: zero takes the defaults above; SampleEvery 1 checks
 	// every event.
 	CheckFirst  int
@@ -213,9 +217,40 @@ func (w *Watch) eventExtras(ev *engines.Event, n int) ([][]any, bool) {
 		if i < len(ev.ExtraKeys) {
 			e = ev.ExtraKeys[i]
 		}
+		if w.cfg.TaggedExtraKeys && e != nil {
+			var ok bool
+			if e, ok = retag(ev, e); !ok {
+				return nil, false
+			}
+		}
 		w.extras = append(w.extras, e)
 	}
 	return w.extras, true
+}
+
+// retag rebuilds the tagged extra keys a tagged release hashed from the untagged ones its events
+// publish: a LoRA name (first, and named by the event's lora_name) is ("lora", name, path), whose
+// path no event carries, so such a block cannot be reproduced; an (identifier, offset) pair is
+// ("mm", identifier, offset); a string is ("cache_salt", salt); bytes are ("prompt_embeds",
+// digest) — the order and shapes of vLLM's generate_block_hash_extra_keys.
+func retag(ev *engines.Event, keys []any) ([]any, bool) {
+	out := make([]any, 0, len(keys))
+	for i, k := range keys {
+		switch v := k.(type) {
+		case []any:
+			out = append(out, append([]any{"mm"}, v...))
+		case string:
+			if i == 0 && ev.LoRAName != "" && v == ev.LoRAName {
+				return nil, false
+			}
+			out = append(out, []any{"cache_salt", v})
+		case []byte:
+			out = append(out, []any{"prompt_embeds", v})
+		default:
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // diagnose names the leg of a mismatch at block i (only on the mismatch path, so it may be slow).

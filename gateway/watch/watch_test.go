@@ -203,3 +203,32 @@ func TestFamilyWithoutReproducibleKeysRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTaggedReleaseEventsRetagged: a tagged release (vLLM v0.31.0+) hashes ("cache_salt", salt),
+// ("mm", id, offset) and ("prompt_embeds", digest) but publishes the bare values; the watch tags
+// them again, so a salted or multimodal block is checked and matches. A LoRA block (its path is in
+// the hash, not in the event) stays unchecked; an untagged watch reads the same event as a mismatch.
+func TestTaggedReleaseEventsRetagged(t *testing.T) {
+	h := hasher(t, hashcore.VLLMSHA256, 16, strp("0"))
+	toks := tokens(16*2, 300)
+	digest := []byte{1, 2, 3, 4}
+	tagged := [][]any{{[]any{"mm", "img-1", int64(0)}, []any{"cache_salt", "tenant-a"}, []any{"prompt_embeds", digest}}, nil}
+	_, keys, err := h.ChainFrom(h.Root(), toks, tagged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(first []any, lora string) *engines.Event {
+		return &engines.Event{Kind: engines.BlockStored, BlockHashes: keys, TokenIDs: toks, BlockSize: 16, HasExtraKeys: true,
+			ExtraKeys: [][]any{first, nil}, LoRAName: lora}
+	}
+	published := []any{[]any{"img-1", int64(0)}, "tenant-a", digest} // vLLM's to_event_extra_keys
+	if o := newWatch(t, h, Config{TaggedExtraKeys: true}).Event(event(published, "")); o.Mismatch != nil || o.Matched != 2 {
+		t.Fatalf("tagged watch: %+v", o)
+	}
+	if o := newWatch(t, h, Config{}).Event(event(published, "")); o.Mismatch == nil {
+		t.Fatalf("untagged watch on a tagged release's event: %+v, want a mismatch", o)
+	}
+	if o := newWatch(t, h, Config{TaggedExtraKeys: true}).Event(event([]any{"sql-lora"}, "sql-lora")); o.Unchecked != 2 || o.Mismatch != nil {
+		t.Fatalf("LoRA block: %+v, want unchecked", o)
+	}
+}
