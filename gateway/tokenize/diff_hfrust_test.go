@@ -64,4 +64,3 @@ func TestDifferentialHFRust(t *testing.T) {
 		t.Skip("no tokenizer files found (KVEXACT_TOKENIZERS)")
 	}
 }
-
