@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/kvexact/kvexact/ctk"
-	"github.com/kvexact/kvexact/internal/vllmpool"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // Certification against real vLLM engines (the CPU build, tiny models with dummy weights): three

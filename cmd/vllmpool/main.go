@@ -1,5 +1,5 @@
 // Command vllmpool starts a pool of real vLLM engines (the pinned CPU build, a tiny generated model,
-// dummy weights; internal/vllmpool) and stops it again by PID:
+// dummy weights; engines/vllm/vllmpool) and stops it again by PID:
 //
 //	vllmpool up -dir DIR [-n 3] [-model llama3] [-seeds 0,0,unset] [-block-size 32] [-hash-algo sha256]
 //	            [-kv-blocks 96] [-lora] [-dp 1] [-listen 127.0.0.1:8080] [-admin 127.0.0.1:8081]
@@ -28,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvexact/kvexact/internal/vllmpool"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 func main() {

@@ -32,6 +32,8 @@ var familyNameExempt = []struct {
 	{dir: "cmd/enginesim", strings: true, why: "the command line of engines/sim, the engine simulator: its flag texts mirror each simulated engine's own flags and say which engine each applies to"},
 	{dir: "bench/kvbench", strings: true, why: "a benchmark names what it measures, as a test does: its fixture is a vLLM pool, its peers are other projects' routers (SGLang's model gateway), and the document it writes describes that setup"},
 	{dir: "bench/kvbench/peers.go", why: "the peer routers kvbench re-implements to compare against are named after their projects (PeerSGLangTree: SGLang's model gateway's cache-aware tree), not after the engine family"},
+	{dir: "cmd/vllmpool", why: "the command that starts real vLLM engines (engines/vllm/vllmpool) for the tests and the real-engine demo: one engine's processes are its whole job"},
+	{dir: "cmd/kvbench/drive.go", strings: true, why: "a flag text says which engine's behaviour the flag works around (vLLM announces a cache reset only at its next step)"},
 	{dir: "gateway/tokenize", strings: true, why: "error texts cite the reference engine's answer to a request the gateway refuses the same way (\"vLLM answers 400\"); the texts users see stay as they are"},
 }
 

@@ -29,7 +29,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
-	"github.com/kvexact/kvexact/internal/vllmpool"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // kvBlocks is each engine's KV cache in blocks: 96 blocks of 32 tokens, above the 64 one

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvexact/kvexact/internal/vllmpool"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // TestPublishedKeysEqualGatewayKeys: for each request shape of the corpus, sent straight to one

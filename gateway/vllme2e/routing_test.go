@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/route"
-	"github.com/kvexact/kvexact/internal/vllmpool"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, a prompt extending
