@@ -363,7 +363,7 @@ func writeProxy(b *strings.Builder, ov *Overhead, charts string) {
 	if ov.RatioVsNginx < 0.45 {
 		verdict = "**missed**"
 	}
-	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.3f** over %d rounds (target ≥ 0.45, issue #17: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
+	fmt.Fprintf(b, "\nMedian ratio gateway / nginx = **%.3f** over %d rounds (saturation target ≥ 0.45: %s); gateway / direct = %.2f.", ov.RatioVsNginx, len(ov.Proxy), verdict, ov.RatioVsDirect)
 	if hasCPU {
 		fmt.Fprintf(b, " CPU per request, medians: nginx %.1f µs, gateway %.1f µs (gateway / nginx %.2f).", md.NginxCPUus, md.GatewayCPUus, ov.CPURatioVsNginx)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // Wire-level tests: raw sockets on 127.0.0.1 against the client listener's server
-// (gateway.NewHTTPServer) with the proxy behind it, for every probe issue #17 lists.
+// (gateway.NewHTTPServer) with the proxy behind it, for every malformed-request probe docs/proxy.md lists.
 
 // rawConn is a client connection that writes raw bytes and reads what comes back.
 type rawConn struct {
