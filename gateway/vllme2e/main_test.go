@@ -23,13 +23,13 @@ import (
 
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
-	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // kvBlocks is each engine's KV cache in blocks: 96 blocks of 32 tokens, above the 64 one

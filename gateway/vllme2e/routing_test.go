@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+	"github.com/kvexact/kvexact/gateway/route"
 )
 
 // TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, a prompt extending
