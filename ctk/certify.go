@@ -46,6 +46,12 @@ type Options struct {
 	// passes even when a leg of the other failed (a seed the engine binding cannot reproduce, say).
 	// By default such an endpoint is still covered for the binding it proved, but the run exits 1.
 	LenientAuto bool
+	// Only, when set, lists the spec ids to run; the others are skipped (an admission probe runs
+	// the specs its certificate's policy lists: Admit).
+	Only []string
+	// Admission is the policy written into the certificates for endpoints that join later
+	// (nil: admit none, as certificates written without it mean).
+	Admission *certificate.Admission
 }
 
 func (o *Options) defaults() {
@@ -190,7 +196,8 @@ func Certify(ctx context.Context, p *Pool, opts Options) (*Result, error) {
 				return nil, err
 			}
 			c = &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(),
-				IssuedAt: res.Finished.UTC().Truncate(time.Second), ExpiresAt: res.Finished.Add(opts.ValidFor).UTC().Truncate(time.Second), Issuer: opts.Issuer}
+				IssuedAt: res.Finished.UTC().Truncate(time.Second), ExpiresAt: res.Finished.Add(opts.ValidFor).UTC().Truncate(time.Second), Issuer: opts.Issuer,
+				Admission: opts.Admission}
 			families[r.ep.Family] = c
 			order = append(order, r.ep.Family)
 		}
@@ -304,6 +311,8 @@ func (r *endpointRun) run(ctx context.Context) {
 		switch {
 		case r.unreachable && n.id != idHealth:
 			body = func(t *T) { t.Skipf("not run: the endpoint is unreachable") }
+		case r.opts.Only != nil && !slices.Contains(r.opts.Only, n.id):
+			body = func(t *T) { t.Skipf("not run: the admission policy does not list this spec") }
 		case r.dependsOnModel(n.id) && r.state(idModel) == Fail:
 			// Every later leg sends probes naming the staged model; against another model they
 			// would fail for that reason and blame their own leg.

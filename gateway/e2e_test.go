@@ -61,6 +61,7 @@ type poolSpec struct {
 	gwMod           func(o *gateway.Options)
 	wrap            func(http.Handler) http.Handler // around the proxy handler
 	ruleMod         func(r *rules.Rule)
+	certMod         func(c *certificate.Certificate)
 }
 
 func strp(s string) *string { return &s }
@@ -159,6 +160,9 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(valid)}
 		for i := range r.Endpoints {
 			c.Endpoints = append(c.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), cov))
+		}
+		if spec.certMod != nil {
+			spec.certMod(c)
 		}
 		certs = append(certs, c)
 	}

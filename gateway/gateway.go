@@ -82,6 +82,16 @@ type Options struct {
 	// ReprobeInterval re-checks every certified endpoint's identity and tokenizer (default 60s;
 	// negative disables). A failure fences KV-exact for that endpoint.
 	ReprobeInterval time.Duration
+	// AdmissionBackoff is the wait before an admission probe that was refused is retried, doubled
+	// on each refusal up to 5 minutes (default 1s).
+	AdmissionBackoff time.Duration
+	// AdmissionEventTimeout bounds an admission probe's wait for its subscription and its own
+	// KV events, as ctk certify's --event-timeout does (default 15s).
+	AdmissionEventTimeout time.Duration
+	// CertificateWatch is how often the certificate files are checked for new content (a
+	// Kubernetes Secret volume, a file a CI job rewrites); a change reloads them as SIGHUP does
+	// (0: not watched).
+	CertificateWatch time.Duration
 }
 
 // Gateway is the rule runtimes of a running gateway and their control (assemble.Gateway adds the
@@ -99,6 +109,8 @@ type Gateway struct {
 	routeM  *route.Metrics
 	statusM *statusMetrics
 
+	adm       *admissions
+	applyMu   sync.Mutex
 	mu        sync.RWMutex
 	runtimes  map[string]*ruleRuntime // by rule name
 	routes    resolver.Table          // the runtimes' routers by listener and model, for the front ends
@@ -189,7 +201,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
+		adm: newAdmissions(opts.Registry), runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	return g, nil
 }
@@ -234,6 +246,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 			g.runAdapterDiscovery(g.ctx, iv)
 		}()
 	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runAdmissions(g.ctx)
+	}()
 	expiry := g.opts.ExpiryCheck
 	if expiry <= 0 {
 		expiry = time.Second
@@ -292,6 +309,10 @@ func (g *Gateway) Close() {
 // apply builds a rule's runtime and swaps it in; the old one (if any) is stopped after the swap so
 // that requests always find a router.
 func (g *Gateway) apply(r *rules.Rule) error {
+	// Rule changes, certificate reloads, expiries and admissions all apply from their own
+	// goroutines: one at a time, so none builds on a runtime another is replacing.
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
 	if old, ok := g.runtime(r.Name); ok {
 		if done, err := g.applyMembership(old, r); done {
 			return err
@@ -317,6 +338,7 @@ func (g *Gateway) apply(r *rules.Rule) error {
 }
 
 func (g *Gateway) remove(name string) {
+	g.adm.forget(name, nil)
 	g.mu.Lock()
 	old := g.runtimes[name]
 	delete(g.runtimes, name)
@@ -441,6 +463,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	r, ct := rt.rule, rt.contract
 	st := ExactStatus{Mode: r.KVExactMode, Endpoints: map[string]string{}}
 	defer func() { rt.exact = st }()
+	g.adm.forget(r.Name, func(name string) bool { return containsEndpoint(r.Endpoints, name) })
 	// The ingest binding when nothing is proven: what the engine publishes where it can be used.
 	fallback := ct.Hash.DefaultBinding
 	if r.Binding == "engine" || r.Binding == "router" {
@@ -474,14 +497,25 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 	}
 	now := g.now()
 	cov := map[string][]certificate.Coverage{}
+	admitted := map[string]string{}
 	for i, e := range rt.eps {
-		c, got, why := certificate.CoversProfile(certs, prof, IdentityOf(r, i), now)
+		id := IdentityOf(r, i)
+		c, got, why := certificate.CoversProfile(certs, prof, id, now)
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
-		} else {
-			st.Endpoints[e.Name] = why
+			continue
 		}
+		// Not listed by a certificate that admits endpoints by probe: the admission's verdict.
+		if acov, until, awhy, ok := g.adm.covers(r.Name, certs, st.ProfileDigest, id, now); ok {
+			if acov != nil {
+				cov[e.Name], admitted[e.Name] = acov, awhy
+				rt.noteExpiry(until)
+				continue
+			}
+			why = awhy
+		}
+		st.Endpoints[e.Name] = why
 	}
 	binding := resolveBinding(r.Binding, ct, cov)
 	var mask inventory.Mask
@@ -490,6 +524,9 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 			if hasCoverage(c, binding) {
 				mask.Set(e.ID)
 				st.Endpoints[e.Name] = "certified (" + binding + ")"
+				if a := admitted[e.Name]; a != "" {
+					st.Endpoints[e.Name] = "certified (" + binding + "; " + a + ")"
+				}
 			} else {
 				st.Endpoints[e.Name] = fmt.Sprintf("certified for %v, not for the %s binding this rule uses", c, binding)
 			}

@@ -55,7 +55,10 @@ func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize in
 	ew.reconnect = func() {
 		go g.probeProcess(g.ctx, ew)
 	}
-	ew.verify = func() { g.startVerifyProbes(x) }
+	ew.verify = func() {
+		g.adm.restarted(x.rule, x.name, g.now())
+		g.startVerifyProbes(x)
+	}
 	if hasher != nil {
 		w, err := watch.New(watch.Config{Hasher: hasher, Family: family, TaggedExtraKeys: tagged, CheckFirst: g.opts.ParityCheckFirst, SampleEvery: g.opts.ParitySampleEvery})
 		if err != nil {

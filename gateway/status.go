@@ -48,6 +48,8 @@ type EndpointStatus struct {
 	// Exact is the endpoint's runtime exactness: eligible, suspended or uncertified, since when,
 	// why, and the live checks' evidence.
 	Exact *EndpointExact `json:"exact,omitempty"`
+	// Admission is the admission probe's account on an endpoint a certificate admits by probe.
+	Admission *AdmissionStatus `json:"admission,omitempty"`
 }
 
 // Status reports every rule.
@@ -75,6 +77,7 @@ func (g *Gateway) Status() Status {
 				xs := x.status()
 				es.Exact = &xs
 			}
+			es.Admission = g.adm.status(rt.rule.Name, e.Name)
 			rs.Endpoints = append(rs.Endpoints, es)
 		}
 		st.Rules = append(st.Rules, rs)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ func init() {
 
 var certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
                    [--event-timeout 15s] [--lenient-auto] [-v]
+                   [--admit none|probe] [--admit-specs ID,...] [--admit-valid-for DURATION]
 
 Runs the certification specs against every endpoint of the pool — identity, tokenizer parity,
 chat-template parity, geometry and hash parity end to end (a probe completion's own KV events),
@@ -45,6 +47,13 @@ input (the message names the field). With binding auto an endpoint must get a bi
 failing leg: one covered for the router binding while its engine-binding keys failed (a wrong seed)
 is reported with the binding it got and the failing legs, and the run exits 1; --lenient-auto
 exits 0 for it as before.
+
+--admit probe writes the admission policy for endpoints that join later (a new pod, a moved
+one): the gateway runs the same specs on an endpoint of the rule the certificate does not list
+and covers it once they pass for the certified profile. --admit-specs lists the spec ids a probe
+runs (default: all but the cache clear; the binding specs are always run), --admit-valid-for
+bounds each admission (default: until the certificate expires). Without --admit the certificate
+says admit none: only its own endpoints are covered.
 `
 
 func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -57,6 +66,9 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	eventTimeout := fs.Duration("event-timeout", 15*time.Second, "how long to wait for the probe's own events")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	lenient := fs.Bool("lenient-auto", false, "binding auto: exit 0 for an endpoint covered for one binding even when a leg of the other failed")
+	admit := fs.String("admit", certificate.AdmitNone, "admission policy for endpoints that join later: none or probe")
+	admitSpecs := fs.String("admit-specs", "", "comma-separated spec ids an admission probe runs (default: all but clear)")
+	admitValid := fs.Duration("admit-valid-for", 0, "how long an admission lasts (0: until the certificate expires)")
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ctk certify: "+format+"\n\n%s", append(a, certifyUsage)...)
 		return 2
@@ -78,12 +90,23 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *eventTimeout <= 0:
 		return bad("--event-timeout: %s must be positive", *eventTimeout)
 	}
+	var specs []string
+	if *admitSpecs != "" {
+		specs = strings.Split(*admitSpecs, ",")
+	}
+	adm, err := ctk.NewAdmission(*admit, specs, *admitValid)
+	if err != nil {
+		return bad("--%v", err)
+	}
 	pool, err := ctk.LoadPool(*poolPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "ctk certify: %s: %v\n", *poolPath, err)
 		return 2
 	}
 	opts := ctk.Options{ValidFor: *validFor, EventTimeout: *eventTimeout, LenientAuto: *lenient}
+	if *admit == certificate.AdmitProbe {
+		opts.Admission = adm
+	}
 	if *signKey != "" {
 		if opts.SignKey, err = certificate.LoadPrivateKey(*signKey); err != nil {
 			fmt.Fprintf(stderr, "ctk certify: --sign-key: %v\n", err)

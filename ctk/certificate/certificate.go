@@ -125,6 +125,55 @@ func NewEndpoint(id Identity, cov []Coverage) Endpoint {
 	return Endpoint{Name: id.Name, Address: id.Address, Release: id.Release, Model: id.Model, Events: &ev, Certified: cov}
 }
 
+// Admission policies.
+const (
+	// AdmitNone: only the endpoints the certificate lists are covered.
+	AdmitNone = "none"
+	// AdmitProbe: the gateway runs ctk's specs on an endpoint of the same rule that the
+	// certificate does not list, and covers it once they pass for the certified profile.
+	AdmitProbe = "probe"
+)
+
+// Admission says how endpoints that join after certification may be covered.
+type Admission struct {
+	// Admit is AdmitProbe or AdmitNone.
+	Admit string `json:"admit"`
+	// Specs are the ctk spec ids an admission probe runs and must not fail (the specs that
+	// prove the bindings are required whatever this lists; see ctk.AdmissionSpecs).
+	Specs []string `json:"specs,omitempty"`
+	// ValidForSeconds bounds an admission's life from the probe (0: until the certificate
+	// expires); a due admission is probed again.
+	ValidForSeconds int64 `json:"valid_for_seconds,omitempty"`
+}
+
+// AdmitsByProbe reports whether the certificate lets the gateway admit unlisted endpoints by
+// probe: only when it says so, never by default.
+func (c *Certificate) AdmitsByProbe() bool {
+	return c.Admission != nil && c.Admission.Admit == AdmitProbe
+}
+
+// AdmissionExpiry is when an admission probed at t lapses: its validity window, never past the
+// certificate's own expiry.
+func (c *Certificate) AdmissionExpiry(t time.Time) time.Time {
+	if c.Admission != nil && c.Admission.ValidForSeconds > 0 {
+		if e := t.Add(time.Duration(c.Admission.ValidForSeconds) * time.Second); e.Before(c.ExpiresAt) {
+			return e
+		}
+	}
+	return c.ExpiresAt
+}
+
+// Lists reports whether the certificate has an entry named name (such an endpoint keeps its
+// identity binding: it is never admitted by probe).
+func (c *Certificate) Lists(name string) bool {
+	for _, e := range c.Endpoints {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Verification says how far a loaded certificate's origin was checked.
 type Verification string
 
@@ -146,6 +195,9 @@ type Certificate struct {
 	IssuedAt      time.Time  `json:"issued_at"`
 	ExpiresAt     time.Time  `json:"expires_at"`
 	Issuer        string     `json:"issuer,omitempty"`
+	// Admission is the policy for endpoints the certificate does not list (nil in certificates
+	// written before it, which mean admit none: only the listed endpoints are covered).
+	Admission *Admission `json:"admission,omitempty"`
 	// Signature is base64 ed25519 over Payload() when the certificate is signed.
 	Signature string `json:"signature,omitempty"`
 
@@ -210,6 +262,14 @@ func Parse(b []byte, pub ed25519.PublicKey) (*Certificate, error) {
 	}
 	if c.Format != FormatVersion {
 		return nil, fmt.Errorf("certificate: format %q, want %q", c.Format, FormatVersion)
+	}
+	if a := c.Admission; a != nil {
+		if a.Admit != AdmitProbe && a.Admit != AdmitNone {
+			return nil, fmt.Errorf("certificate: admission.admit %q is not %q or %q", a.Admit, AdmitProbe, AdmitNone)
+		}
+		if a.ValidForSeconds < 0 {
+			return nil, fmt.Errorf("certificate: admission.valid_for_seconds %d is negative", a.ValidForSeconds)
+		}
 	}
 	if got := c.Profile.Digest(); got != c.ProfileDigest {
 		return nil, fmt.Errorf("certificate: profile_digest %s does not match its profile (%s): the file was edited", c.ProfileDigest, got)

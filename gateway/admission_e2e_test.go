@@ -1,0 +1,245 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/promtest"
+)
+
+// admitPolicy makes the test certificate say admit: probe with ctk's default specs.
+func admitPolicy(c *certificate.Certificate) {
+	a, err := ctk.NewAdmission(certificate.AdmitProbe, nil, 0)
+	if err != nil {
+		panic(err)
+	}
+	c.Admission = a
+}
+
+// admissionPool is one certified simulator (e0) behind a gateway whose certificate file admits
+// endpoints by probe, with short probe timeouts and backoff.
+func admissionPool(t *testing.T, policy func(*certificate.Certificate)) *pool {
+	return startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, certFile: true,
+		certMod: policy, gwMod: func(o *gateway.Options) {
+			o.AdmissionBackoff, o.AdmissionEventTimeout = 200*time.Millisecond, 2*time.Second
+		}})
+}
+
+// extraSim starts a simulator like the pool's, changed by mod.
+func extraSim(t *testing.T, name string, mod func(c *sim.Config)) *sim.Engine {
+	t.Helper()
+	tok, _ := tokenizerPool(t).Get("llama3")
+	c := sim.Config{Family: "vllm", Release: "v0.25.1", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3", Endpoint: name, Seed: strp("0"),
+		PrefillPerToken: 20 * time.Microsecond, DecodePerToken: 200 * time.Microsecond, PublishAddr: "tcp://*:0"}
+	if mod != nil {
+		mod(&c)
+	}
+	e, err := sim.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func ruleEndpoint(name string, e *sim.Engine) rules.Endpoint {
+	return rules.Endpoint{Name: name, Address: e.URL(), Events: rules.Events{ZMQ: e.PublishAddrs()}}
+}
+
+// putEndpoints replaces the rule's endpoints through the admin API (PUT /admin/rules/pool).
+func putEndpoints(t *testing.T, p *pool, eps ...rules.Endpoint) {
+	t.Helper()
+	r, _ := p.g.Store().Get("pool")
+	r = r.Clone()
+	r.Endpoints = eps
+	body, _ := json.Marshal(r)
+	req, _ := http.NewRequest(http.MethodPut, p.admin+"/admin/rules/pool", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("PUT /admin/rules/pool: %d %s", resp.StatusCode, b)
+	}
+}
+
+// statusOf is an endpoint's status entry, ok false while the runtime does not list it yet.
+func statusOf(p *pool, name string) (gateway.EndpointStatus, bool) {
+	for _, e := range p.g.Status().Rules[0].Endpoints {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return gateway.EndpointStatus{}, false
+}
+
+func waitStatus(t *testing.T, p *pool, name, what string, d time.Duration, ok func(gateway.EndpointStatus) bool) gateway.EndpointStatus {
+	t.Helper()
+	var last gateway.EndpointStatus
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if e, found := statusOf(p, name); found {
+			last = e
+			if ok(e) {
+				return e
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, _ := json.Marshal(last)
+	t.Fatalf("%s: %s not reached within %s: %s", name, what, d, b)
+	return last
+}
+
+func admitted(e gateway.EndpointStatus) bool {
+	return strings.Contains(e.Certified, "admitted by probe at") && e.Exact != nil && e.Exact.State == "eligible"
+}
+
+// exactRoutedTo warms a document on the engine directly and checks the gateway routes its
+// follow-up KV-exact to endpoint ep.
+func exactRoutedTo(t *testing.T, p *pool, e *sim.Engine, ep, doc string) {
+	t.Helper()
+	direct(t, e, doc)
+	eventually(t, 10*time.Second, ep+"'s document in the inventory", func() bool { return p.overlap(doc+" Follow-up?", ep) >= 10 })
+	c := p.complete(doc+" Follow-up?", false)
+	var d route.Decision
+	json.Unmarshal([]byte(c.decision), &d)
+	if c.status != 200 || c.endpoint != ep || d.Tier != route.TierKVExact || c.cached <= 0 {
+		t.Fatalf("%s's prefix went to %s (tier %s, %d cached, status %d): %s", ep, c.endpoint, d.Tier, c.cached, c.status, c.decision)
+	}
+}
+
+func otherTemplate(t *testing.T) *tokenize.Tokenizer {
+	dir, err := tokenize.FindModelDir(tokenize.DefaultRoots(), "llama3")
+	if err != nil {
+		t.Skip("the llama3 tokenizer is not available: " + err.Error())
+	}
+	tj, _ := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	cj, _ := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	var cfg map[string]any
+	if err := json.Unmarshal(cj, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["chat_template"] = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+	cj, _ = json.Marshal(cfg)
+	tok, err := tokenize.FromBytes(tj, cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestE2EAdmissionByProbe: a certificate that says admit: probe lists e0 only. Endpoints added
+// through the admin API are probed with ctk's specs by the gateway: a correct one is admitted —
+// certified with the probe's time in status, metrics and its own state machine, and routed
+// KV-exact — while one whose engine differs in a leg (seed, block size, chat template) is refused
+// naming that leg and retried. The same name at another address (a pod with a new IP) is probed
+// again; an admitted engine that restarts with another seed loses its admission naming the seed;
+// a certificate reloaded without the policy covers its own endpoints only.
+func TestE2EAdmissionByProbe(t *testing.T) {
+	p := admissionPool(t, admitPolicy)
+	good := extraSim(t, "n1", nil)
+	seed := extraSim(t, "n2", func(c *sim.Config) { c.Seed = strp("1") })
+	block := extraSim(t, "n3", func(c *sim.Config) { c.BlockSize = 32 })
+	tmpl := extraSim(t, "n4", func(c *sim.Config) { c.Tokenizer = otherTemplate(t) })
+	e0, _ := p.g.Store().Get("pool")
+	base := e0.Endpoints[0]
+
+	putEndpoints(t, p, base, ruleEndpoint("n1", good), ruleEndpoint("n2", seed), ruleEndpoint("n3", block), ruleEndpoint("n4", tmpl))
+	n1 := waitStatus(t, p, "n1", "admitted", 30*time.Second, admitted)
+	if n1.Admission == nil || n1.Admission.State != "admitted" || n1.Admission.Requests == 0 || !n1.Admission.Expires.Equal(p.g.Status().CertificateStatus[0].ExpiresAt) {
+		t.Fatalf("n1's admission: %+v", n1.Admission)
+	}
+	if v := promtest.Value(t, p.reg, "kvexact_endpoint_admitted", map[string]string{"rule": "pool", "endpoint": "n1"}); v != 1 {
+		t.Fatalf("kvexact_endpoint_admitted{n1} = %v", v)
+	}
+	if eligibleMetric(t, p, "n1") != 1 {
+		t.Fatal("n1 admitted but not eligible in the metrics")
+	}
+	if e := endpointStatus(t, p, "e0"); e.Admission != nil || e.Certified != "certified (engine)" {
+		t.Fatalf("the certificate's own endpoint must keep its own coverage, not an admission: %q %+v", e.Certified, e.Admission)
+	}
+	exactRoutedTo(t, p, good, "n1", docs(1)[0])
+
+	for name, leg := range map[string]string{"n2": ctk.LegSeed, "n3": ctk.LegBlockSize, "n4": ctk.LegTemplate} {
+		e := waitStatus(t, p, name, "refused naming "+leg, 30*time.Second, func(e gateway.EndpointStatus) bool {
+			return e.Admission != nil && e.Admission.Attempts >= 2 && len(e.Admission.FailedLegs) > 0
+		})
+		if e.Admission.FailedLegs[0] != leg || !strings.Contains(e.Certified, "admission probe refused") || !strings.Contains(e.Certified, "failed legs "+leg) ||
+			e.Exact.State != "uncertified" || reasonMetric(t, p, name, "uncertified") != 1 {
+			b, _ := json.Marshal(e)
+			t.Fatalf("%s must be refused naming the %s leg and retried: %s", name, leg, b)
+		}
+	}
+	if v := promtest.Value(t, p.reg, "kvexact_admission_probes_total", map[string]string{"rule": "pool", "result": "refused"}); v < 6 {
+		t.Fatalf("refused probes counted %v, want each of three endpoints retried", v)
+	}
+
+	// n1 moves to another address (a replaced pod's new IP): the old admission does not follow
+	// the name; the new address is probed and admitted anew.
+	moved := extraSim(t, "n1b", nil)
+	first := n1.Admission.Admitted
+	putEndpoints(t, p, base, ruleEndpoint("n1", moved))
+	n1 = waitStatus(t, p, "n1", "admitted at its new address", 30*time.Second, func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Address == moved.URL() && e.Admission.Admitted.After(first)
+	})
+	exactRoutedTo(t, p, moved, "n1", docs(2)[1])
+
+	// The engine behind n1 restarts with another seed: the restart is seen on its event stream,
+	// the admission is probed again and refused naming the seed.
+	restarted, err := sim.Restart(context.Background(), moved, func(c *sim.Config) { c.Seed = strp("7") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restarted.Close() })
+	waitStatus(t, p, "n1", "refused after the restart", 30*time.Second, func(e gateway.EndpointStatus) bool {
+		return e.Admission != nil && e.Admission.State == "pending" && len(e.Admission.FailedLegs) > 0 && e.Admission.FailedLegs[0] == ctk.LegSeed &&
+			e.Exact.State == "uncertified"
+	})
+
+	// A certificate without the policy (an older file) covers e0 only: nothing is admitted.
+	c, err := certificate.Load(p.certPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Admission = nil
+	if err := c.Write(p.certPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.g.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	if e := endpointStatus(t, p, "n1"); e.Admission != nil || !strings.Contains(e.Certified, "not in the certificate") {
+		t.Fatalf("the reloaded certificate does not admit by probe: n1's admission must lapse: %q %+v", e.Certified, e.Admission)
+	}
+	putEndpoints(t, p, base, ruleEndpoint("n5", good))
+	n5 := waitStatus(t, p, "n5", "uncertified", 5*time.Second, func(e gateway.EndpointStatus) bool { return e.Exact.State == "uncertified" })
+	if !strings.Contains(n5.Certified, "not in the certificate") {
+		t.Fatalf("without admit: probe an unlisted endpoint is not in the certificate, got %q", n5.Certified)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n5 = endpointStatus(t, p, "n5"); n5.Admission != nil || n5.Exact.State != "uncertified" {
+		t.Fatalf("admit: probe is off unless the certificate says so: %+v", n5.Admission)
+	}
+}
