@@ -243,3 +243,69 @@ func TestE2EAdmissionByProbe(t *testing.T) {
 		t.Fatalf("admit: probe is off unless the certificate says so: %+v", n5.Admission)
 	}
 }
+
+// TestE2ECertificateWatchReloads: the certificate file is a Kubernetes Secret volume's (a
+// symlink through ..data to a timestamped folder, swapped atomically when the Secret changes);
+// with CertificateWatch the gateway re-reads it on change, no SIGHUP: a certificate that no
+// longer lists e0 turns KV-exact off on it, the original one turns it back on.
+func TestE2ECertificateWatchReloads(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, certFile: true,
+		gwMod: func(o *gateway.Options) {
+			o.CertificateWatch = 20 * time.Millisecond
+			// The Secret volume layout, made before the gateway starts.
+			dir := t.TempDir()
+			orig := o.CertificatePaths[0]
+			secretSwap(t, dir, "v1", orig)
+			o.CertificatePaths = []string{filepath.Join(dir, "certificate.json")}
+		}})
+	dir := filepath.Dir(p.g.Status().Certificates[0])
+	if e := endpointStatus(t, p, "e0"); e.Exact.State != "eligible" {
+		t.Fatalf("e0 starts certified: %+v", e.Exact)
+	}
+	c, err := certificate.Load(p.certPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := *c
+	none.Endpoints = nil
+	emptied := filepath.Join(t.TempDir(), "emptied.json")
+	if err := none.Write(emptied); err != nil {
+		t.Fatal(err)
+	}
+	secretSwap(t, dir, "v2", emptied)
+	waitStatus(t, p, "e0", "uncertified after the Secret changed", 5*time.Second, func(e gateway.EndpointStatus) bool {
+		return e.Exact.State == "uncertified" && strings.Contains(e.Certified, "not in the certificate")
+	})
+	secretSwap(t, dir, "v3", p.certPath)
+	waitStatus(t, p, "e0", "certified again", 5*time.Second, func(e gateway.EndpointStatus) bool { return e.Exact.State == "eligible" })
+}
+
+// secretSwap lays src out as a Secret volume does: dir/<version>/certificate.json, dir/..data a
+// symlink to the version (replaced by rename, atomically), dir/certificate.json → ..data/.
+func secretSwap(t *testing.T, dir, version, src string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, version), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, version, "certificate.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "certificate.json")
+	if _, err := os.Lstat(link); err != nil {
+		if err := os.Symlink(filepath.Join("..data", "certificate.json"), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"errors"
 	"fmt"
 	"time"
@@ -111,6 +114,46 @@ func (g *Gateway) ReloadCertificates() ([]CertificateStatus, error) {
 		g.log.Info("certificate loaded", "file", c.Path, "profile", c.ProfileDigest, "expires", c.ExpiresAt, "verification", c.Verification, "valid", c.Valid)
 	}
 	return g.certificateStatus(), nil
+}
+
+// runCertificateWatch reloads the certificate files when their content changes: a Kubernetes
+// Secret mounted as a volume is swapped in place when a certify Job rewrites it, a file a CI job
+// writes is replaced; neither sends SIGHUP. Content is compared, not modification times (a
+// Secret volume's files are symlinks whose targets change). A reload that fails leaves the
+// certificates in force and is retried on the next change only.
+func (g *Gateway) runCertificateWatch(ctx context.Context, interval time.Duration) {
+	g.mu.RLock()
+	paths := g.certPaths
+	g.mu.RUnlock()
+	last := certificateDigests(paths)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := certificateDigests(paths)
+		if cur == last {
+			continue
+		}
+		last = cur
+		g.log.Info("certificate files changed: reloading", "files", paths)
+		_, _ = g.ReloadCertificates() // logs its own failure
+	}
+}
+
+// certificateDigests is one digest over the files' contents (a missing file counts as empty: a
+// Secret being replaced may be absent for an instant).
+func certificateDigests(paths []string) string {
+	h := sha256.New()
+	for _, p := range paths {
+		b, _ := os.ReadFile(p)
+		sum := sha256.Sum256(b)
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // runExpiry re-evaluates a rule as soon as a certificate that granted it coverage expires, so

@@ -251,6 +251,13 @@ func (g *Gateway) Start(ctx context.Context) error {
 		defer g.wg.Done()
 		g.runAdmissions(g.ctx)
 	}()
+	if iv := g.opts.CertificateWatch; iv > 0 && len(g.certPaths) > 0 {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runCertificateWatch(g.ctx, iv)
+		}()
+	}
 	expiry := g.opts.ExpiryCheck
 	if expiry <= 0 {
 		expiry = time.Second

@@ -40,6 +40,7 @@ func run(args []string) int {
 	var certs listFlag
 	fs.Var(&certs, "certificate", "certificate written by ctk certify (repeatable)")
 	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
+	certWatch := fs.Duration("certificate-watch", 0, "check the certificate files this often and reload them when their content changes (a Kubernetes Secret volume; 0: only on SIGHUP or POST /admin/certificates/reload)")
 	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
@@ -78,7 +79,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
 	}
-	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
+	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, CertificateWatch: *certWatch}
 	if *probe == 0 {
 		opts.ProbeInterval = -1
 	}
