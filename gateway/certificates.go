@@ -5,9 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"os"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/kvexact/kvexact/ctk/certificate"
