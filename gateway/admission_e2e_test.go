@@ -218,6 +218,14 @@ func TestE2EAdmissionByProbe(t *testing.T) {
 			e.Exact.State == "uncertified"
 	})
 
+	// The certificate's own endpoint keeps its identity binding: e0's name at another engine's
+	// address is a named mismatch, never admitted by probe (however correct that engine is).
+	putEndpoints(t, p, rules.Endpoint{Name: "e0", Address: good.URL(), Events: rules.Events{ZMQ: good.PublishAddrs()}}, ruleEndpoint("n1", restarted))
+	time.Sleep(time.Second)
+	if e := endpointStatus(t, p, "e0"); e.Admission != nil || !strings.Contains(e.Certified, "certified for "+base.Address) || e.Exact.State != "uncertified" {
+		t.Fatalf("a listed endpoint moved must not be admitted: %q %+v", e.Certified, e.Admission)
+	}
+
 	// A certificate without the policy (an older file) covers e0 only: nothing is admitted.
 	c, err := certificate.Load(p.certPath, nil)
 	if err != nil {

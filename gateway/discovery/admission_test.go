@@ -1,0 +1,188 @@
+package discovery_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/discovery"
+	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+)
+
+// TestKubernetesAdmission: the certificate comes from ctk certify --admit probe run once against
+// one engine (the CI gate); the InferencePool's pods (client-go's fake clientsets) then join
+// without anyone re-running ctk. A pod's two ranks are two simulators: rank 0 is configured like
+// the certified engine and is admitted by the gateway's probe on join, rank 1 runs another block
+// size and is refused naming it. The pod replaced by another (a rollout) is admitted anew under
+// its new name, and after its engine restarts (the pod not ready, then ready again) it is probed
+// and admitted again.
+func TestKubernetesAdmission(t *testing.T) {
+	toks := tokenize.NewPool("")
+	tok, err := toks.Get("llama3")
+	if err != nil {
+		t.Skipf("llama3 tokenizer not found (%v): run make tokenizers or set KVEXACT_TOKENIZERS", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seed := "0"
+	zmq := freePorts(t, 2)
+	var sims []*sim.Engine
+	var httpPorts []int32
+	for r := 0; r < 2; r++ {
+		c := sim.Config{Family: "vllm", Release: "v0.25.1", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
+			Endpoint: fmt.Sprintf("rank%d", r), Seed: &seed, PublishAddr: fmt.Sprintf("tcp://*:%d", zmq+r), DrainWait: 50 * time.Millisecond}
+		if r == 1 {
+			c.BlockSize = 32
+		}
+		e, err := sim.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sims = append(sims, e)
+		_, port, _ := strings.Cut(strings.TrimPrefix(e.URL(), "http://"), ":")
+		var n int32
+		fmt.Sscan(port, &n)
+		httpPorts = append(httpPorts, n)
+	}
+	defer func() {
+		for _, e := range sims {
+			e.Close()
+		}
+	}()
+
+	// The CI gate: ctk certify --admit probe against rank 0, under a name no pod has.
+	pool, err := ctk.ParsePool([]byte(fmt.Sprintf("model: llama3\nengine: {family: vllm, release: v0.25.1}\nseed: \"0\"\nendpoints:\n  - name: ci-gate\n    address: %s\n    events: {zmq: [%s]}\n",
+		sims[0].URL(), sims[0].PublishAddrs()[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := ctk.NewAdmission(certificate.AdmitProbe, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ctk.Certify(ctx, pool, ctk.Options{Tokenizer: tok, Admission: adm, EventTimeout: 2 * time.Second, SubscribeTimeout: 3 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("the CI gate's certification: %v %+v", err, res)
+	}
+
+	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "t"}, Rules: []rules.Rule{{
+		Name: "pool", Models: []string{"llama3"}, Engine: rules.EngineRef{Family: "vllm", Release: "v0.25.1"}, KVExactMode: 3, Seed: &seed, Selector: "chwbl",
+		Endpoints: []rules.Endpoint{{Name: "placeholder", Address: "http://127.0.0.1:1", AdminDown: true}},
+	}}}
+	if err := cfg.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Options{Config: cfg, Tokenizers: toks, Registry: prometheus.NewRegistry(), ProbeInterval: -1, ReprobeInterval: -1,
+		Certificates: res.Certificates, AdmissionBackoff: 200 * time.Millisecond, AdmissionEventTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+
+	ip := poolObj(httpPorts...)
+	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
+	kube := kubefake.NewClientset()
+	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: "llm", Pool: "llama", Kube: kube, Dynamic: dyn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Run(ctx)
+	<-d.Synced()
+
+	status := func(name string) (gateway.EndpointStatus, bool) {
+		for _, e := range g.Status().Rules[0].Endpoints {
+			if e.Name == name {
+				return e, true
+			}
+		}
+		return gateway.EndpointStatus{}, false
+	}
+	wait := func(name, what string, ok func(gateway.EndpointStatus) bool) gateway.EndpointStatus {
+		t.Helper()
+		var last gateway.EndpointStatus
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if e, found := status(name); found {
+				if last = e; ok(e) {
+					return e
+				}
+			}
+		}
+		t.Fatalf("%s: %s not reached: certified %q, admission %+v, exact %+v", name, what, last.Certified, last.Admission, last.Exact)
+		return last
+	}
+	admitted := func(e gateway.EndpointStatus) bool {
+		return strings.Contains(e.Certified, "admitted by probe at") && e.Exact != nil && e.Exact.State == "eligible"
+	}
+	refusedBlockSize := func(e gateway.EndpointStatus) bool {
+		return e.Admission != nil && len(e.Admission.FailedLegs) > 0 && e.Admission.FailedLegs[0] == ctk.LegBlockSize && e.Exact.State == "uncertified"
+	}
+
+	app := map[string]string{"app": "llm"}
+	ann := map[string]string{discovery.AnnotationEventsPort: fmt.Sprint(zmq)}
+	if _, err := kube.CoreV1().Pods("llm").Create(ctx, pod("p1", "127.0.0.1", true, app, ann), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := wait("p1-r0", "admitted on join", admitted)
+	wait("p1-r1", "refused naming the block size", refusedBlockSize)
+
+	// A rollout replaces p1 by p2: p2's endpoints are new names, admitted (or refused) anew.
+	if err := kube.CoreV1().Pods("llm").Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p2 := pod("p2", "127.0.0.1", true, app, ann)
+	if _, err := kube.CoreV1().Pods("llm").Create(ctx, p2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replaced := wait("p2-r0", "admitted after the rollout", admitted)
+	if !replaced.Admission.Admitted.After(first.Admission.Admitted) {
+		t.Fatalf("p2-r0 carries p1-r0's admission: %+v", replaced.Admission)
+	}
+	wait("p2-r1", "refused naming the block size", refusedBlockSize)
+	if _, ok := status("p1-r0"); ok {
+		t.Fatal("p1 left but is still listed")
+	}
+
+	// p2's engine restarts: the pod goes not ready, a new process starts on the same ports, the
+	// pod is ready again. The restart is seen on the event stream and the admission is probed again.
+	p2.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := sim.Restart(ctx, sims[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sims[0] = n
+	p2.Status.Conditions[0].Status = corev1.ConditionTrue
+	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The restart is seen on the stream once the new process publishes.
+	subscribed(t, g, n, "p2-r0")
+	wait("p2-r0", "admitted again after the restart", func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Admission.Admitted.After(replaced.Admission.Admitted) && e.Exact.Restarts > 0
+	})
+}
