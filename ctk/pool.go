@@ -134,6 +134,32 @@ func LoadPool(path string) (*Pool, error) {
 	return p, nil
 }
 
+// LoadPoolWithEndpoints reads a pool file for its staged profile and certifies endpoints instead
+// of the ones it lists (which may be none): the pods of an InferencePool, listed when the run
+// starts (ctk certify --from-inferencepool).
+func LoadPoolWithEndpoints(path string, endpoints func(EngineRef) ([]Endpoint, error)) (*Pool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var p Pool
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
+	}
+	if p.Endpoints, err = endpoints(p.Engine); err != nil {
+		return nil, err
+	}
+	if err := p.Normalize(); err != nil {
+		return nil, err
+	}
+	if abs, err := filepath.Abs(filepath.Dir(path)); err == nil {
+		p.dir = abs
+	}
+	return &p, nil
+}
+
 // ParsePool decodes and validates a pool document (relative tokenizer paths are taken from the
 // working directory). Unknown keys are errors.
 func ParsePool(b []byte) (*Pool, error) {

@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 )
@@ -32,6 +35,8 @@ func init() {
 var certifyUsage = `usage: ctk certify --pool pool.yaml [--out DIR] [--valid-for 168h] [--sign-key FILE]
                    [--event-timeout 15s] [--lenient-auto] [-v]
                    [--admit none|probe] [--admit-specs ID,...] [--admit-valid-for DURATION]
+                   [--from-inferencepool NAME [--namespace NS] [--kubeconfig FILE]
+                    [--write-pool FILE] [--secret NAME]]
 
 Runs the certification specs against every endpoint of the pool — identity, tokenizer parity,
 chat-template parity, geometry and hash parity end to end (a probe completion's own KV events),
@@ -54,6 +59,14 @@ and covers it once they pass for the certified profile. --admit-specs lists the 
 runs (default: all but the cache clear; the binding specs are always run), --admit-valid-for
 bounds each admission (default: until the certificate expires). Without --admit the certificate
 says admit none: only its own endpoints are covered.
+
+--from-inferencepool NAME certifies the ready pods of that InferencePool (in --namespace,
+default "default"; the cluster from --kubeconfig, else the in-cluster service account) instead
+of the endpoints the pool file lists: the pool file then gives the staged profile only (model,
+tokenizer, engine, seed, …), and each pod × target port is named as the gateway's discovery
+names it. --write-pool FILE writes the pool that was certified; --secret NAME stores the
+certificate files in that Secret of the namespace (created or replaced), which a gateway that
+mounts it with --certificate-watch re-reads.
 `
 
 func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -69,6 +82,11 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	admit := fs.String("admit", certificate.AdmitNone, "admission policy for endpoints that join later: none or probe")
 	admitSpecs := fs.String("admit-specs", "", "comma-separated spec ids an admission probe runs (default: all but clear)")
 	admitValid := fs.Duration("admit-valid-for", 0, "how long an admission lasts (0: until the certificate expires)")
+	fromPool := fs.String("from-inferencepool", "", "certify the ready pods of this InferencePool instead of the pool file's endpoints")
+	namespace := fs.String("namespace", "default", "the InferencePool's namespace (and the Secret's)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster service account)")
+	writePoolPath := fs.String("write-pool", "", "write the pool that was certified (with --from-inferencepool)")
+	secret := fs.String("secret", "", "store the certificate files in this Secret (with --from-inferencepool)")
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ctk certify: "+format+"\n\n%s", append(a, certifyUsage)...)
 		return 2
@@ -98,7 +116,24 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("--%v", err)
 	}
-	pool, err := ctk.LoadPool(*poolPath)
+	if *fromPool == "" && (*secret != "" || *writePoolPath != "") {
+		return bad("--secret and --write-pool need --from-inferencepool")
+	}
+	var pool *ctk.Pool
+	var kube kubernetes.Interface
+	if *fromPool != "" {
+		var dyn dynamic.Interface
+		if kube, dyn, err = kubeClients(*kubeconfig); err != nil {
+			fmt.Fprintf(stderr, "ctk certify: --from-inferencepool: the cluster: %v\n", err)
+			return 2
+		}
+		pool, err = ctk.LoadPoolWithEndpoints(*poolPath, inferencePoolEndpoints(ctx, kube, dyn, *namespace, *fromPool))
+		if err == nil && *writePoolPath != "" {
+			err = writePool(*writePoolPath, pool)
+		}
+	} else {
+		pool, err = ctk.LoadPool(*poolPath)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "ctk certify: %s: %v\n", *poolPath, err)
 		return 2
@@ -124,6 +159,24 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := res.WriteFiles(*out); err != nil {
 		fmt.Fprintf(stderr, "ctk certify: --out: %v\n", err)
 		return 2
+	}
+	if *secret != "" && res.ExitCode != 0 {
+		fmt.Fprintf(stderr, "ctk certify: --secret: not written: the pool is not certified (the certificate in force stays)\n")
+	}
+	if *secret != "" && res.ExitCode == 0 {
+		var files []string
+		for _, c := range res.Certificates {
+			name := ctk.CertificateFile
+			if len(res.Certificates) > 1 {
+				name = "certificate-" + c.Profile.Family + ".json"
+			}
+			files = append(files, name)
+		}
+		if err := writeSecret(ctx, kube, *namespace, *secret, *out, files); err != nil {
+			fmt.Fprintf(stderr, "ctk certify: --secret: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stdout, "# wrote secret %s/%s\n", *namespace, *secret)
 	}
 	_ = res.WriteText(stdout)
 	fmt.Fprintf(stdout, "# wrote %s\n", filepath.Join(*out, ctk.ReportFile))

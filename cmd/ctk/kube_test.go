@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway/discovery"
+	"github.com/kvexact/kvexact/gateway/tokenize"
+	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
+)
+
+// TestCertifyFromInferencePool: ctk certify --from-inferencepool lists the pool's ready pods
+// (client-go's fake clientsets stand for the cluster), certifies them under the names the
+// gateway's discovery gives them, writes the pool it certified and stores the certificate, with
+// the admission policy, in a Secret; a second run replaces the Secret's content. A pool whose pod
+// fails certification leaves the Secret as it was.
+func TestCertifyFromInferencePool(t *testing.T) {
+	tdir, err := tokenize.FindModelDir(tokenize.DefaultRoots(), "llama3")
+	if err != nil {
+		t.Skipf("the llama3 tokenizer is not available (run make tokenizers or set KVEXACT_TOKENIZERS): %v", err)
+	}
+	seed := "0"
+	e, err := sim.New(sim.Config{Family: "vllm", Release: "v0.25.1", Model: tdir, ServedModelName: "llama3", Seed: &seed,
+		PublishAddr: "tcp://*:0", PrefillPerToken: time.Microsecond, DecodePerToken: time.Microsecond, DrainWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	_, port, _ := strings.Cut(strings.TrimPrefix(e.URL(), "http://"), ":")
+	_, zport, _ := strings.Cut(strings.TrimPrefix(e.PublishAddrs()[0], "tcp://"), ":")
+	var hp int32
+	fmt.Sscan(port, &hp)
+
+	ip := &inferencev1.InferencePool{TypeMeta: metav1.TypeMeta{APIVersion: "inference.networking.k8s.io/v1", Kind: "InferencePool"},
+		ObjectMeta: metav1.ObjectMeta{Name: "llama", Namespace: "llm"},
+		Spec: inferencev1.InferencePoolSpec{Selector: inferencev1.LabelSelector{MatchLabels: map[inferencev1.LabelKey]inferencev1.LabelValue{"app": "llm"}},
+			TargetPorts: []inferencev1.Port{{Number: inferencev1.PortNumber(hp)}}}}
+	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
+	pod := func(name string, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: map[string]string{"app": "llm"}, Annotations: ann},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	kube := kubefake.NewClientset(pod("llm-0", map[string]string{discovery.AnnotationEventsPort: zport}))
+	old := kubeClients
+	kubeClients = func(string) (kubernetes.Interface, dynamic.Interface, error) { return kube, dyn, nil }
+	t.Cleanup(func() { kubeClients = old })
+
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "profile.yaml")
+	if err := os.WriteFile(profile, []byte(fmt.Sprintf("model: llama3\ntokenizer: %s\nengine: {family: vllm, release: v0.25.1}\nseed: \"0\"\n", tdir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func() (int, string) {
+		var out, errb bytes.Buffer
+		code := certify(context.Background(), []string{"--pool", profile, "--from-inferencepool", "llama", "--namespace", "llm", "--admit", "probe",
+			"--secret", "kvexact-certificate", "--write-pool", filepath.Join(dir, "certified-pool.yaml"), "--out", filepath.Join(dir, "out"), "--event-timeout", "2s"}, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := run(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	sec, err := kube.CoreV1().Secrets("llm").Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := certificate.Parse(sec.Data["certificate.json"], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Endpoints) != 1 || c.Endpoints[0].Name != "llm-0" || c.Endpoints[0].Address != e.URL() || !c.AdmitsByProbe() {
+		t.Fatalf("the Secret's certificate: %+v, admission %+v", c.Endpoints, c.Admission)
+	}
+	pool, _ := os.ReadFile(filepath.Join(dir, "certified-pool.yaml"))
+	if !strings.Contains(string(pool), "name: llm-0") || !strings.Contains(string(pool), e.URL()) {
+		t.Fatalf("the written pool lacks the pod:\n%s", pool)
+	}
+
+	// A second pod whose events are elsewhere fails certification: the run exits 1 and the
+	// Secret keeps the certificate in force.
+	if _, err := kube.CoreV1().Pods("llm").Create(context.Background(), pod("llm-1", map[string]string{discovery.AnnotationEventsPort: "1"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(); code != 1 || !strings.Contains(out, "not written") {
+		t.Fatalf("exit %d, want 1 with the Secret not written:\n%s", code, out)
+	}
+	sec2, _ := kube.CoreV1().Secrets("llm").Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
+	if !bytes.Equal(sec2.Data["certificate.json"], sec.Data["certificate.json"]) {
+		t.Fatal("a failed run replaced the Secret")
+	}
+}
