@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +30,7 @@ var kinds = map[string]func() any{
 	"v1/ServiceAccount":                            func() any { return &corev1.ServiceAccount{} },
 	"v1/PersistentVolumeClaim":                     func() any { return &corev1.PersistentVolumeClaim{} },
 	"apps/v1/Deployment":                           func() any { return &appsv1.Deployment{} },
+	"batch/v1/Job":                                 func() any { return &batchv1.Job{} },
 	"rbac.authorization.k8s.io/v1/Role":            func() any { return &rbacv1.Role{} },
 	"rbac.authorization.k8s.io/v1/RoleBinding":     func() any { return &rbacv1.RoleBinding{} },
 	"gateway.networking.k8s.io/v1/HTTPRoute":       func() any { return &gatewayv1.HTTPRoute{} },
@@ -118,6 +121,24 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	if dep.Spec.Template.Spec.ServiceAccountName != "kvexact-epp" {
 		t.Fatal("the picker must run as the ServiceAccount the Role is bound to")
+	}
+	// The certify Job certifies the pool the picker discovers and writes the Secret it mounts and
+	// watches; its Role may update that Secret and no other.
+	job := objs["Job/kvexact-certify"].(*batchv1.Job)
+	jargs := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--from-inferencepool=" + pool.Name, "--secret=kvexact-epp", "--admit=probe"} {
+		if !strings.Contains(jargs, want) {
+			t.Fatalf("certify Job args %q lack %s", jargs, want)
+		}
+	}
+	if !strings.Contains(args, "--certificate-watch=") {
+		t.Fatalf("picker args %q: the Secret the certify Job writes must be watched", args)
+	}
+	role := objs["Role/"+job.Spec.Template.Spec.ServiceAccountName].(*rbacv1.Role)
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "secrets") && !slices.Equal(r.ResourceNames, []string{"kvexact-epp"}) {
+			t.Fatalf("the certify Job's Role reaches secrets %v, want only kvexact-epp", r.ResourceNames)
+		}
 	}
 	model := objs["Deployment/llama3"].(*appsv1.Deployment)
 	for k, v := range pool.Spec.Selector.MatchLabels {

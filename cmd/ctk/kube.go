@@ -80,7 +80,8 @@ func writePool(path string, p *ctk.Pool) error {
 	return os.WriteFile(path, y, 0o644)
 }
 
-// writeSecret stores the certificate files of dir in a Secret (created or replaced), the volume a
+// writeSecret stores the certificate files of dir in a Secret (created, or its certificate keys
+// replaced and the others kept), the volume a
 // gateway started with --certificate-watch re-reads on change.
 func writeSecret(ctx context.Context, kube kubernetes.Interface, namespace, name, dir string, files []string) error {
 	data := map[string][]byte{}
@@ -97,7 +98,13 @@ func writeSecret(ctx context.Context, kube kubernetes.Interface, namespace, name
 	case apierrors.IsNotFound(err):
 		_, err = kube.CoreV1().Secrets(namespace).Create(ctx, s, metav1.CreateOptions{})
 	case err == nil:
-		cur.Data = data
+		// Only the certificate keys: the Secret may hold others (the picker's admin token).
+		if cur.Data == nil {
+			cur.Data = map[string][]byte{}
+		}
+		for k, v := range data {
+			cur.Data[k] = v
+		}
 		_, err = kube.CoreV1().Secrets(namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	}
 	if err != nil {
