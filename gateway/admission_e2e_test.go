@@ -317,3 +317,38 @@ func secretSwap(t *testing.T, dir, version, src string) {
 		}
 	}
 }
+
+// TestE2EAdmissionExpiresAndIsProbedAgain: an admission lasts the policy's window
+// (valid_for_seconds); at its instant KV-exact stops on the endpoint as at a certificate's expiry,
+// and the endpoint is probed and admitted again.
+func TestE2EAdmissionExpiresAndIsProbedAgain(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true,
+		certMod: func(c *certificate.Certificate) {
+			admitPolicy(c)
+			c.Admission.ValidForSeconds = 2
+		}, gwMod: func(o *gateway.Options) {
+			o.AdmissionBackoff, o.AdmissionEventTimeout, o.ExpiryCheck = 200*time.Millisecond, 2*time.Second, 20*time.Millisecond
+		}})
+	good := extraSim(t, "n1", nil)
+	e0, _ := p.g.Store().Get("pool")
+	putEndpoints(t, p, e0.Endpoints[0], ruleEndpoint("n1", good))
+	first := waitStatus(t, p, "n1", "admitted", 30*time.Second, admitted)
+	if got := first.Admission.Expires.Sub(first.Admission.Admitted); got != 2*time.Second {
+		t.Fatalf("admission window %s, want the policy's 2s", got)
+	}
+	lapsed := waitStatus(t, p, "n1", "uncertified when the window ends", 10*time.Second, func(e gateway.EndpointStatus) bool {
+		return e.Exact.State == "uncertified" && strings.Contains(e.Certified, "awaiting its admission probe")
+	})
+	if lapsed.Exact.Since.Before(first.Admission.Expires) {
+		t.Fatalf("KV-exact stopped at %s, before the admission expired at %s", lapsed.Exact.Since, first.Admission.Expires)
+	}
+	again := waitStatus(t, p, "n1", "admitted again after the window", 30*time.Second, func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Admission.Admitted.After(first.Admission.Expires.Add(-time.Millisecond))
+	})
+	if v := promtest.Value(t, p.reg, "kvexact_admission_probes_total", map[string]string{"rule": "pool", "result": "admitted"}); v < 2 {
+		t.Fatalf("admitted probes %v, want the second after expiry", v)
+	}
+	if again.Admission.Expires.Sub(again.Admission.Admitted) != 2*time.Second {
+		t.Fatalf("the new admission's window: %+v", again.Admission)
+	}
+}

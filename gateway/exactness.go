@@ -26,10 +26,11 @@ type endpointExact struct {
 	mu sync.Mutex
 	// ep is the router's endpoint the fence goes to; a membership change hands the state to the
 	// new router's endpoint (rebind).
-	ep     *route.Endpoint
-	sm     *exactness.Machine
-	since  time.Time // when eligibility last changed
-	parity ParityStatus
+	ep       *route.Endpoint
+	sm       *exactness.Machine
+	since    time.Time // when eligibility last changed
+	eligible bool      // as of since
+	parity   ParityStatus
 	// restarts counts the restarts and cache clears detected.
 	restarts uint64
 	// predicted and realized cached tokens, and the current run of KV-exact hits that predicted at
@@ -116,14 +117,15 @@ func (x *endpointExact) certified() bool {
 
 // publish pushes the machine's state to the router (fence) and the metrics. Callers hold x.mu.
 func (x *endpointExact) publish() {
-	was := x.ep.Fenced() == ""
 	if f := x.sm.FenceReason(); f == "" {
 		x.ep.Unfence()
 	} else {
 		x.ep.Fence(f)
 	}
-	if now := x.ep.Fenced() == ""; now != was || x.since.IsZero() {
-		x.since = x.now()
+	// Eligibility, not the fence: a certificate or an admission that comes or goes changes it
+	// without a hold.
+	if el := x.sm.Eligible(exactness.Completion); el != x.eligible || x.since.IsZero() {
+		x.since, x.eligible = x.now(), el
 	}
 	if x.m != nil {
 		x.m.endpoint(x.rule, x.name, x.sm)
