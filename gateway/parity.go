@@ -56,7 +56,7 @@ func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize in
 		go g.probeProcess(g.ctx, ew)
 	}
 	ew.verify = func() {
-		g.adm.restarted(x.rule, x.name, g.now())
+		g.adm.restarted(x.rule, x.name, x.now())
 		g.startVerifyProbes(x)
 	}
 	if hasher != nil {
