@@ -341,10 +341,8 @@ func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 	// Re-evaluate the rule with the verdict, then hand it to the endpoint's machine: a passing
 	// probe is a re-certification (every hold lifts, as on a certificate reload), a refusal
 	// leaves it uncertified with the failed legs.
-	if cur, ok := g.store.Get(rule); ok {
-		if err := g.apply(cur.Clone()); err != nil {
-			log.Error("gateway: rule could not be re-evaluated after an admission probe", "err", err)
-		}
+	if err := g.reevaluate(rule); err != nil {
+		log.Error("gateway: rule could not be re-evaluated after an admission probe", "err", err)
 	}
 	if rt, ok := g.runtime(rule); ok {
 		if x := rt.exactOf(rec.id.Name); x != nil && admitted && isCertified(rt.exact.Endpoints[rec.id.Name]) {

@@ -352,3 +352,29 @@ func TestE2EAdmissionExpiresAndIsProbedAgain(t *testing.T) {
 		t.Fatalf("the new admission's window: %+v", again.Admission)
 	}
 }
+
+// TestE2EAdmissionOnConfigReload: the standalone gateway's configuration re-read (SIGHUP with
+// --reload-rules) adds an endpoint the certificate does not list: it is admitted by probe as one
+// added through the admin API is. Re-reading an unchanged configuration changes nothing.
+func TestE2EAdmissionOnConfigReload(t *testing.T) {
+	p := admissionPool(t, admitPolicy)
+	good := extraSim(t, "n1", nil)
+	r, _ := p.g.Store().Get("pool")
+	cfg := &rules.Config{Rules: []rules.Rule{*r}}
+	gen := p.g.Store().Generation()
+	if err := p.g.ReloadRules(cfg); err != nil || p.g.Store().Generation() != gen {
+		t.Fatalf("an unchanged configuration must change nothing: %v, generation %d → %d", err, gen, p.g.Store().Generation())
+	}
+	cfg.Rules[0].Endpoints = append(cfg.Rules[0].Endpoints, ruleEndpoint("n1", good))
+	if err := p.g.ReloadRules(cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, "n1", "admitted after the reload", 30*time.Second, admitted)
+	exactRoutedTo(t, p, good, "n1", docs(1)[0])
+	if err := p.g.ReloadRules(&rules.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.g.Store().Get("pool"); ok {
+		t.Fatal("a rule the configuration no longer lists must be deleted")
+	}
+}

@@ -177,12 +177,8 @@ func (g *Gateway) runExpiry(ctx context.Context, interval time.Duration) {
 		}
 		g.mu.RUnlock()
 		for _, name := range due {
-			r, ok := g.store.Get(name)
-			if !ok {
-				continue
-			}
-			g.log.Warn("certificate expired: KV-exact stops on the endpoints it covered", "rule", name)
-			if err := g.apply(r.Clone()); err != nil {
+			g.log.Warn("a certificate or an admission expired: KV-exact stops on the endpoints it covered", "rule", name)
+			if err := g.reevaluate(name); err != nil {
 				g.log.Error("gateway: rule could not be re-evaluated after a certificate expired", "rule", name, "err", err)
 			}
 		}

@@ -320,6 +320,22 @@ func (g *Gateway) apply(r *rules.Rule) error {
 	// goroutines: one at a time, so none builds on a runtime another is replacing.
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
+	return g.applyLocked(r)
+}
+
+// reevaluate re-applies the rule as it runs now (a certificate expired, an admission's verdict
+// came in): read under the apply lock, so a rule change applied meanwhile is never reverted.
+func (g *Gateway) reevaluate(name string) error {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	rt, ok := g.runtime(name)
+	if !ok {
+		return nil
+	}
+	return g.applyLocked(rt.rule.Clone())
+}
+
+func (g *Gateway) applyLocked(r *rules.Rule) error {
 	if old, ok := g.runtime(r.Name); ok {
 		if done, err := g.applyMembership(old, r); done {
 			return err

@@ -41,6 +41,7 @@ func run(args []string) int {
 	fs.Var(&certs, "certificate", "certificate written by ctk certify (repeatable)")
 	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
 	certWatch := fs.Duration("certificate-watch", 0, "check the certificate files this often and reload them when their content changes (a Kubernetes Secret volume; 0: only on SIGHUP or POST /admin/certificates/reload)")
+	reloadRules := fs.Bool("reload-rules", false, "SIGHUP also re-reads --config and applies its rules (added, changed and removed rules and endpoints; listeners need a restart). Leave off where discovery owns a rule's endpoints")
 	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
@@ -128,7 +129,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 2
 	}
-	// SIGHUP re-reads the certificate files; a file that fails leaves the ones in force.
+	// SIGHUP re-reads the certificate files (and, with --reload-rules, the configuration's rules); a
+	// file that fails leaves what is in force.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -136,6 +138,16 @@ func run(args []string) int {
 		for range hup {
 			if _, err := gw.Runtime.ReloadCertificates(); err != nil {
 				log.Error("SIGHUP: certificate reload failed", "err", err)
+			}
+			if !*reloadRules {
+				continue
+			}
+			if nc, err := rules.Load(*config); err != nil {
+				log.Error("SIGHUP: configuration not reloaded: the rules in force stay", "file", *config, "err", err)
+			} else if err := gw.Runtime.ReloadRules(nc); err != nil {
+				log.Error("SIGHUP: configuration reload refused", "file", *config, "err", err)
+			} else {
+				log.Info("SIGHUP: rules reloaded", "file", *config, "rules", len(nc.Rules))
 			}
 		}
 	}()
