@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-func admissionCert(t *testing.T, a *Admission) *Certificate {
-	t.Helper()
+func admissionCert(a *Admission) *Certificate {
+
 	p := NewProfile("vllm", "vllm-v0.25", "llama3", "a", "b", "", 16, "auto", "sha256", nil)
 	issued := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Certificate{Format: FormatVersion, Profile: p, ProfileDigest: p.Digest(), IssuedAt: issued, ExpiresAt: issued.Add(10 * time.Hour),
@@ -21,7 +21,7 @@ func admissionCert(t *testing.T, a *Admission) *Certificate {
 // the field admits none), the field is signed like the rest, and bad values name the field.
 func TestAdmissionPolicyParse(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	old := admissionCert(t, nil)
+	old := admissionCert(nil)
 	old.Sign(priv)
 	b, _ := json.Marshal(old)
 	if strings.Contains(string(b), "admission") {
@@ -31,14 +31,14 @@ func TestAdmissionPolicyParse(t *testing.T) {
 	if err != nil || c.AdmitsByProbe() {
 		t.Fatalf("an old certificate admits none: %v %v", err, c.AdmitsByProbe())
 	}
-	probe := admissionCert(t, &Admission{Admit: AdmitProbe, Specs: []string{"health"}})
+	probe := admissionCert(&Admission{Admit: AdmitProbe, Specs: []string{"health"}})
 	probe.Sign(priv)
 	b, _ = json.Marshal(probe)
 	if c, err := Parse(b, pub); err != nil || !c.AdmitsByProbe() || c.Lists("n1") || !c.Lists("e0") {
 		t.Fatalf("probe policy: %v", err)
 	}
 	// The policy is under the signature: turning admit none into probe breaks it.
-	none := admissionCert(t, &Admission{Admit: AdmitNone})
+	none := admissionCert(&Admission{Admit: AdmitNone})
 	none.Sign(priv)
 	none.Admission.Admit = AdmitProbe
 	b, _ = json.Marshal(none)
@@ -52,7 +52,7 @@ func TestAdmissionPolicyParse(t *testing.T) {
 		{Admission{Admit: "always"}, `admission.admit "always"`},
 		{Admission{Admit: AdmitProbe, ValidForSeconds: -1}, "admission.valid_for_seconds -1"},
 	} {
-		c := admissionCert(t, &tc.a)
+		c := admissionCert(&tc.a)
 		b, _ := json.Marshal(c)
 		if _, err := Parse(b, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%+v: error %v, want %q", tc.a, err, tc.want)
@@ -63,7 +63,7 @@ func TestAdmissionPolicyParse(t *testing.T) {
 // TestAdmissionExpiry: an admission lasts its window from the probe, never past the certificate;
 // without a window, until the certificate expires.
 func TestAdmissionExpiry(t *testing.T) {
-	c := admissionCert(t, &Admission{Admit: AdmitProbe, ValidForSeconds: 3600})
+	c := admissionCert(&Admission{Admit: AdmitProbe, ValidForSeconds: 3600})
 	at := c.IssuedAt.Add(time.Hour)
 	if got := c.AdmissionExpiry(at); !got.Equal(at.Add(time.Hour)) {
 		t.Fatalf("window 1h from %s: %s", at, got)
