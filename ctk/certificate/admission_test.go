@@ -10,7 +10,6 @@ import (
 )
 
 func admissionCert(a *Admission) *Certificate {
-
 	p := NewProfile("vllm", "vllm-v0.25", "llama3", "a", "b", "", 16, "auto", "sha256", nil)
 	issued := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Certificate{Format: FormatVersion, Profile: p, ProfileDigest: p.Digest(), IssuedAt: issued, ExpiresAt: issued.Add(10 * time.Hour),
