@@ -356,6 +356,11 @@ func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.End
 	if len(r.Models) != 1 {
 		return nil, fmt.Errorf("the rule lists %d models; an admission binds one", len(r.Models))
 	}
+	if ct := r.Contract(); ct != nil && ct.Transport == "http-drain-v1" {
+		// A drained event endpoint has one consumer, and here it is the gateway's own ingest:
+		// ctk's event specs would take the events from it (and it from them).
+		return nil, fmt.Errorf("%s events are drained over HTTP by one consumer, the gateway itself: an admission probe cannot read them; certify the endpoint with ctk certify", r.Engine.Family)
+	}
 	tok, err := g.pool.Get(r.Models[0])
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
