@@ -371,6 +371,17 @@ func TestE2EAdmissionOnConfigReload(t *testing.T) {
 	}
 	waitStatus(t, p, "n1", "admitted after the reload", 30*time.Second, admitted)
 	exactRoutedTo(t, p, good, "n1", docs(1)[0])
+	// The rule's profile moves away from the certificate's (another seed): admission never widens
+	// a profile, so n1 is not admitted under it; the reason names the differing field.
+	cfg.Rules[0].Seed = strp("1")
+	if err := p.g.ReloadRules(cfg); err != nil {
+		t.Fatal(err)
+	}
+	n1 := waitStatus(t, p, "n1", "uncertified under another profile", 10*time.Second, func(e gateway.EndpointStatus) bool { return e.Exact.State == "uncertified" })
+	time.Sleep(500 * time.Millisecond)
+	if n1 = endpointStatus(t, p, "n1"); n1.Admission != nil || !strings.Contains(n1.Certified, "seed fingerprint") {
+		t.Fatalf("another profile must not be admitted: %q %+v", n1.Certified, n1.Admission)
+	}
 	if err := p.g.ReloadRules(&rules.Config{}); err != nil {
 		t.Fatal(err)
 	}
