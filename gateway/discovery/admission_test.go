@@ -23,6 +23,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
 )
 
 // TestKubernetesAdmission: the certificate comes from ctk certify --admit probe run once against
@@ -30,8 +31,8 @@ import (
 // without anyone re-running ctk. A pod's two ranks are two simulators: rank 0 is configured like
 // the certified engine and is admitted by the gateway's probe on join, rank 1 runs another block
 // size and is refused naming it. The pod replaced by another (a rollout) is admitted anew under
-// its new name, and after its engine restarts (the pod not ready, then ready again) it is probed
-// and admitted again.
+// its new name, after its engine restarts (the pod not ready, then ready again) it is probed and
+// admitted again, and when its address changes under the same name it is probed at the new one.
 func TestKubernetesAdmission(t *testing.T) {
 	toks := tokenize.NewPool("")
 	tok, err := toks.Get("llama3")
@@ -182,7 +183,32 @@ func TestKubernetesAdmission(t *testing.T) {
 	}
 	// The restart is seen on the stream once the new process publishes.
 	subscribed(t, g, n, "p2-r0")
-	wait("p2-r0", "admitted again after the restart", func(e gateway.EndpointStatus) bool {
+	again := wait("p2-r0", "admitted again after the restart", func(e gateway.EndpointStatus) bool {
 		return admitted(e) && e.Admission.Admitted.After(replaced.Admission.Admitted) && e.Exact.Restarts > 0
+	})
+
+	// p2-r0 moves to another address under the same name (what a pod's new IP looks like to the
+	// gateway): the engine on rank 0's event port now serves HTTP elsewhere, and the pool's target
+	// port follows. The admission does not follow the name; the new address is probed.
+	sims[0].Close()
+	moved, err := sim.New(sim.Config{Family: "vllm", Release: "v0.25.1", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
+		Endpoint: "moved", Seed: &seed, PublishAddr: fmt.Sprintf("tcp://*:%d", zmq), DrainWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := moved.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sims[0] = moved
+	_, port, _ := strings.Cut(strings.TrimPrefix(moved.URL(), "http://"), ":")
+	var np int32
+	fmt.Sscan(port, &np)
+	ip.Spec.TargetPorts[0].Number = inferencev1.PortNumber(np)
+	u, _ = runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
+	if _, err := dyn.Resource(discovery.PoolResource).Namespace("llm").Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("p2-r0", "admitted at its new address", func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Address == moved.URL() && e.Admission.Admitted.After(again.Admission.Admitted)
 	})
 }
