@@ -62,7 +62,9 @@ func TestCertifyFromInferencePool(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: map[string]string{"app": "llm"}, Annotations: ann},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	}
-	kube := kubefake.NewClientset(pod("llm-0", map[string]string{discovery.AnnotationEventsPort: zport}))
+	// The picker's Secret exists with its admin token, which the run must keep.
+	kube := kubefake.NewClientset(pod("llm-0", map[string]string{discovery.AnnotationEventsPort: zport}),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvexact-certificate", Namespace: "llm"}, Data: map[string][]byte{"token": []byte("admin-token")}})
 	old := kubeClients
 	kubeClients = func(string) (kubernetes.Interface, dynamic.Interface, error) { return kube, dyn, nil }
 	t.Cleanup(func() { kubeClients = old })
@@ -84,6 +86,9 @@ func TestCertifyFromInferencePool(t *testing.T) {
 	sec, err := kube.CoreV1().Secrets("llm").Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if string(sec.Data["token"]) != "admin-token" {
+		t.Fatalf("the Secret's other keys must stay: %v", sec.Data)
 	}
 	c, err := certificate.Parse(sec.Data["certificate.json"], nil)
 	if err != nil {
