@@ -15,7 +15,6 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
@@ -120,7 +119,7 @@ func post(t *testing.T, url string, body []byte, kv ...string) envoyReply {
 // cannot steer the request; paths outside the API surface, an unknown model, an oversized body and
 // a pool with nothing eligible get the proxy's OpenAI-shaped errors through Envoy.
 func TestThroughEnvoy(t *testing.T) {
-	w := startWorld(t, worldSpec{n: 3, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+	w := startWorld(t, worldSpec{n: 3,
 		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
 	base := startEnvoy(t, w.conn.Target())
 
@@ -229,7 +228,7 @@ func pythonSDK(t *testing.T) string {
 // errors with the proxy's codes.
 func TestSDKThroughEnvoy(t *testing.T) {
 	py := pythonSDK(t)
-	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+	w := startWorld(t, worldSpec{n: 1,
 		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
 	base := startEnvoy(t, w.conn.Target())
 	runAt := func(base string, args ...string) map[string]any {
@@ -262,7 +261,7 @@ func TestSDKThroughEnvoy(t *testing.T) {
 
 	// Shedding (admission on a P/D rule): the only prefill endpoint's slot is held by a decided
 	// request, so the next is answered 429.
-	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"}, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"},
 		mod: func(r *rules.Rule) {
 			r.KVExactMode, r.Selector = 1, ""
 			r.Admission = rules.Admission{Enabled: true, Mode: "shed", MaxInflightPerEndpoint: 1}
