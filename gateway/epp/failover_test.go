@@ -126,24 +126,29 @@ func TestFailoverThroughEnvoy(t *testing.T) {
 		body    string
 		err     error
 	}
-	do := func(b []byte) outcome {
+	do := func(b []byte, started ...chan struct{}) outcome {
 		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(b)))
 		if err != nil {
 			return outcome{err: err}
 		}
 		defer resp.Body.Close()
+		for _, c := range started {
+			close(c)
+		}
 		raw, err := io.ReadAll(resp.Body)
 		return outcome{status: resp.StatusCode, receipt: resp.Header.Get("x-kvexact-endpoint"), body: string(raw), err: err}
 	}
 	// Two long requests in flight on the holder when it dies: one streamed (its response has
 	// started), one not (its response has not).
-	streamed, plain := make(chan outcome, 1), make(chan outcome, 1)
-	go func() { streamed <- do(body(2, 300, true)) }()
+	streamed, plain, started := make(chan outcome, 1), make(chan outcome, 1), make(chan struct{})
+	go func() { streamed <- do(body(2, 300, true), started) }()
 	go func() { plain <- do(body(3, 300, false)) }()
-	eventually(t, 10*time.Second, "both long requests in flight", func() bool {
-		return promtest.Value(t, w.reg, "kvexact_epp_streams_active", nil) >= 2
-	})
-	time.Sleep(300 * time.Millisecond)
+	select { // the stream's response has begun: its headers reached the client
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the streamed request got no response headers")
+	}
+	time.Sleep(200 * time.Millisecond) // some events on their way, the plain request on the holder too
 	mortals[holder].kill()
 
 	s := <-streamed
