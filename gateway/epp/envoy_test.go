@@ -99,8 +99,8 @@ func TestThroughEnvoy(t *testing.T) {
 	}
 
 	// A forged destination and prefill header naming a server of the test's own: with append
-	// semantics Envoy would carry the forged value before the picker's, and ORIGINAL_DST reads the
-	// first. The request must reach the picker's choice, and the forged server nothing.
+	// semantics Envoy would carry the forged value before the picker's, and the pool's first attempt
+	// would go to it. The request must reach the picker's choice, and the forged server nothing.
 	forged := make(chan string, 8)
 	fs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		forged <- r.URL.Path
