@@ -174,14 +174,14 @@ func gatewayConfig(ups []string) string {
 // startGateway writes the configuration into dir, starts the gateway binary in its own process
 // group and waits for its ready line ("gateway ready admin=… listeners=…"); it returns the client
 // listener's address.
-func startGateway(ctx context.Context, bin string, ups []string, dir string, log io.Writer) (*groupProc, string, error) {
+func startGateway(ctx context.Context, bin string, ups []string, dir string, log io.Writer, extra ...string) (*groupProc, string, error) {
 	cfg := filepath.Join(dir, "gateway.yaml")
 	if err := os.WriteFile(cfg, []byte(gatewayConfig(ups)), 0o644); err != nil {
 		return nil, "", err
 	}
 	tail := &tailBuffer{max: 4096}
 	ready := &readyWriter{prefix: "gateway ready ", ch: make(chan string, 1)}
-	cmd := exec.Command(bin, gatewayArgs(cfg)...)
+	cmd := exec.Command(bin, append(gatewayArgs(cfg), extra...)...)
 	cmd.Dir = dir
 	cmd.Stdout = ready
 	cmd.Stderr = io.MultiWriter(log, tail)

@@ -55,6 +55,7 @@ type Overhead struct {
 	WrkCommand     string `json:"wrkCommand,omitempty"`
 	Nginx          string `json:"nginx,omitempty"`
 	Gateway        string `json:"gateway,omitempty"`        // the gateway binary measured and its build
+	Envoy          string `json:"envoy,omitempty"`          // the Envoy binary's version line, when Envoy ran
 	GatewayCommand string `json:"gatewayCommand,omitempty"` // its arguments
 	// Load average (1, 5, 15 min) when the proxy measurement started (everything running and
 	// checked, before the warm-up runs) and when it ended.
@@ -291,7 +292,12 @@ type ProxyOptions struct {
 	LatencyRate     int
 	LatencyDuration time.Duration
 	StreamRequests  int
-	Log             io.Writer
+	// Envoy, when set, is an Envoy binary: two more targets run in the same rounds, "envoy" (a
+	// round-robin cluster over the same upstreams) and "envoy+picker" (deploy/envoy's Envoy in
+	// front of the gateway's Endpoint Picker, rule rr over the same upstreams), charged with
+	// Envoy's CPU and, for the second, the picker process's too.
+	Envoy string
+	Log   io.Writer
 }
 
 // MissingTool names a program the proxy comparison needs and how to install it.
@@ -322,8 +328,21 @@ func CheckProxyTools(nginx, wrk string) error {
 // proxyTarget is one thing wrk measures: its URL and, for a proxy, the process group whose CPU
 // time the run is charged with.
 type proxyTarget struct {
-	url  string
-	pgid int // 0: not accounted (direct)
+	url   string
+	pgids []int // the process groups charged with its CPU time; none: not accounted (direct)
+}
+
+// groupsCPU is the CPU time of every process in the groups.
+func groupsCPU(pgids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, g := range pgids {
+		d, _, err := groupCPU("/proc", g)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
 }
 
 // proxyRun is one wrk run against one target.
@@ -449,8 +468,8 @@ http {
 
 	targets := map[string]proxyTarget{
 		"direct":  {url: "http://" + ups[0]},
-		"nginx":   {url: fmt.Sprintf("http://127.0.0.1:%d", nport), pgid: nginxProc.pgid},
-		"gateway": {url: "http://" + gwAddr, pgid: gw.pgid},
+		"nginx":   {url: fmt.Sprintf("http://127.0.0.1:%d", nport), pgids: []int{nginxProc.pgid}},
+		"gateway": {url: "http://" + gwAddr, pgids: []int{gw.pgid}},
 	}
 	order := []string{"direct", "nginx", "gateway"}
 	procs := map[string]*groupProc{"nginx": nginxProc, "gateway": gw}
@@ -467,12 +486,26 @@ http {
 			return fmt.Errorf("baseline: %w", err)
 		}
 		defer bg.stop()
-		targets[o.BaselineName] = proxyTarget{url: "http://" + bAddr, pgid: bg.pgid}
+		targets[o.BaselineName] = proxyTarget{url: "http://" + bAddr, pgids: []int{bg.pgid}}
 		procs[o.BaselineName] = bg
 		order = append(order, o.BaselineName)
 		ov.Baseline, ov.BaselineBin = o.BaselineName, describeBinary(o.Baseline)
 	}
-	isGateway := func(name string) bool { return name == "gateway" || name == o.BaselineName && o.Baseline != "" }
+	if o.Envoy != "" {
+		err := startEnvoyTargets(ctx, o, ups, dir, targets, procs, ov)
+		for _, n := range []string{"envoy", "envoy+picker", "picker"} {
+			if p := procs[n]; p != nil {
+				defer p.stop()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		order = append(order, "envoy", "envoy+picker")
+	}
+	isGateway := func(name string) bool {
+		return name == "gateway" || name == "envoy+picker" || name == o.BaselineName && o.Baseline != ""
+	}
 	// Delivery check before measuring: every target answers 200 with the upstream's receipt.
 	for _, name := range order {
 		if err := waitServing(ctx, targets[name].url, isGateway(name)); err != nil {
@@ -492,20 +525,17 @@ http {
 	fmt.Fprintf(o.Log, "proxy comparison: load average %s at the start\n", ov.LoadAvg)
 	measure := func(name string, d time.Duration) (proxyRun, error) {
 		t := targets[name]
-		var before time.Duration
-		if t.pgid != 0 {
-			var err error
-			if before, _, err = groupCPU("/proc", t.pgid); err != nil {
-				return proxyRun{}, err
-			}
+		before, err := groupsCPU(t.pgids)
+		if err != nil {
+			return proxyRun{}, err
 		}
 		res, err := runWrk(ctx, o, script, t.url+"/v1/completions", d)
 		if err != nil {
 			return proxyRun{}, err
 		}
 		run := proxyRun{wrkResult: res}
-		if t.pgid != 0 {
-			after, _, err := groupCPU("/proc", t.pgid)
+		if len(t.pgids) > 0 {
+			after, err := groupsCPU(t.pgids)
 			if err != nil {
 				return proxyRun{}, err
 			}
@@ -517,16 +547,13 @@ http {
 	// requests f reports.
 	accounted := func(name string, f func(url string) LatencyFigure) (LatencyFigure, error) {
 		t := targets[name]
-		var before time.Duration
-		if t.pgid != 0 {
-			var err error
-			if before, _, err = groupCPU("/proc", t.pgid); err != nil {
-				return LatencyFigure{}, err
-			}
+		before, err := groupsCPU(t.pgids)
+		if err != nil {
+			return LatencyFigure{}, err
 		}
 		fig := f(t.url)
-		if t.pgid != 0 {
-			after, _, err := groupCPU("/proc", t.pgid)
+		if len(t.pgids) > 0 {
+			after, err := groupsCPU(t.pgids)
 			if err != nil {
 				return LatencyFigure{}, err
 			}
@@ -567,7 +594,7 @@ http {
 				pr.Nginx, pr.NginxN, pr.NginxCPUus = r.RPS, r.Requests, r.CPUus
 			case "gateway":
 				pr.Gateway, pr.GatewayN, pr.GatewayCPUus = r.RPS, r.Requests, r.CPUus
-			default:
+			case o.BaselineName:
 				pr.Baseline, pr.BaselineN, pr.BaselineCPUus = r.RPS, r.Requests, r.CPUus
 			}
 		}

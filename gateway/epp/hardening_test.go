@@ -57,7 +57,7 @@ func errorCode(t *testing.T, body []byte) string {
 // themselves are. The standalone proxy answers the same paths 404 too.
 func TestSurfaceOnlyAPIPaths(t *testing.T) {
 	w := startWorld(t, worldSpec{n: 1})
-	body := completionBody("the audit's prompt")
+	body := completionBody("a completion-shaped prompt")
 	// The admin routes, and other spellings of them, are the standalone proxy's 404s too; other
 	// spellings of an API path the proxy canonicalizes and serves, the picker refuses (Envoy would
 	// forward the spelling as sent).
@@ -142,7 +142,7 @@ func TestClientRoutingHeadersReplaced(t *testing.T) {
 	}
 }
 
-// TestHeaderLimits: the audit's message of 100,000 headers (1.3 MB) is answered 431 at once; the
+// TestHeaderLimits: a message of 100,000 headers (1.3 MB) is answered 431 at once; the
 // field limit holds at its value and refuses one past it, and so does the byte limit.
 func TestHeaderLimits(t *testing.T) {
 	w := startWorld(t, worldSpec{n: 1})
@@ -198,8 +198,8 @@ func (w *world) openStream(ctx context.Context, chunk []byte) extprocv3.External
 }
 
 // TestIdleStreamsEnd: a stream that sends nothing more ends with DeadlineExceeded at the request
-// idle limit (each message re-arms it), and after the decision at the response idle limit; the
-// audit's 2,000 idle streams all end and their goroutines go.
+// idle limit (each message re-arms it), and after the decision at the response idle limit;
+// 2,000 idle streams opened at once all end and their goroutines go.
 func TestIdleStreamsEnd(t *testing.T) {
 	const reqIdle, respIdle = 400 * time.Millisecond, 900 * time.Millisecond
 	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) {
@@ -240,7 +240,7 @@ func TestIdleStreamsEnd(t *testing.T) {
 	}
 	w.noLeak()
 
-	// The audit's 2,000 idle streams (one per request, headers sent, nothing more).
+	// 2,000 idle streams (one per request, headers sent, nothing more).
 	var open []extprocv3.ExternalProcessor_ProcessClient
 	for i := 0; i < 2000; i++ {
 		open = append(open, w.openStream(ctx, nil))
@@ -502,4 +502,49 @@ func writeKey(t *testing.T, path string, k *ecdsa.PrivateKey) {
 		t.Fatal(err)
 	}
 	writePEM(t, path, "EC PRIVATE KEY", der)
+}
+
+// TestBodyMemoryBounded is the memory probe behind the body budget: many streams each send a
+// large body and never finish it. The picker's heap grows by about the budget (buffers grow by
+// doubling, so up to twice it), not by what the clients sent: with a 16 MiB budget, 24 streams ×
+// 8 MiB (192 MiB sent) leave the heap within 64 MiB of where it started, the streams past the
+// budget answered 503. With the budget lifted the same run holds every byte.
+func TestBodyMemoryBounded(t *testing.T) {
+	const budget, streams, perStream, chunk = 16 << 20, 24, 8 << 20, 1 << 20
+	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) { p.Limits.BodyBudget = budget }})
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC() // the second empties the pools' victim caches (gRPC's transport buffers)
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	part := bytes.Repeat([]byte{' '}, chunk)
+	var wg sync.WaitGroup
+	for i := 0; i < streams; i++ {
+		st := w.openStream(ctx, nil)
+		wg.Go(func() {
+			for sent := 0; sent < perStream; sent += chunk {
+				if st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: part}}}) != nil {
+					return // answered 503 and ended
+				}
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, 10*time.Second, "the picker to refuse the streams past the budget and hold the others' bodies", func() bool {
+		return promtest.Value(t, w.reg, "kvexact_epp_body_budget_exhausted_total", nil) >= streams-budget/perStream &&
+			promtest.Value(t, w.reg, "kvexact_epp_buffered_body_bytes", nil) == budget
+	})
+	if b := promtest.Value(t, w.reg, "kvexact_epp_buffered_body_bytes", nil); b > budget {
+		t.Fatalf("%v bytes buffered, budget %d", b, budget)
+	}
+	if grew := int64(heap()) - int64(before); grew > 4*budget {
+		t.Fatalf("the heap grew by %d MiB holding %d streams × %d MiB unfinished bodies; the budget is %d MiB", grew>>20, streams, perStream>>20, budget>>20)
+	}
+	cancel()
+	w.noLeak()
 }

@@ -1,0 +1,132 @@
+package kvbench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/kvexact/kvexact/deploy"
+)
+
+// envoyRoundRobin is Envoy alone in front of the upstreams: what a user deploys without a
+// picker. One listener, one static round-robin cluster over the same upstreams nginx uses,
+// HTTP/1.1 to them (Envoy pools its upstream connections), no retries.
+func envoyRoundRobin(admin, listen int, ups []string) string {
+	var eps strings.Builder
+	for _, a := range ups {
+		host, port, _ := strings.Cut(a, ":")
+		fmt.Fprintf(&eps, "              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}\n", host, port)
+	}
+	return fmt.Sprintf(`admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+static_resources:
+  listeners:
+    - name: rr
+      address: {socket_address: {address: 127.0.0.1, port_value: %d}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: rr
+                route_config:
+                  virtual_hosts:
+                    - name: pool
+                      domains: ["*"]
+                      routes:
+                        - match: {prefix: /}
+                          route: {cluster: pool, timeout: 300s}
+                http_filters:
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+    - name: pool
+      type: STATIC
+      lb_policy: ROUND_ROBIN
+      connect_timeout: 2s
+      load_assignment:
+        cluster_name: pool
+        endpoints:
+          - lb_endpoints:
+%s`, admin, listen, eps.String())
+}
+
+// startEnvoyTargets starts the "envoy" and "envoy+picker" targets: the picker is a second gateway
+// process serving --epp (rule rr over the same upstreams), in its own process group, so a round's
+// CPU time for envoy+picker is Envoy's plus the picker's and nothing of the standalone gateway's.
+func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir string, targets map[string]proxyTarget, procs map[string]*groupProc, ov *Overhead) error {
+	if v, err := exec.Command(o.Envoy, "--version").Output(); err == nil {
+		ov.Envoy = strings.TrimSpace(string(v))
+	}
+	pdir := filepath.Join(dir, "picker")
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return err
+	}
+	picker, _, err := startGateway(ctx, o.Gateway, ups, pdir, o.Log, "--epp", fmt.Sprintf("127.0.0.1:%d", pport))
+	if err != nil {
+		return fmt.Errorf("picker: %w", err)
+	}
+	procs["picker"] = picker
+	start := func(name, config string, admin, listen int) error {
+		cfg := filepath.Join(dir, strings.ReplaceAll(name, "+", "-")+".yaml")
+		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+			return err
+		}
+		tail := &tailBuffer{max: 4096}
+		cmd := exec.Command(o.Envoy, "-c", cfg, "--concurrency", fmt.Sprint(ThisMachine().Cores), "--base-id", fmt.Sprint(admin),
+			"-l", "error", "--disable-hot-restart")
+		cmd.Stderr = tail
+		p, err := startGroup(name, cmd, tail)
+		if err != nil {
+			return err
+		}
+		procs[name] = p
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", admin)); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if gone, _ := p.exited(); gone || time.Now().After(deadline) || ctx.Err() != nil {
+				return p.explain(fmt.Errorf("%s not ready", name))
+			}
+		}
+		pgids := []int{p.pgid}
+		if name == "envoy+picker" {
+			pgids = append(pgids, picker.pgid)
+		}
+		targets[name] = proxyTarget{url: fmt.Sprintf("http://127.0.0.1:%d", listen), pgids: pgids}
+		return nil
+	}
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return err
+		}
+	}
+	if err := start("envoy", envoyRoundRobin(ports[0], ports[1], ups), ports[0], ports[1]); err != nil {
+		return err
+	}
+	tmpl, err := template.New("envoy").Option("missingkey=error").Parse(deploy.EnvoyTemplate)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, map[string]any{"AdminPort": ports[2], "ListenAddress": "127.0.0.1", "ListenPort": ports[3], "PickerAddress": "127.0.0.1", "PickerPort": pport}); err != nil {
+		return err
+	}
+	return start("envoy+picker", b.String(), ports[2], ports[3])
+}
