@@ -121,6 +121,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		g.statusM.forgetEndpoint(r.Name, e.Name)
 	}
 	g.statusM.set(rt)
+	g.noteTokenizer(old, rt)
 	g.log.Info("gateway: endpoints changed, inventory kept", "rule", r.Name, "endpoints", len(r.Endpoints), "added", len(added))
 	return true, nil
 }
