@@ -1,10 +1,8 @@
 package deploy_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -239,61 +237,4 @@ func checkPicker(t *testing.T, objs map[string]any, dep *appsv1.Deployment) {
 			t.Fatalf("the model server's pods carry the picker's label %s=%s: its Services would send to them", k, v)
 		}
 	}
-}
-
-// TestDashboardMetricsExist: the dashboard is valid JSON and every kvexact metric it queries is
-// defined by the code (a renamed metric fails here).
-func TestDashboardMetricsExist(t *testing.T) {
-	b, err := os.ReadFile("grafana/kvexact-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil || d.UID == "" || len(d.Panels) == 0 {
-		t.Fatalf("dashboard: %v (uid %q, %d panels)", err, d.UID, len(d.Panels))
-	}
-	defined := definedMetrics(t)
-	re := regexp.MustCompile(`kvexact_[a-z0-9_]+`)
-	for _, p := range d.Panels {
-		if len(p.Targets) == 0 {
-			t.Fatalf("panel %q queries nothing", p.Title)
-		}
-		for _, tg := range p.Targets {
-			for _, m := range re.FindAllString(tg.Expr, -1) {
-				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
-				if !defined[base] {
-					t.Fatalf("panel %q queries %s, which no code defines", p.Title, m)
-				}
-			}
-		}
-	}
-}
-
-// definedMetrics collects the metric names the module's Go code registers (Name: "kvexact_…").
-func definedMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	re := regexp.MustCompile(`Name:\s*"(kvexact_[a-z0-9_]+)"`)
-	out := map[string]bool{}
-	filepath.WalkDir("..", func(path string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, _ := os.ReadFile(path)
-		for _, m := range re.FindAllSubmatch(b, -1) {
-			out[string(m[1])] = true
-		}
-		return nil
-	})
-	if len(out) < 10 {
-		t.Fatalf("found only %d metric definitions: the source walk is broken", len(out))
-	}
-	return out
 }
