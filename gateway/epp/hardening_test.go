@@ -57,7 +57,7 @@ func errorCode(t *testing.T, body []byte) string {
 // themselves are. The standalone proxy answers the same paths 404 too.
 func TestSurfaceOnlyAPIPaths(t *testing.T) {
 	w := startWorld(t, worldSpec{n: 1})
-	body := completionBody("the audit's prompt")
+	body := completionBody("a hostile client's prompt")
 	// The admin routes, and other spellings of them, are the standalone proxy's 404s too; other
 	// spellings of an API path the proxy canonicalizes and serves, the picker refuses (Envoy would
 	// forward the spelling as sent).
@@ -142,7 +142,7 @@ func TestClientRoutingHeadersReplaced(t *testing.T) {
 	}
 }
 
-// TestHeaderLimits: the audit's message of 100,000 headers (1.3 MB) is answered 431 at once; the
+// TestHeaderLimits: a message of 100,000 headers (1.3 MB) is answered 431 at once; the
 // field limit holds at its value and refuses one past it, and so does the byte limit.
 func TestHeaderLimits(t *testing.T) {
 	w := startWorld(t, worldSpec{n: 1})
@@ -199,7 +199,7 @@ func (w *world) openStream(ctx context.Context, chunk []byte) extprocv3.External
 
 // TestIdleStreamsEnd: a stream that sends nothing more ends with DeadlineExceeded at the request
 // idle limit (each message re-arms it), and after the decision at the response idle limit; the
-// audit's 2,000 idle streams all end and their goroutines go.
+// 2,000 idle streams all end and their goroutines go.
 func TestIdleStreamsEnd(t *testing.T) {
 	const reqIdle, respIdle = 400 * time.Millisecond, 900 * time.Millisecond
 	w := startWorld(t, worldSpec{n: 1, picker: func(p *assemble.Picker) {
@@ -240,7 +240,7 @@ func TestIdleStreamsEnd(t *testing.T) {
 	}
 	w.noLeak()
 
-	// The audit's 2,000 idle streams (one per request, headers sent, nothing more).
+	// 2,000 idle streams (one per request, headers sent, nothing more).
 	var open []extprocv3.ExternalProcessor_ProcessClient
 	for i := 0; i < 2000; i++ {
 		open = append(open, w.openStream(ctx, nil))
