@@ -117,3 +117,18 @@ func TestPoolRemembersFailureAndRetries(t *testing.T) {
 		t.Errorf("loader ran %d times, want 1 (the first attempt failed before loading: no folder)", n)
 	}
 }
+
+// TestMissingHint: the hint for missing files fits where the process runs — the make target inside
+// a checkout, the configuration's ways (a folder, the engines' model directory, a hub) anywhere else
+// (a container, an installed binary), where no make target exists.
+func TestMissingHint(t *testing.T) {
+	_, err := FindModelDir([]string{t.TempDir()}, "llama3")
+	if err == nil || !strings.Contains(err.Error(), "make tokenizers") {
+		t.Fatalf("inside the checkout: %v", err)
+	}
+	t.Chdir(t.TempDir())
+	_, err = FindModelDir([]string{t.TempDir()}, "llama3")
+	if err == nil || strings.Contains(err.Error(), "make") || !strings.Contains(err.Error(), "tokenizers.hub") || !strings.Contains(err.Error(), "tokenizers.folders") {
+		t.Fatalf("outside a checkout: %v", err)
+	}
+}
