@@ -435,7 +435,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	for i, e := range rt.eps {
 		ok := rt.exact.Enabled && certified.Has(e.ID)
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.certWhy(e.Name), g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		rt.stop()

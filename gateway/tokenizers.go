@@ -60,3 +60,13 @@ func (g *Gateway) runTokenizerRetry(ctx context.Context, interval time.Duration)
 		}
 	}
 }
+
+// certWhy is what an endpoint's exactness records as its certification: the certificate's verdict
+// for it, or — when the rule stopped before any certificate was read (no tokenizer, mode off, …) —
+// the rule's reason, so no endpoint says "uncertified" without saying why.
+func (st ExactStatus) certWhy(endpoint string) string {
+	if why := st.Endpoints[endpoint]; why != "" {
+		return why
+	}
+	return st.Reason
+}

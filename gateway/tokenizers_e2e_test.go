@@ -71,8 +71,8 @@ func checkMissing(t *testing.T, p *pool, log *syncBuffer) {
 	if got := ruleReasonLabel(t, p); got != "tokenizer" {
 		t.Fatalf("kvexact_rule_exact_enabled reason %q, want tokenizer", got)
 	}
-	if e0 := endpointStatus(t, p, "e0"); e0.Exact.State == "eligible" || eligibleMetric(t, p, "e0") != 0 {
-		t.Fatalf("e0 eligible without a tokenizer: %+v", e0.Exact)
+	if e0 := endpointStatus(t, p, "e0"); e0.Exact.State == "eligible" || eligibleMetric(t, p, "e0") != 0 || !strings.Contains(strings.Join(e0.Exact.Reasons, ";"), "tokenizer") {
+		t.Fatalf("e0 without a tokenizer: %+v (it must not be eligible, and must say why)", e0.Exact)
 	}
 	c := p.complete(docs(1)[0], false)
 	if c.status != 200 || strings.Contains(c.decision, `"tier":"kv-exact"`) {

@@ -29,6 +29,9 @@ type Pool struct {
 	hub        *hub.Client
 	hubModels  map[string]hub.Source
 	hubTimeout time.Duration
+	hubWait    time.Duration
+	fetchMu    sync.Mutex
+	fetches    map[string]*fetch // by model: the hub fetch running or finished and not yet used
 
 	mu      sync.Mutex
 	entries map[string]*poolEntry
@@ -54,10 +57,56 @@ type PoolOption func(*Pool)
 func WithFolder(model, dir string) PoolOption { return func(p *Pool) { p.folders[model] = dir } }
 
 // WithHub fetches the listed models' tokenizers from a hub through c (their folders and roots are
-// not searched); each fetch, listing included, is bounded by timeout. A failed fetch is a load
-// failure like any other: remembered and retried after RetryAfter.
+// not searched); each fetch, listing included, is bounded by timeout. A load waits for the fetch at
+// most hubWait (a cached snapshot or a near hub answers within it): past that the fetch goes on in
+// the background and the load fails with "still fetching", so a slow hub never holds up the
+// gateway's start. A failed fetch is a load failure like any other: remembered and retried after
+// RetryAfter, when a finished background fetch is picked up.
 func WithHub(c *hub.Client, models map[string]hub.Source, timeout time.Duration) PoolOption {
-	return func(p *Pool) { p.hub, p.hubModels, p.hubTimeout = c, models, timeout }
+	return func(p *Pool) {
+		p.hub, p.hubModels, p.hubTimeout, p.hubWait = c, models, timeout, DefaultHubWait
+		p.fetches = map[string]*fetch{}
+	}
+}
+
+// DefaultHubWait is how long a load waits for a hub fetch before leaving it to the background.
+const DefaultHubWait = 5 * time.Second
+
+// fetch is one hub fetch of a model's snapshot.
+type fetch struct {
+	started time.Time
+	done    chan struct{}
+	snap    *hub.Snapshot
+	err     error
+}
+
+// fetchHub returns model's snapshot: the result of a fetch already finished, else that of a fetch
+// started now (or running) if it finishes within hubWait, else a "still fetching" error.
+func (p *Pool) fetchHub(model string, src hub.Source) (*hub.Snapshot, error) {
+	p.fetchMu.Lock()
+	f := p.fetches[model]
+	if f == nil {
+		f = &fetch{started: p.now(), done: make(chan struct{})}
+		p.fetches[model] = f
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), p.hubTimeout)
+			defer cancel()
+			f.snap, f.err = p.hub.Fetch(ctx, src)
+			close(f.done)
+		}()
+	}
+	p.fetchMu.Unlock()
+	select {
+	case <-f.done:
+	case <-time.After(p.hubWait):
+		return nil, fmt.Errorf("still fetching %s from %s (started %s)", src.Repo, src.Endpoint, f.started.Format(time.RFC3339))
+	}
+	p.fetchMu.Lock()
+	if p.fetches[model] == f {
+		delete(p.fetches, model) // used: the next load (a retry, a new revision) fetches afresh
+	}
+	p.fetchMu.Unlock()
+	return f.snap, f.err
 }
 
 // WithMaxLoaded bounds how many tokenizers (and remembered failures) the pool keeps (default 8).
@@ -166,9 +215,7 @@ func (p *Pool) Get(model string) (*Tokenizer, error) {
 
 func (p *Pool) loadModel(model string) (*Tokenizer, string, *hub.Snapshot, error) {
 	if src, ok := p.hubModels[model]; ok {
-		ctx, cancel := context.WithTimeout(context.Background(), p.hubTimeout)
-		defer cancel()
-		snap, err := p.hub.Fetch(ctx, src)
+		snap, err := p.fetchHub(model, src)
 		if err != nil {
 			return nil, "", nil, err
 		}

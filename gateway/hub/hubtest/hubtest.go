@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Server is a local hub serving the two calls of the hub's file API for one repository:
@@ -25,6 +26,8 @@ type Server struct {
 	Token                string // required bearer token ("" none)
 	Calls                atomic.Int64
 	Corrupt              atomic.Bool // serve tokenizer.json with one byte changed (its ETag stays)
+	// Delay holds every answer this long (a slow or distant hub), in nanoseconds.
+	Delay atomic.Int64
 }
 
 // SetToken makes the repository gated: requests must carry token as a bearer token.
@@ -52,6 +55,7 @@ func NewServer(t testing.TB, repo string, files map[string][]byte) *Server {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	time.Sleep(time.Duration(s.Delay.Load()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Calls.Add(1)
