@@ -167,26 +167,42 @@ func (c *Client) resolve(ctx context.Context, s Source, rev string) (string, map
 		return "", nil, err
 	}
 	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxInfoBytes+1))
+	if err != nil {
+		return "", nil, fmt.Errorf("hub: %s: %w", u, err)
+	}
+	if len(b) > maxInfoBytes {
+		return "", nil, fmt.Errorf("hub: %s: revision listing larger than %d bytes", u, maxInfoBytes)
+	}
+	commit, listed, err := parseListing(b)
+	if err != nil {
+		return "", nil, fmt.Errorf("hub: %s: %w", u, err)
+	}
+	for _, f := range Files[:required] {
+		if !listed[f] {
+			return "", nil, fmt.Errorf("hub: %s at %s has no %s", s.Repo, commit, f)
+		}
+	}
+	return commit, listed, nil
+}
+
+// parseListing reads a revision listing: the commit it resolved to and the files it lists.
+func parseListing(b []byte) (string, map[string]bool, error) {
 	var info struct {
 		SHA      string `json:"sha"`
 		Siblings []struct {
 			RFilename string `json:"rfilename"`
 		} `json:"siblings"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxInfoBytes)).Decode(&info); err != nil {
-		return "", nil, fmt.Errorf("hub: %s: revision listing: %w", u, err)
+	if err := json.Unmarshal(b, &info); err != nil {
+		return "", nil, fmt.Errorf("revision listing: %w", err)
 	}
 	if !commitRe.MatchString(info.SHA) {
-		return "", nil, fmt.Errorf("hub: %s: revision listing field sha %q is not a 40-hex commit", u, info.SHA)
+		return "", nil, fmt.Errorf("revision listing: field sha %q is not a 40-hex commit", info.SHA)
 	}
 	listed := map[string]bool{}
 	for _, f := range info.Siblings {
 		listed[f.RFilename] = true
-	}
-	for _, f := range Files[:required] {
-		if !listed[f] {
-			return "", nil, fmt.Errorf("hub: %s at %s has no %s", s.Repo, info.SHA, f)
-		}
 	}
 	return info.SHA, listed, nil
 }
