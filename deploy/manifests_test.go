@@ -152,8 +152,29 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			}
 			return ctr
 		})
-		if _, err := rules.Parse([]byte(y)); err != nil {
+		rc, err := rules.Parse([]byte(y))
+		if err != nil {
 			t.Fatalf("%s: gateway.yaml: %v", o, err)
+		}
+		// The container's named ports are the ports the gateway listens on.
+		ports := map[string]int32{}
+		for _, cp := range c.Ports {
+			ports[cp.Name] = cp.ContainerPort
+		}
+		want := map[string]string{"admin": rc.Admin.Listen}
+		if o == "standalone" {
+			want["http"] = rc.Listen
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--epp="); ok {
+				want["grpc"] = v
+			}
+		}
+		for name, addr := range want {
+			_, port, _ := strings.Cut(addr, ":")
+			if fmt.Sprint(ports[name]) != port {
+				t.Fatalf("%s: container port %s is %d; the gateway listens on %s", o, name, ports[name], addr)
+			}
 		}
 		probes(t, o, c)
 		if o == "picker" {

@@ -147,14 +147,20 @@ func TestReadmeByHand(t *testing.T) {
 	env := append(os.Environ(), "KVEXACT_TOKENIZERS="+strings.Join(tokenize.DefaultRoots(), string(os.PathListSeparator)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var gatewayAddr, adminAddr, token string
+	var gatewayAddr, adminAddr, token, body string
 	for _, line := range hand.commands {
 		ev, args, bg := words(remap(line))
 		if len(args) == 0 {
 			continue
 		}
 		if args[0] == "curl" {
-			continue // done below, in Go, with the answers checked
+			// Done below, in Go, with the answers checked: the completion's body is the README's.
+			for i, a := range args {
+				if a == "-d" && i+1 < len(args) && strings.Contains(line, "/v1/completions") {
+					body = args[i+1]
+				}
+			}
+			continue
 		}
 		if !strings.HasPrefix(args[0], "bin/") {
 			t.Fatalf("README command %q runs %s, not a command of bin/", line, args[0])
@@ -189,7 +195,9 @@ func TestReadmeByHand(t *testing.T) {
 	if m := regexp.MustCompile(`token: (\S+)\}`).FindStringSubmatch(hand.files["gateway.yaml"]); m != nil {
 		token = m[1]
 	}
-	body := `{"model": "llama3", "prompt": "` + strings.Repeat("The same long prefix of a shared document. ", 20) + `then a question", "max_tokens": 8}`
+	if body == "" {
+		t.Fatal("the section sends no completion (curl … /v1/completions -d BODY)")
+	}
 	var decision string
 	for i := 0; i < 2; i++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+gatewayAddr+"/v1/completions", strings.NewReader(body))
