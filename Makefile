@@ -26,10 +26,11 @@ vet:
 	$(GO) vet ./...
 
 # The whole suite: unit, parity, interop (python3-zmq), containers (Docker). Peers that are missing
-# make their tests skip with a message; .ci/run installs them all.
+# make their tests skip with a message; .ci/run installs them all. scripts/testlog prints one line
+# per package, each skipped test with its reason, and every failure's output.
 test: tokenizers oracle vet
-	$(GO) test -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./gateway/... ./engines/...
+	$(GO) test -json -timeout $(TEST_TIMEOUT) ./... | $(GO) run ./scripts/testlog
+	$(GO) test -json -race -timeout $(TEST_TIMEOUT) ./gateway/... ./engines/... | $(GO) run ./scripts/testlog
 	$(MAKE) --no-print-directory hfdiff
 
 # The tokenizer differential against HuggingFace's Rust tokenizers (github.com/daulet/tokenizers,

@@ -133,6 +133,28 @@ type Spec struct {
 	StopGrace time.Duration
 	// ShmSize in bytes (real engines want a large /dev/shm).
 	ShmSize int64
+	// Mounts are bind mounts that may be writable (a pod's emptyDir) or single files (a subPath).
+	Mounts []Mount
+	// Security is the process's identity and confinement (zero: the image's user, Docker's defaults).
+	Security Security
+}
+
+// Mount is one bind mount.
+type Mount struct {
+	Host, Container string
+	ReadOnly        bool
+}
+
+// Security is what a Kubernetes securityContext sets, in Docker's terms.
+type Security struct {
+	// User is "uid:gid"; Groups are supplementary group ids (a pod's fsGroup and supplementalGroups).
+	User   string
+	Groups []string
+	// ReadOnlyRootfs, CapDrop and NoNewPrivileges: readOnlyRootFilesystem, capabilities.drop and
+	// allowPrivilegeEscalation: false.
+	ReadOnlyRootfs  bool
+	CapDrop         []string
+	NoNewPrivileges bool
 }
 
 // Container is one running (or stopped, paused, killed) container of the harness.
@@ -163,6 +185,7 @@ func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
 		Name:       name,
 		Cmd:        s.Args,
 		Env:        s.Env,
+		User:       s.Security.User,
 		Labels: map[string]string{
 			LabelHarness: "containers",
 			LabelOwner:   strconv.Itoa(os.Getpid()),
@@ -179,6 +202,19 @@ func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
 			}
 			if s.ShmSize > 0 {
 				hc.ShmSize = s.ShmSize
+			}
+			for _, m := range s.Mounts {
+				mode := ":rw"
+				if m.ReadOnly {
+					mode = ":ro"
+				}
+				hc.Binds = append(hc.Binds, m.Host+":"+m.Container+mode)
+			}
+			hc.GroupAdd = s.Security.Groups
+			hc.ReadonlyRootfs = s.Security.ReadOnlyRootfs
+			hc.CapDrop = s.Security.CapDrop
+			if s.Security.NoNewPrivileges {
+				hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
 			}
 		},
 	}

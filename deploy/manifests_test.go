@@ -1,9 +1,8 @@
 package deploy_test
 
 import (
-	"encoding/json"
+	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,10 +11,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -36,37 +38,38 @@ var kinds = map[string]func() any{
 	"gateway.networking.k8s.io/v1/HTTPRoute":       func() any { return &gatewayv1.HTTPRoute{} },
 	"gateway.networking.k8s.io/v1/Gateway":         func() any { return &gatewayv1.Gateway{} },
 	"inference.networking.k8s.io/v1/InferencePool": func() any { return &inferencev1.InferencePool{} },
+	"policy/v1/PodDisruptionBudget":                func() any { return &policyv1.PodDisruptionBudget{} },
 }
 
-// documents splits every YAML file under dir into its documents.
-func documents(t *testing.T) map[string][]byte {
+// overlays are the two ways of running the gateway, each a Kustomize overlay of base/.
+var overlays = []string{"standalone", "picker"}
+
+// render builds an overlay with Kustomize (what kubectl apply -k does) and splits the result into
+// its documents, keyed "overlay#n".
+func render(t *testing.T, overlay string) map[string][]byte {
 	t.Helper()
-	files, err := filepath.Glob("*/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests found (%v)", err)
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), overlay)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", overlay, err)
 	}
 	out := map[string][]byte{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for i, r := range rm.Resources() {
+		b, err := r.AsYAML()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
-				continue
-			}
-			out[f+"#"+string(rune('0'+i))] = []byte(doc)
-		}
+		out[fmt.Sprintf("%s#%d", overlay, i)] = b
 	}
 	return out
 }
 
-// TestManifestsDecodeStrictly: every document decodes into its real Go type with unknown fields
-// refused, carries a valid name and namespace, and every gateway.yaml inside a ConfigMap loads
-// with the gateway's own validation.
-func TestManifestsDecodeStrictly(t *testing.T) {
-	objs := map[string]any{} // kind/name → object, for the cross-checks below
-	for where, doc := range documents(t) {
+// decodeOverlay renders an overlay and decodes every document strictly into its real Go type
+// (unknown fields refused), checking names and the namespace; it returns the objects by kind/name.
+func decodeOverlay(t *testing.T, overlay string) map[string]any {
+	t.Helper()
+	objs := map[string]any{}
+	for where, doc := range render(t, overlay) {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			t.Fatalf("%s: %v", where, err)
@@ -90,18 +93,143 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			t.Fatalf("%s: metadata.namespace %q, want llm (every manifest lives in one namespace)", where, meta.Metadata.Namespace)
 		}
 		objs[tm.Kind+"/"+meta.Metadata.Name] = obj
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			checkGatewayConfig(t, where, cm)
+	}
+	return objs
+}
+
+// TestManifestsDecodeStrictly: both overlays render; every document decodes into its real Go type
+// with unknown fields refused and carries a valid name and namespace; each is self-contained (every
+// volume, Secret, ConfigMap and ServiceAccount the Deployment names is in the same overlay, and no
+// volume needs a claim made elsewhere); its gateway.yaml loads with the gateway's own validation;
+// its Services select its pods; and it carries a PodDisruptionBudget and resource requests.
+func TestManifestsDecodeStrictly(t *testing.T) {
+	for _, o := range overlays {
+		objs := decodeOverlay(t, o)
+		dep, ok := objs["Deployment/kvexact"].(*appsv1.Deployment)
+		if !ok {
+			t.Fatalf("%s: no Deployment kvexact", o)
+		}
+		ps := dep.Spec.Template.Spec
+		for _, v := range ps.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				if _, ok := objs["PersistentVolumeClaim/"+v.PersistentVolumeClaim.ClaimName]; !ok {
+					t.Fatalf("%s: volume %s names claim %s, which the overlay does not define", o, v.Name, v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+		}
+		if sa := ps.ServiceAccountName; sa != "" {
+			if _, ok := objs["ServiceAccount/"+sa]; !ok {
+				t.Fatalf("%s: the pod runs as ServiceAccount %s, which the overlay does not define", o, sa)
+			}
+		}
+		p := materialize(t, dep, objs, nil) // fails on a volume whose Secret or ConfigMap is missing
+		c := ps.Containers[0]
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Fatalf("%s: the gateway container lacks cpu/memory requests or a memory limit: %+v", o, c.Resources)
+		}
+		pdb, ok := objs["PodDisruptionBudget/kvexact"].(*policyv1.PodDisruptionBudget)
+		if !ok || pdb.Spec.Selector == nil {
+			t.Fatalf("%s: no PodDisruptionBudget kvexact with a selector", o)
+		}
+		selects(t, o, "PodDisruptionBudget", pdb.Spec.Selector.MatchLabels, dep.Spec.Template.Labels)
+		for k, v := range objs {
+			if svc, ok := v.(*corev1.Service); ok {
+				selects(t, o, k, svc.Spec.Selector, dep.Spec.Template.Labels)
+			}
+		}
+		var cfg string
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--config="); ok {
+				cfg = p.hostPath(v)
+			}
+		}
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatalf("%s: the gateway's --config is not a mounted file: %v", o, err)
+		}
+		// Paths the configuration names inside the pod (token files) are read from the host files
+		// the pod would have there.
+		y := regexp.MustCompile(`/etc/kvexact/[A-Za-z0-9_./-]+`).ReplaceAllStringFunc(string(b), func(ctr string) string {
+			if h := p.hostPath(ctr); h != "" {
+				return h
+			}
+			return ctr
+		})
+		rc, err := rules.Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%s: gateway.yaml: %v", o, err)
+		}
+		// The container's named ports are the ports the gateway listens on.
+		ports := map[string]int32{}
+		for _, cp := range c.Ports {
+			ports[cp.Name] = cp.ContainerPort
+		}
+		want := map[string]string{"admin": rc.Admin.Listen}
+		if o == "standalone" {
+			want["http"] = rc.Listen
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--epp="); ok {
+				want["grpc"] = v
+			}
+		}
+		for name, addr := range want {
+			_, port, _ := strings.Cut(addr, ":")
+			if fmt.Sprint(ports[name]) != port {
+				t.Fatalf("%s: container port %s is %d; the gateway listens on %s", o, name, ports[name], addr)
+			}
+		}
+		probes(t, o, c)
+		if o == "picker" {
+			checkPicker(t, objs, dep)
 		}
 	}
-	// The pool names the picker's Service and port; the picker's discovery names the pool.
+}
+
+// selects fails unless every label of sel is on the pod template.
+func selects(t *testing.T, overlay, what string, sel, labels map[string]string) {
+	t.Helper()
+	if len(sel) == 0 {
+		t.Fatalf("%s: %s selects nothing", overlay, what)
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			t.Fatalf("%s: %s selects %s=%s; the gateway's pods are labelled %v", overlay, what, k, v, labels)
+		}
+	}
+}
+
+// probes: the standalone gateway is probed on its client listener's /healthz (liveness) and
+// /readyz (readiness); the picker by gRPC health on its ext_proc port.
+func probes(t *testing.T, overlay string, c corev1.Container) {
+	t.Helper()
+	lp, rp := c.LivenessProbe, c.ReadinessProbe
+	if lp == nil || rp == nil {
+		t.Fatalf("%s: liveness %v, readiness %v: both are needed", overlay, lp, rp)
+	}
+	switch overlay {
+	case "standalone":
+		if lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz" || lp.HTTPGet.Port.String() != "http" ||
+			rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.String() != "http" {
+			t.Fatalf("standalone probes: liveness %+v, readiness %+v; want /healthz and /readyz on port http", lp.ProbeHandler, rp.ProbeHandler)
+		}
+	case "picker":
+		if lp.GRPC == nil || lp.GRPC.Port != 9002 || rp.GRPC == nil || rp.GRPC.Port != 9002 {
+			t.Fatalf("picker probes: liveness %+v, readiness %+v; want gRPC health on 9002", lp.ProbeHandler, rp.ProbeHandler)
+		}
+	}
+}
+
+// checkPicker: the pool names the picker's Service and port; the picker's discovery names the pool;
+// the route hands the pool exact API paths only; the model server's pods are what the pool selects.
+func checkPicker(t *testing.T, objs map[string]any, dep *appsv1.Deployment) {
+	t.Helper()
 	pool := objs["InferencePool/llama3"].(*inferencev1.InferencePool)
 	ref := pool.Spec.EndpointPickerRef
 	svc, ok := objs["Service/"+string(ref.Name)].(*corev1.Service)
 	if !ok || svc.Spec.Ports[0].Port != int32(ref.Port.Number) {
 		t.Fatalf("endpointPickerRef %s:%d has no matching Service", ref.Name, ref.Port.Number)
 	}
-	// The route hands the pool exact API paths only (a prefix would pass any path under it).
 	for _, r := range objs["HTTPRoute/llama3"].(*gatewayv1.HTTPRoute).Spec.Rules {
 		for _, m := range r.Matches {
 			if m.Path == nil || m.Path.Type == nil || *m.Path.Type != gatewayv1.PathMatchExact {
@@ -112,21 +240,21 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			}
 		}
 	}
-	dep := objs["Deployment/kvexact-epp"].(*appsv1.Deployment)
 	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
 	for _, want := range []string{"--epp=:9002", "--discover-pool=llm/llama3", "--discover-rule=chat"} {
 		if !strings.Contains(args, want) {
 			t.Fatalf("picker args %q lack %s", args, want)
 		}
 	}
-	if dep.Spec.Template.Spec.ServiceAccountName != "kvexact-epp" {
-		t.Fatal("the picker must run as the ServiceAccount the Role is bound to")
+	rb := objs["RoleBinding/kvexact"].(*rbacv1.RoleBinding)
+	if sa := dep.Spec.Template.Spec.ServiceAccountName; sa == "" || rb.Subjects[0].Name != sa {
+		t.Fatalf("the picker runs as ServiceAccount %q; the Role is bound to %q", sa, rb.Subjects[0].Name)
 	}
 	// The certify Job certifies the pool the picker discovers and writes the Secret it mounts and
 	// watches; its Role may update that Secret and no other.
 	job := objs["Job/kvexact-certify"].(*batchv1.Job)
 	jargs := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, want := range []string{"--from-inferencepool=" + pool.Name, "--secret=kvexact-epp", "--admit=probe"} {
+	for _, want := range []string{"--from-inferencepool=" + pool.Name, "--secret=kvexact", "--admit=probe"} {
 		if !strings.Contains(jargs, want) {
 			t.Fatalf("certify Job args %q lack %s", jargs, want)
 		}
@@ -136,8 +264,8 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 	role := objs["Role/"+job.Spec.Template.Spec.ServiceAccountName].(*rbacv1.Role)
 	for _, r := range role.Rules {
-		if slices.Contains(r.Resources, "secrets") && !slices.Equal(r.ResourceNames, []string{"kvexact-epp"}) {
-			t.Fatalf("the certify Job's Role reaches secrets %v, want only kvexact-epp", r.ResourceNames)
+		if slices.Contains(r.Resources, "secrets") && !slices.Equal(r.ResourceNames, []string{"kvexact"}) {
+			t.Fatalf("the certify Job's Role reaches secrets %v, want only kvexact", r.ResourceNames)
 		}
 	}
 	model := objs["Deployment/llama3"].(*appsv1.Deployment)
@@ -146,76 +274,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			t.Fatalf("the pool selects %s=%s; the model server pods are labelled %v", k, v, model.Spec.Template.Labels)
 		}
 	}
-}
-
-func checkGatewayConfig(t *testing.T, where string, cm *corev1.ConfigMap) {
-	t.Helper()
-	y, ok := cm.Data["gateway.yaml"]
-	if !ok {
-		return
-	}
-	// The admin token file is the Secret's, mounted in the pod; here a temporary one stands in.
-	tok := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tok, []byte("test-token\n"), 0o600)
-	y = strings.ReplaceAll(y, "/etc/kvexact/admin/token", tok)
-	if _, err := rules.Parse([]byte(y)); err != nil {
-		t.Fatalf("%s: gateway.yaml: %v", where, err)
-	}
-}
-
-// TestDashboardMetricsExist: the dashboard is valid JSON and every kvexact metric it queries is
-// defined by the code (a renamed metric fails here).
-func TestDashboardMetricsExist(t *testing.T) {
-	b, err := os.ReadFile("grafana/kvexact-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil || d.UID == "" || len(d.Panels) == 0 {
-		t.Fatalf("dashboard: %v (uid %q, %d panels)", err, d.UID, len(d.Panels))
-	}
-	defined := definedMetrics(t)
-	re := regexp.MustCompile(`kvexact_[a-z0-9_]+`)
-	for _, p := range d.Panels {
-		if len(p.Targets) == 0 {
-			t.Fatalf("panel %q queries nothing", p.Title)
-		}
-		for _, tg := range p.Targets {
-			for _, m := range re.FindAllString(tg.Expr, -1) {
-				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
-				if !defined[base] {
-					t.Fatalf("panel %q queries %s, which no code defines", p.Title, m)
-				}
-			}
+	for k, v := range dep.Spec.Template.Labels {
+		if model.Spec.Template.Labels[k] == v {
+			t.Fatalf("the model server's pods carry the picker's label %s=%s: its Services would send to them", k, v)
 		}
 	}
-}
-
-// definedMetrics collects the metric names the module's Go code registers (Name: "kvexact_…").
-func definedMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	re := regexp.MustCompile(`Name:\s*"(kvexact_[a-z0-9_]+)"`)
-	out := map[string]bool{}
-	filepath.WalkDir("..", func(path string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, _ := os.ReadFile(path)
-		for _, m := range re.FindAllSubmatch(b, -1) {
-			out[string(m[1])] = true
-		}
-		return nil
-	})
-	if len(out) < 10 {
-		t.Fatalf("found only %d metric definitions: the source walk is broken", len(out))
-	}
-	return out
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/health"
+	"github.com/kvexact/kvexact/gateway/hub"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/kvgroups"
@@ -92,7 +93,17 @@ type Options struct {
 	// Kubernetes Secret volume, a file a CI job rewrites); a change reloads them as SIGHUP does
 	// (0: not watched).
 	CertificateWatch time.Duration
+	// TokenizerRetry is how often a rule whose tokenizer could not be loaded (ExactStatus code
+	// "tokenizer") tries again, so it becomes exact by itself once the files appear (default
+	// DefaultTokenizerRetry; it is also the pool's failure memory when the gateway builds the pool).
+	TokenizerRetry time.Duration
 }
+
+// DefaultTokenizerRetry is Options.TokenizerRetry's default.
+const DefaultTokenizerRetry = 30 * time.Second
+
+// hubFetchTimeout bounds one tokenizer fetch from a hub (listing and every file).
+const hubFetchTimeout = 2 * time.Minute
 
 // Gateway is the rule runtimes of a running gateway and their control (assemble.Gateway adds the
 // front ends and listeners).
@@ -155,6 +166,18 @@ type ExactStatus struct {
 	// exactOffCodes), "" when enabled.
 	Code      string            `json:"code,omitempty"`
 	Endpoints map[string]string `json:"endpoints,omitempty"` // endpoint → "certified (engine)" or why not
+	// Tokenizer is where the rule's tokenizer was loaded from (nil while it is missing).
+	Tokenizer *TokenizerSource `json:"tokenizer,omitempty"`
+}
+
+// TokenizerSource records the tokenizer files a rule's profile was computed from: their folder,
+// each file's sha256 (tokenizer.json and tokenizer_config.json are the profile's own digests), and
+// for files fetched from a hub the repository and the commit the revision resolved to.
+type TokenizerSource struct {
+	Dir    string            `json:"dir"`
+	Repo   string            `json:"repo,omitempty"`
+	Commit string            `json:"commit,omitempty"`
+	Files  map[string]string `json:"files"`
 }
 
 // New builds a gateway from validated options (it starts nothing; see Start).
@@ -171,8 +194,18 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	if opts.TokenizerRetry <= 0 {
+		opts.TokenizerRetry = DefaultTokenizerRetry
+	}
 	if opts.Tokenizers == nil {
-		var po []tokenize.PoolOption
+		po := []tokenize.PoolOption{tokenize.WithRetryAfter(opts.TokenizerRetry)}
+		if h := opts.Config.Tokenizers.Hub; h != nil {
+			srcs := map[string]hub.Source{}
+			for m, hm := range h.Models {
+				srcs[m] = h.Source(hm)
+			}
+			po = append(po, tokenize.WithHub(&hub.Client{CacheDir: h.CacheDir, HTTP: &http.Client{Timeout: hubFetchTimeout}}, srcs, hubFetchTimeout))
+		}
 		for m, dir := range opts.Config.Tokenizers.Folders {
 			po = append(po, tokenize.WithFolder(m, dir))
 		}
@@ -267,6 +300,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 		defer g.wg.Done()
 		g.runExpiry(g.ctx, expiry)
 	}()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.runTokenizerRetry(g.ctx, g.opts.TokenizerRetry)
+	}()
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)
@@ -357,6 +395,7 @@ func (g *Gateway) applyLocked(r *rules.Rule) error {
 		old.stop()
 	}
 	g.statusM.set(rt)
+	g.noteTokenizer(old, rt)
 	return nil
 }
 
@@ -441,7 +480,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	for i, e := range rt.eps {
 		ok := rt.exact.Enabled && certified.Has(e.ID)
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, i), ok, rt.exact.certWhy(e.Name), g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		rt.stop()
@@ -509,6 +548,13 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		return inventory.Mask{}, fallback
 	}
 	jsonSHA, cfgSHA := tok.Files()
+	st.Tokenizer = &TokenizerSource{Dir: tok.Dir(), Files: map[string]string{"tokenizer.json": jsonSHA, "tokenizer_config.json": cfgSHA}}
+	if snap := g.pool.Snapshot(r.Models[0]); snap != nil {
+		st.Tokenizer.Dir, st.Tokenizer.Repo, st.Tokenizer.Commit = snap.Dir, snap.Repo, snap.Commit
+		for n, d := range snap.Files {
+			st.Tokenizer.Files[n] = d
+		}
+	}
 	prof := certificate.NewProfile(ct.Family, ct.ID, r.Models[0], jsonSHA, cfgSHA, tok.Config().ChatTemplate, r.BlockSize, r.Binding, r.HashAlgorithm, r.Seed)
 	st.ProfileDigest = prof.Digest()
 	g.mu.RLock()

@@ -73,7 +73,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		ok := rt.exact.Enabled && certified.Has(e.ID)
 		if i, kept := prev[e.Name]; kept {
 			x := old.epExact[i]
-			x.rebind(e, g.verifyConfig(rt, e.Index), ok, rt.exact.Endpoints[e.Name])
+			x.rebind(e, g.verifyConfig(rt, e.Index), ok, rt.exact.certWhy(e.Name))
 			rt.epExact = append(rt.epExact, x)
 			if s := old.sources[e.Name]; s != nil {
 				rt.sources[e.Name] = s
@@ -89,7 +89,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			}
 			continue
 		}
-		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, e.Index), ok, rt.exact.Endpoints[e.Name], g.now, g.statusM, g.log))
+		rt.epExact = append(rt.epExact, newEndpointExact(r.Name, e, g.verifyConfig(rt, e.Index), ok, rt.exact.certWhy(e.Name), g.now, g.statusM, g.log))
 	}
 	if err := g.startSources(rt, binding); err != nil {
 		for name, s := range rt.sources {
@@ -121,6 +121,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		g.statusM.forgetEndpoint(r.Name, e.Name)
 	}
 	g.statusM.set(rt)
+	g.noteTokenizer(old, rt)
 	g.log.Info("gateway: endpoints changed, inventory kept", "rule", r.Name, "endpoints", len(r.Endpoints), "added", len(added))
 	return true, nil
 }

@@ -31,7 +31,7 @@ func (r *Report) cell(workload, policy string, load float64) *Cell {
 	return nil
 }
 
-// Targets checks the targets for the default KV-exact policy on every shared-prefix
+// Targets checks the routing targets for the default KV-exact policy on every shared-prefix
 // workload: at moderate load ≥ 95 % of the oracle's cached-token ratio and ≥ 2× round-robin's;
 // at and past saturation a TTFT p90 no worse than least-load's.
 func Targets(r *Report) []Target {

@@ -245,8 +245,8 @@ func TestScaleMultiTurnSmoke(t *testing.T) {
 	}
 }
 
-// TestBenchScriptDocumentOnly runs scripts/bench.sh as the lead does after merging others'
-// sections (SKIP_GO_BENCH=1 SKIP_KVBENCH=1): nothing is measured, the document is assembled from
+// TestBenchScriptDocumentOnly runs scripts/bench.sh as one does after merging
+// benchmark sections (SKIP_GO_BENCH=1 SKIP_KVBENCH=1): nothing is measured, the document is assembled from
 // the raw results given, and the machine line of the run that measured them is kept.
 func TestBenchScriptDocumentOnly(t *testing.T) {
 	if testing.Short() {

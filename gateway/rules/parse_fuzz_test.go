@@ -12,6 +12,7 @@ func FuzzParse(f *testing.F) {
 	for _, law := range []string{"{kind: soft, lambda: 7}", "{capFloor: 8, epsilon: 2}", "{capFloor: 0}", "{kind: adaptive, spillRelief: false}", "{epsilon: -1}"} {
 		f.Add([]byte(strings.Replace(base, `seed: "0"`, "seed: \"0\"\n    loadLaw: "+law, 1)))
 	}
+	f.Add([]byte(base + "tokenizers:\n  hub: {cacheDir: /c, models: {llama3: {repo: org/m, revision: main}}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Parse(b)
 		if err != nil {
@@ -19,6 +20,13 @@ func FuzzParse(f *testing.F) {
 				t.Fatal("an error without a text")
 			}
 			return
+		}
+		if h := c.Tokenizers.Hub; h != nil {
+			for m, hm := range h.Models {
+				if err := h.Source(hm).Validate(); err != nil {
+					t.Fatalf("tokenizers.hub.models.%s accepted but invalid: %v", m, err)
+				}
+			}
 		}
 		for i, r := range c.Rules {
 			l := r.LoadLaw

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/gateway/hub"
 )
 
 // Config is the whole gateway.yaml.
@@ -192,6 +193,62 @@ type Tokenizers struct {
 	// prompt whose token ids extend one of them reuses the keys of the common blocks (docs/routing.md,
 	// "Key cache"); unset means route.DefaultKeyCacheBytes (64 MiB), 0 turns it off.
 	KeyCacheBytes *int64 `yaml:"keyCacheBytes" json:"keyCacheBytes,omitempty"`
+	// Hub fetches the listed models' tokenizer files from a Hugging Face–compatible hub instead
+	// (docs/tokenizer.md, "Where the files come from").
+	Hub *TokenizerHub `yaml:"hub" json:"hub,omitempty"`
+}
+
+// TokenizerHub names a hub, where its files are cached, and each model's repository and revision.
+type TokenizerHub struct {
+	// Endpoint is the hub's base URL (default https://huggingface.co).
+	Endpoint string `yaml:"endpoint" json:"endpoint,omitempty"`
+	// TokenFile holds a bearer token for gated or private repositories (read at load, like
+	// admin.tokenFile); Token is what it held.
+	TokenFile string `yaml:"tokenFile" json:"tokenFile,omitempty"`
+	Token     string `yaml:"-" json:"-"`
+	// CacheDir holds the fetched snapshots (required; a writable volume in a container).
+	CacheDir string `yaml:"cacheDir" json:"cacheDir"`
+	// Models maps a served model name to its repository and revision.
+	Models map[string]HubModel `yaml:"models" json:"models"`
+}
+
+// HubModel is one model's place on the hub.
+type HubModel struct {
+	// Repo is the repository id, e.g. meta-llama/Meta-Llama-3-8B-Instruct.
+	Repo string `yaml:"repo" json:"repo"`
+	// Revision is a branch, tag or commit (default main). A commit pins the files: once cached
+	// they are used without asking the hub again.
+	Revision string `yaml:"revision" json:"revision,omitempty"`
+}
+
+// Source is m's hub.Source on h.
+func (h *TokenizerHub) Source(m HubModel) hub.Source {
+	return hub.Source{Endpoint: h.Endpoint, Repo: m.Repo, Revision: m.Revision, Token: h.Token}
+}
+
+func (h *TokenizerHub) normalize() error {
+	if h.Endpoint == "" {
+		h.Endpoint = "https://huggingface.co"
+	}
+	if h.CacheDir == "" {
+		return fieldErr("cacheDir", "is required (a folder the gateway may write)")
+	}
+	if len(h.Models) == 0 {
+		return fieldErr("models", "lists no model")
+	}
+	if h.TokenFile != "" {
+		b, err := os.ReadFile(h.TokenFile)
+		if err != nil {
+			return fieldErr("tokenFile", "%v", err)
+		}
+		h.Token = strings.TrimSpace(string(b))
+	}
+	for name, m := range h.Models {
+		if err := h.Source(m).Validate(); err != nil {
+			return fieldErr("models."+name, "%v", err)
+		}
+	}
+	return nil
 }
 
 // Rule is one routing rule.
@@ -574,6 +631,11 @@ func (c *Config) Normalize() error {
 	}
 	if n := c.Tokenizers.KeyCacheBytes; n != nil && *n < 0 {
 		return fieldErr("tokenizers.keyCacheBytes", "%d must be 0 (off) or positive", *n)
+	}
+	if h := c.Tokenizers.Hub; h != nil {
+		if err := h.normalize(); err != nil {
+			return prefix("tokenizers.hub", err)
+		}
 	}
 	if err := c.Server.normalize(); err != nil {
 		return prefix("server", err)

@@ -2,11 +2,14 @@ package tokenize
 
 import (
 	"container/list"
+	"context"
 	"fmt"
 	"path/filepath"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/hub"
 )
 
 // Pool hands out tokenizers by model slug: loaded lazily, once per model however many callers ask
@@ -23,6 +26,12 @@ type Pool struct {
 	retryAfter time.Duration
 	now        func() time.Time
 	load       func(dir string) (*Tokenizer, error)
+	hub        *hub.Client
+	hubModels  map[string]hub.Source
+	hubTimeout time.Duration
+	hubWait    time.Duration
+	fetchMu    sync.Mutex
+	fetches    map[string]*fetch // by model: the hub fetch running or finished and not yet used
 
 	mu      sync.Mutex
 	entries map[string]*poolEntry
@@ -35,6 +44,7 @@ type poolEntry struct {
 	ready    chan struct{}
 	tok      *Tokenizer
 	err      error
+	snap     *hub.Snapshot // where a hub-fetched tokenizer came from
 	failedAt time.Time
 	elem     *list.Element
 }
@@ -45,6 +55,59 @@ type PoolOption func(*Pool)
 // WithFolder maps a model to its tokenizer folder: an absolute path, or a folder name under the
 // pool's roots. Without it the folder is the model slug with "/" replaced by "__".
 func WithFolder(model, dir string) PoolOption { return func(p *Pool) { p.folders[model] = dir } }
+
+// WithHub fetches the listed models' tokenizers from a hub through c (their folders and roots are
+// not searched); each fetch, listing included, is bounded by timeout. A load waits for the fetch at
+// most hubWait (a cached snapshot or a near hub answers within it): past that the fetch goes on in
+// the background and the load fails with "still fetching", so a slow hub never holds up the
+// gateway's start. A failed fetch is a load failure like any other: remembered and retried after
+// RetryAfter, when a finished background fetch is picked up.
+func WithHub(c *hub.Client, models map[string]hub.Source, timeout time.Duration) PoolOption {
+	return func(p *Pool) {
+		p.hub, p.hubModels, p.hubTimeout, p.hubWait = c, models, timeout, DefaultHubWait
+		p.fetches = map[string]*fetch{}
+	}
+}
+
+// DefaultHubWait is how long a load waits for a hub fetch before leaving it to the background.
+const DefaultHubWait = 5 * time.Second
+
+// fetch is one hub fetch of a model's snapshot.
+type fetch struct {
+	started time.Time
+	done    chan struct{}
+	snap    *hub.Snapshot
+	err     error
+}
+
+// fetchHub returns model's snapshot: the result of a fetch already finished, else that of a fetch
+// started now (or running) if it finishes within hubWait, else a "still fetching" error.
+func (p *Pool) fetchHub(model string, src hub.Source) (*hub.Snapshot, error) {
+	p.fetchMu.Lock()
+	f := p.fetches[model]
+	if f == nil {
+		f = &fetch{started: p.now(), done: make(chan struct{})}
+		p.fetches[model] = f
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), p.hubTimeout)
+			defer cancel()
+			f.snap, f.err = p.hub.Fetch(ctx, src)
+			close(f.done)
+		}()
+	}
+	p.fetchMu.Unlock()
+	select {
+	case <-f.done:
+	case <-time.After(p.hubWait):
+		return nil, fmt.Errorf("still fetching %s from %s (started %s)", src.Repo, src.Endpoint, f.started.Format(time.RFC3339))
+	}
+	p.fetchMu.Lock()
+	if p.fetches[model] == f {
+		delete(p.fetches, model) // used: the next load (a retry, a new revision) fetches afresh
+	}
+	p.fetchMu.Unlock()
+	return f.snap, f.err
+}
 
 // WithMaxLoaded bounds how many tokenizers (and remembered failures) the pool keeps (default 8).
 func WithMaxLoaded(n int) PoolOption {
@@ -134,12 +197,12 @@ func (p *Pool) Get(model string) (*Tokenizer, error) {
 	p.entries[model] = e
 	p.mu.Unlock()
 
-	tok, dir, err := p.loadModel(model)
+	tok, dir, snap, err := p.loadModel(model)
 	if tok != nil && p.segs != nil {
 		tok = tok.WithSegmentCache(p.segs)
 	}
 	p.mu.Lock()
-	e.tok, e.dir = tok, dir
+	e.tok, e.dir, e.snap = tok, dir, snap
 	if err != nil {
 		e.failedAt = p.now()
 		e.err = &PoolLoadError{Model: model, Dir: dir, At: e.failedAt, RetryAt: e.failedAt.Add(p.retryAfter), Err: err}
@@ -150,21 +213,44 @@ func (p *Pool) Get(model string) (*Tokenizer, error) {
 	return e.tok, e.err
 }
 
-func (p *Pool) loadModel(model string) (*Tokenizer, string, error) {
+func (p *Pool) loadModel(model string) (*Tokenizer, string, *hub.Snapshot, error) {
+	if src, ok := p.hubModels[model]; ok {
+		snap, err := p.fetchHub(model, src)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		t, err := p.load(snap.Dir)
+		return t, snap.Dir, snap, err
+	}
 	folder, mapped := p.folders[model]
 	if !mapped {
 		folder = FolderFor(model)
 	}
 	if filepath.IsAbs(folder) {
 		t, err := p.load(folder)
-		return t, folder, err
+		return t, folder, nil, err
 	}
 	dir, err := FindModelDir(p.roots, folder)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	t, err := p.load(dir)
-	return t, dir, err
+	return t, dir, nil, err
+}
+
+// Snapshot returns the hub snapshot model's loaded tokenizer came from (nil: a local folder, or
+// not loaded).
+func (p *Pool) Snapshot(model string) *hub.Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.entries[model]; e != nil {
+		select {
+		case <-e.ready:
+			return e.snap
+		default:
+		}
+	}
+	return nil
 }
 
 // drop removes an entry; the caller holds p.mu.

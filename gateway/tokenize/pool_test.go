@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/hub"
+	"github.com/kvexact/kvexact/gateway/hub/hubtest"
 )
 
 // tinyTokenizer writes a minimal valid tokenizer folder.
@@ -115,5 +118,63 @@ func TestPoolRemembersFailureAndRetries(t *testing.T) {
 	}
 	if n := loads.Load(); n != 1 {
 		t.Errorf("loader ran %d times, want 1 (the first attempt failed before loading: no folder)", n)
+	}
+}
+
+// TestMissingHint: the hint for missing files fits where the process runs — the make target inside
+// a checkout, the configuration's ways (a folder, the engines' model directory, a hub) anywhere else
+// (a container, an installed binary), where no make target exists.
+func TestMissingHint(t *testing.T) {
+	_, err := FindModelDir([]string{t.TempDir()}, "llama3")
+	if err == nil || !strings.Contains(err.Error(), "make tokenizers") {
+		t.Fatalf("inside the checkout: %v", err)
+	}
+	t.Chdir(t.TempDir())
+	_, err = FindModelDir([]string{t.TempDir()}, "llama3")
+	if err == nil || strings.Contains(err.Error(), "make") || !strings.Contains(err.Error(), "tokenizers.hub") || !strings.Contains(err.Error(), "tokenizers.folders") {
+		t.Fatalf("outside a checkout: %v", err)
+	}
+}
+
+// TestPoolHubFetchInBackground: a hub slower than the pool's wait does not hold the load up — it
+// fails at once with "still fetching" while the fetch goes on — and the first load after the retry
+// interval picks the finished fetch up; a fast hub loads at once.
+func TestPoolHubFetchInBackground(t *testing.T) {
+	dir := t.TempDir()
+	tinyTokenizer(t, dir)
+	files := map[string][]byte{}
+	for _, n := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		must(t, err)
+		files[n] = b
+	}
+	srv := hubtest.NewServer(t, "org/tiny", files)
+	srv.Delay.Store(int64(400 * time.Millisecond))
+	src := map[string]hub.Source{"tiny": {Endpoint: srv.URL, Repo: "org/tiny"}}
+	p := NewPool(t.TempDir(), WithHub(&hub.Client{CacheDir: t.TempDir()}, src, time.Minute), WithRetryAfter(10*time.Millisecond))
+	p.hubWait = 50 * time.Millisecond
+	start := time.Now()
+	if _, err := p.Get("tiny"); err == nil || !strings.Contains(err.Error(), "still fetching org/tiny") {
+		t.Fatalf("slow hub: %v", err)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Fatalf("the load waited %s for a slow hub", d)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tok, err := p.Get("tiny")
+		if err == nil {
+			if snap := p.Snapshot("tiny"); snap == nil || snap.Commit != srv.Commit || tok.Dir() != snap.Dir {
+				t.Fatalf("snapshot %+v, dir %s", snap, tok.Dir())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background fetch never became the loaded tokenizer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := srv.Calls.Load(); n != 3 { // one listing and two files: the fetch ran once
+		t.Fatalf("%d hub calls, want 3", n)
 	}
 }

@@ -66,7 +66,16 @@ func FindModelDir(roots []string, folder string) (string, error) {
 			return d, nil
 		}
 	}
-	return "", fmt.Errorf("no %s/tokenizer.json under %s (run `make tokenizers` or set KVEXACT_TOKENIZERS)", folder, strings.Join(roots, ", "))
+	return "", fmt.Errorf("no %s/tokenizer.json under %s (%s)", folder, strings.Join(roots, ", "), missingHint())
+}
+
+// missingHint says how to provide tokenizer files: in a checkout the make target fetches the
+// pinned ones; anywhere else (a container, an installed binary) the files come from the model.
+func missingHint() string {
+	if RepoRoot() != "" {
+		return "run `make tokenizers` or set KVEXACT_TOKENIZERS"
+	}
+	return "put the model's tokenizer.json and tokenizer_config.json there, point tokenizers.folders at the engines' model directory, or fetch them with tokenizers.hub; the gateway retries on its own"
 }
 
 // FolderFor is the default tokenizer folder name of a model slug: "/" becomes "__".
