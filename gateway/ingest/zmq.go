@@ -88,6 +88,10 @@ func (rr *rankRun) run(ctx context.Context) {
 		}
 		rr.p.lab.connected(rr.rank, true)
 		rr.p.trace(Trace{Type: "connect", Rank: rr.rank, Addr: rr.pub, Count: connects})
+		if connects > 1 && rr.replay == "" && cfg.ClearUnreplayed {
+			rr.p.clear(rr.rank, "reconnect")
+			rr.w.Reset()
+		}
 		cfg.Logger.Info("ingest: subscribed", append(rr.log(), "addr", rr.pub, "connects", connects)...)
 
 		q := startReader(sub, cfg.QueueLimit, rr.p.lab.queue(rr.rank), cfg.Logger.With(rr.log()...),
