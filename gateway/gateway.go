@@ -130,6 +130,8 @@ type ruleRuntime struct {
 	watches map[string]*endpointWatch // by endpoint, where events are watched
 	expires time.Time
 	lora    adapterLists // what each endpoint lists (rules.Rule.DiscoverAdapters; adapters.go)
+	// adapters are, per endpoint whose certificate records them, the LoRA names it proved.
+	adapters map[inventory.EndpointID][]string
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -408,7 +410,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
-	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, CertifiedAdapters: rt.adapters, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
 		cfg.HitLimit = fam.HitLimit // the engine computes the last prompt token: scores stop there
 	}
@@ -479,6 +481,12 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
+			if ce := c.Entry(e.Name); ce != nil && ce.Adapters != nil {
+				if rt.adapters == nil {
+					rt.adapters = map[inventory.EndpointID][]string{}
+				}
+				rt.adapters[e.ID] = append([]string{}, *ce.Adapters...)
+			}
 		} else {
 			st.Endpoints[e.Name] = why
 		}

@@ -35,11 +35,13 @@ const (
 	MissLoRA            Miss = "lora"             // the engine's keys do not separate LoRA adapters
 	MissCacheSalt       Miss = "cache_salt"       // the engine's keys do not carry cache_salt
 	MissNoCacheRead     Miss = "no_cache_read"    // prompt_logprobs / skip_reading_prefix_cache: the engine reads no cached block
+	// MissAdapterUncertified: no endpoint's certificate proved the requested adapter's LoRA name.
+	MissAdapterUncertified Miss = "adapter_uncertified"
 )
 
 // Misses lists every reason, for metrics.
 var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow,
-	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt, MissNoCacheRead}
+	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt, MissNoCacheRead, MissAdapterUncertified}
 
 // Decision is a routing outcome with its evidence. Release must be called exactly once when the
 // request ends (it gives back the load units the decision took).
