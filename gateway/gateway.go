@@ -380,7 +380,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, TaggedExtras: ct.TaggedExtraKeys(), Cache: g.keys}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, TaggedExtras: ct.TaggedExtraKeys(), TruncationSide: kr.TruncationSide, Cache: g.keys}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
