@@ -57,8 +57,11 @@ type Decision struct {
 	// MaxHit, when below Blocks, is the most blocks the engine's cache may serve of this prompt
 	// (it computes the last prompt token, so a prompt ending on a block boundary can hit all its
 	// blocks but the last): scores and prefixes stop there.
-	MaxHit    int                `json:"maxHit,omitempty"`
-	Score     int                `json:"score,omitempty"` // winner's score (blocks)
+	MaxHit int `json:"maxHit,omitempty"`
+	Score  int `json:"score,omitempty"` // winner's score (blocks)
+	// Rank is the data-parallel rank of Target that KV-exact scored, when the request must go to
+	// it (the proxy and the picker send Target.RankHeader with it).
+	Rank      *int               `json:"rank,omitempty"`
 	Spill     bool               `json:"spill,omitempty"`
 	Seeded    bool               `json:"seeded,omitempty"`
 	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`

@@ -28,6 +28,10 @@ type Endpoint struct {
 	Weight   int
 	Capacity int // KV capacity share for the load law (≥ 1)
 	Health   *health.Endpoint
+	// RankHeader, on a data-parallel endpoint whose engine can be told the rank, is the request
+	// header naming it (engines.Hits.DPRankHeader); KV-exact then sends the request to the rank
+	// holding its blocks (Decision.Rank).
+	RankHeader string
 
 	active atomic.Int64
 	queued atomic.Int64

@@ -48,6 +48,11 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	if t.amongCands && !contains(c.cands, w) {
 		return pick{}, nil
 	}
+	for _, ev := range d.Endpoints {
+		if ev.Name == w.Name && ev.Rank != nil && (ev.Prefix > 0 || ev.Overlap > 0) {
+			d.Rank = ev.Rank
+		}
+	}
 	return pick{ep: w, tier: TierKVExact}, nil
 }
 

@@ -38,9 +38,11 @@ type Config struct {
 	// listing its LoRA name. An endpoint absent from the map has a certificate that records no
 	// adapter list (written before adapters were recorded), which restricts none.
 	CertifiedAdapters map[inventory.EndpointID][]string
-	Metrics           *Metrics
-	Now               func() time.Time
-	Log               *slog.Logger
+	// Ranks is the per-rank residency of the rule's data-parallel endpoints (nil: none).
+	Ranks   *Ranks
+	Metrics *Metrics
+	Now     func() time.Time
+	Log     *slog.Logger
 }
 
 // Router routes one rule's requests.

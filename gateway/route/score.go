@@ -48,6 +48,11 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			continue
 		}
 		s := byID[e.ID]
+		// A data-parallel endpoint is scored by one rank: a request hits one rank's cache.
+		rs, rank, dp := rt.cfg.Ranks.score(e.ID, keys, e.RankHeader != "", rt.rule.Scoring == "prefix")
+		if dp {
+			s = rs
+		}
 		hit, hybrid := rt.hybridHit(e, keys, &s)
 		confirmed := s.Overlap
 		if rt.rule.Scoring == "prefix" {
@@ -55,7 +60,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 		}
 		out.confirmed = max(out.confirmed, confirmed)
 		var predicted int
-		if rt.predict != nil && (!hybrid || hit.Blocks == s.Prefix) {
+		// Predictions are per endpoint, not per rank: a data-parallel endpoint scores the blocks
+		// its ranks' events confirmed only.
+		if rt.predict != nil && !dp && (!hybrid || hit.Blocks == s.Prefix) {
 			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)
 			s.Overlap = max(s.Overlap, s.Prefix)
 		}
@@ -64,6 +71,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			score = s.Prefix
 		}
 		ev := rt.evidence(e, s, predicted, retry, absent)
+		if rank >= 0 {
+			ev.Rank = &rank
+		}
 		if uncert.Has(e.ID) && ev.Excluded == "" {
 			ev.Excluded, ev.Eligible = fmt.Sprintf("%s: its certificate did not prove the adapter with LoRA name %q (add the adapter to the ctk pool and re-certify)", ExcludedAdapterUncertified, lora), false
 		}
