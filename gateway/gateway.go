@@ -143,6 +143,7 @@ func (rt *ruleRuntime) addRanks(e rules.Endpoint, ep *route.Endpoint) error {
 	if n < 2 {
 		return nil
 	}
+	ep.DPRanks = n
 	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
 		ep.RankHeader = fam.DPRankHeader()
 	}

@@ -60,7 +60,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		h.SetAdminDown(e.AdminDown)
 		ep := &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
 		if i, ok := prev[e.Name]; ok {
-			ep.RankHeader = old.eps[i].RankHeader
+			ep.RankHeader, ep.DPRanks = old.eps[i].RankHeader, old.eps[i].DPRanks
 		} else if err = rt.addRanks(e, ep); err != nil {
 			undo()
 			return true, err

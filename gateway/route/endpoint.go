@@ -32,6 +32,8 @@ type Endpoint struct {
 	// header naming it (engines.Hits.DPRankHeader); KV-exact then sends the request to the rank
 	// holding its blocks (Decision.Rank).
 	RankHeader string
+	// DPRanks is the number of data-parallel ranks (0 or 1: one).
+	DPRanks int
 
 	active atomic.Int64
 	queued atomic.Int64
