@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 // directRank sends a completion straight to a simulator's data-parallel rank: vLLM's
@@ -108,4 +109,47 @@ func TestE2EDataParallelUnpinnedCountsWhatEveryRankHolds(t *testing.T) {
 		_, ev := p.explainEvidence(req, "e0")
 		return ev.Overlap > 0
 	})
+}
+
+// TestE2EDataParallelPrefillGoesToTheRankHoldingItsBlocks: in P/D the prefill endpoint e0 runs two
+// vLLM data-parallel ranks and only rank 1 holds the prompt (a prefill leg sent there directly).
+// The prefill leg of the follow-up goes to rank 1 with X-data-parallel-rank: 1 and realizes the
+// cached tokens KV-exact predicted there.
+func TestE2EDataParallelPrefillGoesToTheRankHoldingItsBlocks(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 1, certify: true, blockSize: 16,
+		roles: []string{"prefill", "decode"},
+		simMod: func(i int, c *sim.Config) {
+			if i == 0 {
+				c.DPRanks = 2
+			}
+		}})
+	doc := docs(1)[0]
+	raw, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": doc, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"do_remote_decode": true, "do_remote_prefill": false}})
+	req, _ := http.NewRequest("POST", p.sims[0].URL()+"/v1/completions", bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-data-parallel-rank", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("prefill leg straight to rank 1: %d %s", resp.StatusCode, b)
+	}
+	follow := doc + " One more question?"
+	eventually(t, 10*time.Second, "rank 1's blocks in the prefill inventory", func() bool { return p.overlap(follow, "e0") > 0 })
+	pred0 := promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e0"})
+	real0 := promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e0"})
+	c := p.complete(follow, false)
+	var d route.Decision
+	if err := json.Unmarshal([]byte(c.decision), &d); err != nil || c.status != 200 || d.Tier != "kv-exact" || d.Rank == nil || *d.Rank != 1 {
+		t.Fatalf("follow-up: %d, decision %s; want KV-exact prefill on e0's rank 1", c.status, c.decision)
+	}
+	pred := promtest.Value(t, p.reg, "kvexact_predicted_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e0"}) - pred0
+	real := promtest.Value(t, p.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": "e0"}) - real0
+	if pred <= 0 || real != pred {
+		t.Fatalf("prefill leg on e0: predicted %v, realized %v cached tokens; want equal", pred, real)
+	}
 }
