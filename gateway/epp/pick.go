@@ -27,7 +27,7 @@ type pick struct {
 	// header would reach the decode endpoint), are the header the engine reads it from and its value.
 	rankHeader string
 	rank       int
-	byAddr  map[string]*route.Endpoint
+	byAddr     map[string]*route.Endpoint
 }
 
 // decide parses the request, resolves its rule and routes it, honouring the subset hint.
@@ -69,6 +69,10 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 			return nil, unavailable(http.StatusInternalServerError, "bad_endpoint_address", "%v", err)
 		}
 		p.byAddr[a] = e
+		if e.Role == route.RolePrefill {
+			// The prefill leg is the decode endpoint's sidecar's: no rank header reaches it.
+			req.RanksUnpinned = true
+		}
 		if !hasSubset || e.Role == route.RolePrefill {
 			continue
 		}

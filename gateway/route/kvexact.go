@@ -30,7 +30,7 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 		return passed(m, reason), nil
 	}
 	// Scored up to the engine's hit cap: the blocks past it are recomputed whoever holds them.
-	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, lora, d)
+	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, lora, c.req.RanksUnpinned, d)
 	if !d.dry {
 		rt.watch(s.confirmed, s.anyResident)
 	}

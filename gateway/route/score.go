@@ -26,7 +26,7 @@ type scores struct {
 // score scores every endpoint of role against the prompt's keys and appends each one's evidence
 // to d. Predict-on-route extends an endpoint's prefix with its predicted blocks; the rule's scoring
 // says whether the overlap count or the prefix depth drives selection.
-func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventory.Mask, lora string, d *Decision) scores {
+func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventory.Mask, lora string, unpinned bool, d *Decision) scores {
 	var mask inventory.Mask
 	n := 0
 	for _, e := range rt.eps {
@@ -49,7 +49,7 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 		}
 		s := byID[e.ID]
 		// A data-parallel endpoint is scored by one rank: a request hits one rank's cache.
-		rs, rank, dp := rt.cfg.Ranks.score(e.ID, keys, e.RankHeader != "", rt.rule.Scoring == "prefix")
+		rs, rank, dp := rt.cfg.Ranks.score(e.ID, keys, e.RankHeader != "" && !unpinned, rt.rule.Scoring == "prefix")
 		if dp {
 			s = rs
 		}
