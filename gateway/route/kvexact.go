@@ -21,13 +21,13 @@ type kvExactTier struct {
 
 func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	rt, d := t.rt, c.d
+	keys, m, reason := rt.promptKeys(ctx, c.req, d)
+	if m != MissNone {
+		return passed(m, reason), nil // an engine whose keys carry no adapter misses lora first
+	}
 	uncert, lora := rt.adapterUncertified(c.req.Model)
 	if lora != "" && rt.allOfRole(uncert, t.role) {
 		return passed(MissAdapterUncertified, fmt.Sprintf("no endpoint's certificate proved adapter %q (LoRA name %q): add it to the ctk pool's adapters and re-certify", c.req.Model, lora)), nil
-	}
-	keys, m, reason := rt.promptKeys(ctx, c.req, d)
-	if m != MissNone {
-		return passed(m, reason), nil
 	}
 	// Scored up to the engine's hit cap: the blocks past it are recomputed whoever holds them.
 	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, lora, c.req.RanksUnpinned, d)
