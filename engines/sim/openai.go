@@ -211,11 +211,11 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		p.rank = *b.DataParallel
 	}
 	if h := r.Header.Get("X-data-parallel-rank"); h != "" && e.cfg.Family == "vllm" {
-		n, err := strconv.Atoi(h)
-		if err != nil {
-			return nil, 400, "X-data-parallel-rank: not an integer"
+		// vLLM reads the header with int() and ignores a value that is not an integer
+		// (_get_data_parallel_rank); an integer out of range is a 400 below.
+		if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil {
+			p.rank = n
 		}
-		p.rank = n
 	}
 	if p.rank >= e.cfg.DPRanks || p.rank < -1 {
 		return nil, 400, fmt.Sprintf("data parallel rank %d out of range [0, %d)", p.rank, e.cfg.DPRanks)
