@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, append(rer, "decision")),
 		clears: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_clears_total",
-			Help: "Endpoint inventory clears, by cause (engine, created, gap, reconnect, regression, restart, map_overflow, start).",
+			Help: "Endpoint inventory clears, by cause (engine, created, gap, reconnect, publisher_restart, regression, restart, map_overflow, start).",
 		}, []string{"rule", "endpoint", "cause"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_replays_total",
