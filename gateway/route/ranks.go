@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
@@ -18,6 +19,9 @@ type Ranks struct {
 
 	mu  sync.RWMutex
 	ids map[inventory.EndpointID][]inventory.EndpointID // endpoint → its ranks' ids, in rank order
+	// n is len(ids), read without the lock: a rule without data-parallel endpoints (most) pays
+	// one atomic load per scored endpoint.
+	n atomic.Int32
 }
 
 // NewRanks returns an empty per-rank index; cfg is the rule's inventory configuration (its
@@ -45,6 +49,7 @@ func (r *Ranks) Add(ep inventory.EndpointID, name string, n int) error {
 	}
 	r.mu.Lock()
 	r.ids[ep] = ids
+	r.n.Store(int32(len(r.ids)))
 	r.mu.Unlock()
 	return nil
 }
@@ -57,6 +62,7 @@ func (r *Ranks) Remove(ep inventory.EndpointID) {
 	r.mu.Lock()
 	ids := r.ids[ep]
 	delete(r.ids, ep)
+	r.n.Store(int32(len(r.ids)))
 	r.mu.Unlock()
 	for _, id := range ids {
 		_ = r.ix.RemoveEndpoint(id)
@@ -65,7 +71,7 @@ func (r *Ranks) Remove(ep inventory.EndpointID) {
 
 // Of returns ep's rank ids (nil: not a data-parallel endpoint).
 func (r *Ranks) Of(ep inventory.EndpointID) []inventory.EndpointID {
-	if r == nil {
+	if r == nil || r.n.Load() == 0 {
 		return nil
 	}
 	r.mu.RLock()
