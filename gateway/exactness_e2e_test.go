@@ -578,3 +578,24 @@ func TestE2ELostClearWithoutReplayDropsInventory(t *testing.T) {
 		t.Fatalf("gap clears on e0: %v, want 1", c)
 	}
 }
+
+// TestE2EPublisherRestartSeenOnReconnect: e0's publisher restarts and its cache is wiped without an
+// event (same process, so the identity check sees nothing), and nothing is published after. The
+// reconnect's replay no longer holds what the gateway applied: e0's inventory is dropped at once
+// and e0 is unverified until its new process is verified, with no event needed from it.
+func TestE2EPublisherRestartSeenOnReconnect(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, replay: true})
+	doc := docs(1)[0]
+	direct(t, p.sims[0], doc)
+	eventually(t, 5*time.Second, "e0's inventory to hold the prompt", func() bool { return p.overlap(doc, "e0") > 0 })
+	if err := p.sims[0].RestartPublisher(true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "e0's inventory dropped on the reconnect", func() bool { return p.overlap(doc, "e0") == 0 })
+	if c := promtest.Value(t, p.reg, "kvexact_ingest_clears_total", map[string]string{"rule": "pool", "endpoint": "e0", "cause": "publisher_restart"}); c != 1 {
+		t.Fatalf("publisher_restart clears on e0: %v, want 1", c)
+	}
+	if st := endpointStatus(t, p, "e0"); st.Exact.Restarts == 0 {
+		t.Fatalf("e0's restart not seen: %+v", st.Exact)
+	}
+}
