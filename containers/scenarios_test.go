@@ -253,8 +253,8 @@ func scAllBlocksCleared(p *pool) {
 }
 
 // scEngineRestart: the engine's container restarts (new process: empty cache, sequence from 0).
-// The gateway reconnects, sees the sequence restart with the first new message, clears and
-// re-learns; the old prompt is no longer credited, the new one is routed to the engine.
+// The gateway reconnects, sees the restart (the replay no longer holds what it applied, or the
+// sequence restarting with the first new message), clears and re-learns; the old prompt is no longer credited, the new one is routed to the engine.
 func scEngineRestart(p *pool) {
 	const ep = "E1"
 	old := prompt("pre-restart", 60)
@@ -262,7 +262,11 @@ func scEngineRestart(p *pool) {
 	p.waitSynced(ep)
 	r0 := p.metric("kvexact_ingest_reconnects_total", lab(ep))
 	rp0 := p.metric("kvexact_ingest_replays_total", lab(ep, "outcome", "requested"))
-	cl0 := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression"))
+	restartClears := func() float64 {
+		return p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression")) +
+			p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "publisher_restart"))
+	}
+	cl0 := restartClears()
 	if err := p.engines[ep].Restart(p.ctx()); err != nil {
 		p.t.Fatal(err)
 	}
@@ -280,9 +284,9 @@ func scEngineRestart(p *pool) {
 	}
 	fresh := prompt("post-restart", 60)
 	p.direct(ep, fresh)
-	p.eventually(10*time.Second, "clear on the sequence restart", func() (bool, string) {
-		c := p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "restart")) + p.metric("kvexact_ingest_clears_total", lab(ep, "cause", "regression"))
-		return c > cl0, fmt.Sprintf("restart/regression clears %v→%v", cl0, c)
+	p.eventually(10*time.Second, "clear on the publisher restart", func() (bool, string) {
+		c := restartClears()
+		return c > cl0, fmt.Sprintf("restart/regression/publisher_restart clears %v→%v", cl0, c)
 	})
 	p.waitSynced(ep)
 	if d := p.explain(old); d.Overlap(ep) != 0 {

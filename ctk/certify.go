@@ -206,6 +206,12 @@ func Certify(ctx context.Context, p *Pool, opts Options) (*Result, error) {
 		ev := r.ep.Events
 		ce := certificate.NewEndpoint(certificate.Identity{Name: er.Name, Address: er.Address, Release: er.Release, Model: p.Model,
 			Events: certificate.Events{ZMQ: ev.ZMQ, Replay: ev.Replay, Drain: ev.Drain}}, er.Certified)
+		// The adapters proven: the gateway routes KV-exact for an adapter only where its LoRA
+		// name is listed (an empty list proves none).
+		ce.Adapters = &[]string{}
+		if r.state(idLoRA) == Pass {
+			*ce.Adapters = append(*ce.Adapters, r.provedLoRA...)
+		}
 		if ce.Certified == nil || !er.OK {
 			// As the certificate format says: an endpoint that failed what the pool asked of it
 			// is listed with no coverage, so the gateway reports its failures.
@@ -266,6 +272,8 @@ type endpointRun struct {
 	watchErr    error // why the event stream could not be subscribed
 	streamOwn   *bool // TensorRT-LLM: the stream proved to carry this engine's events (nil: not tried)
 	probe       *probeOutcome
+	// provedLoRA are the LoRA names (as the engine hashes them) whose adapter probes passed.
+	provedLoRA []string
 
 	specs   []SpecResult
 	results map[string]State

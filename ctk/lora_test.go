@@ -18,6 +18,9 @@ var _ = Describe("a pool serving LoRA adapters", func() {
 		s := spec(res, "P0", "LoRA adapter")
 		Expect(s.State).To(Equal(ctk.Pass), s.Message)
 		Expect(s.Message).To(ContainSubstring(`block keys equal with LoRA name "sql-lora"`))
+		// The certificate records the LoRA name proven: the gateway routes KV-exact only for it.
+		Expect(res.Certificate.Endpoints[0].Adapters).NotTo(BeNil())
+		Expect(*res.Certificate.Endpoints[0].Adapters).To(Equal([]string{"sql-lora"}))
 	})
 
 	It("probes the adapter the endpoint lists when the pool discovers adapters", func() {
@@ -64,5 +67,8 @@ var _ = Describe("a pool serving LoRA adapters", func() {
 		s := spec(res, "P0", "LoRA adapter")
 		Expect(s.State).To(Equal(ctk.Skip))
 		Expect(s.Message).To(ContainSubstring("declares no adapter"))
+		// An empty list: this certificate proves no adapter (nil would restrict none).
+		Expect(res.Certificate.Endpoints[0].Adapters).NotTo(BeNil())
+		Expect(*res.Certificate.Endpoints[0].Adapters).To(BeEmpty())
 	})
 })

@@ -39,10 +39,11 @@ type Pool struct {
 	Binding string `yaml:"binding" json:"binding,omitempty"`
 	// Seed is vLLM's PYTHONHASHSEED string ("" is a valid seed; absent = unknown).
 	Seed *string `yaml:"seed" json:"seed,omitempty"`
-	// Adapters are the LoRA adapters the rule declares: one is probed per endpoint (specs_lora.go).
+	// Adapters are the LoRA adapters the rule declares: each is probed on every endpoint, and the
+	// LoRA names proven go into the certificate (specs_lora.go).
 	Adapters []Adapter `yaml:"adapters" json:"adapters,omitempty"`
-	// DiscoverAdapters probes the first adapter each endpoint lists in /v1/models when Adapters is
-	// empty (the rule's discoverAdapters).
+	// DiscoverAdapters probes the adapters (at most maxProbedAdapters) each endpoint lists in
+	// /v1/models when Adapters is empty (the rule's discoverAdapters).
 	DiscoverAdapters bool `yaml:"discoverAdapters" json:"discoverAdapters,omitempty"`
 	// Endpoints to certify.
 	Endpoints []Endpoint `yaml:"endpoints" json:"endpoints"`

@@ -51,29 +51,37 @@ func (p *Pool) normalizeAdapters() error {
 	return nil
 }
 
-// loraAdapter picks the adapter to probe: the pool's first declared one (which the endpoint must
-// list, where its /v1/models answers), else with discoverAdapters the first one the endpoint lists
-// with the pool's model as parent. skip says why there is none to probe; fail why the endpoint does
-// not serve the declared one.
-func (r *endpointRun) loraAdapter(ctx context.Context) (a Adapter, skip, fail string) {
+// maxProbedAdapters bounds the adapters probed per endpoint when they are discovered (each is one
+// completion and an event wait); declared adapters are all probed.
+const maxProbedAdapters = 8
+
+// loraAdapters picks the adapters to probe: every one the pool declares (which the endpoint must
+// list, where its /v1/models answers), else with discoverAdapters the ones the endpoint lists with
+// the pool's model as parent (at most maxProbedAdapters). skip says why there is none to probe;
+// fail why the endpoint does not serve a declared one.
+func (r *endpointRun) loraAdapters(ctx context.Context) (as []Adapter, skip, fail string) {
 	listed, parents, err := r.listedAdapters(ctx)
 	if len(r.pool.Adapters) > 0 {
-		a = r.pool.Adapters[0]
-		if err == nil && !parents[a.Name] {
-			return a, "", fmt.Sprintf("the endpoint does not serve adapter %q of %s: its /v1/models lists adapters %v", a.Name, r.pool.Model, listed)
+		for _, a := range r.pool.Adapters {
+			if err == nil && !parents[a.Name] {
+				return nil, "", fmt.Sprintf("the endpoint does not serve adapter %q of %s: its /v1/models lists adapters %v", a.Name, r.pool.Model, listed)
+			}
 		}
-		return a, "", ""
+		return r.pool.Adapters, "", ""
 	}
 	if !r.pool.DiscoverAdapters {
-		return a, "the pool declares no adapter (adapters) and does not discover them (discoverAdapters)", ""
+		return nil, "the pool declares no adapter (adapters) and does not discover them (discoverAdapters)", ""
 	}
 	if err != nil {
-		return a, "", fmt.Sprintf("adapters cannot be discovered: %v", err)
+		return nil, "", fmt.Sprintf("adapters cannot be discovered: %v", err)
 	}
 	if len(listed) == 0 {
-		return a, fmt.Sprintf("the endpoint lists no adapter of %s in /v1/models", r.pool.Model), ""
+		return nil, fmt.Sprintf("the endpoint lists no adapter of %s in /v1/models", r.pool.Model), ""
 	}
-	return Adapter{Name: listed[0], LoRAName: listed[0]}, "", ""
+	for _, n := range listed[:min(len(listed), maxProbedAdapters)] {
+		as = append(as, Adapter{Name: n, LoRAName: n})
+	}
+	return as, "", ""
 }
 
 // listedAdapters reads the endpoint's /v1/models: the ids listed with the pool's model as parent.
@@ -113,6 +121,8 @@ func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]
 	return ids, set, nil
 }
 
+// specLoRA probes every adapter loraAdapters picks; the LoRA names proven go into the endpoint's
+// certificate entry (r.provedLoRA), so the gateway routes KV-exact only the adapters proven.
 func (r *endpointRun) specLoRA(t *T) {
 	ctx := t.Context()
 	fam := r.family()
@@ -120,7 +130,7 @@ func (r *endpointRun) specLoRA(t *T) {
 		t.Skipf("%s does not key blocks by LoRA adapter for the gateway: adapter requests are routed with miss lora", r.ep.Family)
 		return
 	}
-	a, skip, fail := r.loraAdapter(ctx)
+	as, skip, fail := r.loraAdapters(ctx)
 	switch {
 	case fail != "":
 		t.Failf(LegLoRA, fmt.Sprintf("load the adapter on the engine (%s %s) or remove it from the pool's and the rule's adapters", fam.Display(), fam.Hint(engines.HintLoRALoad)), "%s", fail)
@@ -136,16 +146,32 @@ func (r *endpointRun) specLoRA(t *T) {
 		t.Skipf("not comparable: the base model's probe differs already (see the token and block-size specs)")
 		return
 	}
+	var proved, msgs []string
+	for _, a := range as {
+		if !r.probeAdapter(t, a) {
+			return
+		}
+		proved = append(proved, a.LoRAName)
+		msgs = append(msgs, t.res.Message)
+	}
+	r.provedLoRA = proved
+	t.Passf("%s", strings.Join(msgs, "; "))
+}
+
+// probeAdapter sends one probe completion through adapter a and checks its stored blocks' keys;
+// true when they carry a's LoRA name as the gateway hashes it.
+func (r *endpointRun) probeAdapter(t *T, a Adapter) bool {
+	ctx := t.Context()
 	prompt, want, err := r.newProbePrompt(r.st.BlockSize)
 	if err != nil {
 		t.Failf(LegTokenizer, tokenizerHint, "adapter probe prompt: %v", err)
-		return
+		return false
 	}
 	w := r.w
 	lp := &probeOutcome{prompt: prompt, want: want, sentAt: w.count(), nonce: probeNonce(prompt)}
 	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: a.Name, Prompt: prompt, MaxTokens: 1}); err != nil {
 		t.Failf(LegLoRA, "the engine must serve a one-token completion through the adapter", "probe completion through adapter %q: %v", a.Name, err)
-		return
+		return false
 	}
 	w.waitFor(ctx, r.opts.EventTimeout, func() bool {
 		lp.analyze(w.events[lp.sentAt:], r.tok)
@@ -155,7 +181,7 @@ func (r *endpointRun) specLoRA(t *T) {
 	lp.analyze(evs[lp.sentAt:], r.tok)
 	if len(lp.blocks) == 0 {
 		t.Skipf("not comparable: no stored block of the adapter probe arrived within %s (see the events and sequence specs)", r.opts.EventTimeout)
-		return
+		return false
 	}
 	names := map[string]bool{}
 	for _, al := range lp.aligned {
@@ -187,26 +213,27 @@ func (r *endpointRun) specLoRA(t *T) {
 		ok, why := lp.keysMatch(keysWith(a.LoRAName))
 		if ok {
 			t.Passf("adapter %q: %d block keys equal with LoRA name %q", a.Name, len(lp.blocks), a.LoRAName)
-			return
+			return true
 		}
 		if other != "" {
 			if ok, _ := lp.keysMatch(keysWith(other)); ok {
 				t.Failf(LegLoRA, hint(other), "adapter %q: the engine hashes LoRA name %q, the pool %q (%s)", a.Name, other, a.LoRAName, why)
-				return
+				return false
 			}
 		}
 		if ok, _ := lp.keysMatch(keysWith("")); ok {
 			t.Failf(LegLoRA, fmt.Sprintf("check that the engine serves the adapter (%s %s): its blocks equal the base model's", r.family().Display(), r.family().Hint(engines.HintLoRAServe)), "adapter %q: the engine's keys carry no LoRA name (%s)", a.Name, why)
-			return
+			return false
 		}
 		t.Failf(LegLoRA, hint(a.LoRAName), "adapter %q: no LoRA name reproduces the engine's keys: %s", a.Name, why)
-		return
+		return false
 	}
 	// Router binding: the gateway rehashes event tokens under the events' lora_name, so that name
 	// must be the one adapter requests are hashed with.
 	if other != "" {
 		t.Failf(LegLoRA, hint(other), "adapter %q: the engine's events carry lora_name %q, the pool hashes %q", a.Name, other, a.LoRAName)
-		return
+		return false
 	}
 	t.Passf("adapter %q: %d stored blocks carry lora_name %q", a.Name, len(lp.blocks), a.LoRAName)
+	return true
 }

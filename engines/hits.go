@@ -9,6 +9,10 @@ type Hits interface {
 	// HitLimit is the most leading full blocks (blockSize tokens each) of a promptTokens-long
 	// prompt that the engine's prefix-cache lookup returns.
 	HitLimit(promptTokens, blockSize int) int
+	// DPRankHeader is the request header that sends a data-parallel engine's request to one rank
+	// (its value the rank's index), or "" when the gateway cannot pin the rank: KV-exact then
+	// counts only the blocks every rank holds, since the engine picks the rank itself.
+	DPRankHeader() string
 }
 
 // LastTokenComputed is the rule the engines share: the hit stops at promptTokens − 1 tokens,

@@ -23,4 +23,9 @@ type KeyRules struct {
 	// AlgorithmSuspects are the algorithms (as contracts spell them) the watch tries when the first
 	// block from the root mismatches, to name the one the engine was started with.
 	AlgorithmSuspects []string
+	// TruncationSide is the side the engine's tokenizer truncates from when a request sets
+	// truncate_prompt_tokens without truncation_side: vLLM sets "left" for generative models
+	// (vllm/tokenizers/registry.py), keeping the last n tokens with the tokenizer's special tokens
+	// re-added around them. "": not known, such a request is a KV-exact miss.
+	TruncationSide string
 }

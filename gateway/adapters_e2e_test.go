@@ -180,3 +180,60 @@ func TestE2ELoRADiscoveredSurvivesRuleChange(t *testing.T) {
 		t.Fatal("/v1/models lost the adapter with the rule change")
 	}
 }
+
+// TestE2EAdapterNotProvenIsNotExact: the certificate records the LoRA names each endpoint proved.
+// e0 proved "sql-lora", e1 proved none: an adapter request scores e1 as excluded with the
+// adapter_uncertified reason naming the LoRA name, and KV-exact may still pick e0. A rule whose
+// loraName is not the one proven ("sql-v2", while ctk proved "sql-lora", what the engine hashes)
+// is no KV-exact request anywhere: miss adapter_uncertified naming it, never an eligible endpoint
+// that sees none of the adapter's blocks.
+func TestE2EAdapterNotProvenIsNotExact(t *testing.T) {
+	proved := func(i int) *[]string {
+		if i == 0 {
+			return &[]string{"sql-lora"}
+		}
+		return &[]string{}
+	}
+	mods := func(c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} }
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, certAdapters: proved,
+		simMod:  func(i int, c *sim.Config) { mods(c) },
+		ruleMod: func(r *rules.Rule) { r.Adapters = []rules.Adapter{{Name: "sql-lora"}} }})
+	doc := docs(1)[0]
+	p.direct(0, map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1})
+	p.direct(1, map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1})
+	req := map[string]any{"model": "sql-lora", "prompt": doc + " more", "max_tokens": 2}
+	eventually(t, 15*time.Second, "both endpoints' adapter blocks in the inventory", func() bool {
+		ov := p.explainOverlap("/v1/completions", req)
+		return ov["e0"] > 0 && ov["e1"] > 0
+	})
+	rt, _ := p.g.Router("pool")
+	d, err := rt.Explain(t.Context(), explainReq(t, req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range d.Endpoints {
+		switch ev.Name {
+		case "e0":
+			if !ev.Eligible {
+				t.Errorf("e0 proved the adapter but is not eligible: %+v", ev)
+			}
+		case "e1":
+			if ev.Eligible || !strings.HasPrefix(ev.Excluded, route.ExcludedAdapterUncertified+":") || !strings.Contains(ev.Excluded, `"sql-lora"`) {
+				t.Errorf("e1 proved no adapter: want excluded %s naming the LoRA name, got %+v", route.ExcludedAdapterUncertified, ev)
+			}
+		}
+	}
+	if c := p.send("/v1/completions", req); c.status != 200 || c.endpoint != "e0" || !strings.Contains(c.decision, `"tier":"kv-exact"`) {
+		t.Fatalf("adapter request: %d on %s, decision %s; want KV-exact on e0", c.status, c.endpoint, c.decision)
+	}
+
+	q := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true,
+		certAdapters: func(int) *[]string { return &[]string{"sql-lora"} },
+		simMod:       func(i int, c *sim.Config) { mods(c) },
+		ruleMod:      func(r *rules.Rule) { r.Adapters = []rules.Adapter{{Name: "sql-lora", LoRAName: "sql-v2"}} }})
+	c := q.send("/v1/completions", req)
+	var dec struct{ Miss, Reason string }
+	if err := json.Unmarshal([]byte(c.decision), &dec); err != nil || dec.Miss != string(route.MissAdapterUncertified) || !strings.Contains(dec.Reason, `"sql-v2"`) {
+		t.Fatalf("rule loraName the certificate did not prove: decision %s, want miss %s naming \"sql-v2\"", c.decision, route.MissAdapterUncertified)
+	}
+}

@@ -62,6 +62,9 @@ type poolSpec struct {
 	wrap            func(http.Handler) http.Handler // around the proxy handler
 	ruleMod         func(r *rules.Rule)
 	certMod         func(c *certificate.Certificate)
+	// certAdapters, when set, gives endpoint i's certificate entry its proven adapters (nil: the
+	// entry records none, as certificates written before adapters were recorded).
+	certAdapters func(i int) *[]string
 }
 
 func strp(s string) *string { return &s }
@@ -159,7 +162,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 		}
 		c := &certificate.Certificate{Format: certificate.FormatVersion, Profile: prof, ProfileDigest: prof.Digest(), IssuedAt: time.Now(), ExpiresAt: time.Now().Add(valid)}
 		for i := range r.Endpoints {
-			c.Endpoints = append(c.Endpoints, certificate.NewEndpoint(gateway.IdentityOf(&r, i), cov))
+			ce := certificate.NewEndpoint(gateway.IdentityOf(&r, i), cov)
+			if spec.certAdapters != nil {
+				ce.Adapters = spec.certAdapters(i)
+			}
+			c.Endpoints = append(c.Endpoints, ce)
 		}
 		if spec.certMod != nil {
 			spec.certMod(c)

@@ -553,3 +553,49 @@ func TestE2EPredictedMatchesRealized(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ELostClearWithoutReplayDropsInventory: e0 has no replay socket. Its engine clears its
+// cache and the AllBlocksCleared message is lost on the wire; the next message shows a gap of one.
+// The gateway cannot know what the lost message removed, so it drops e0's inventory there and
+// rebuilds it from the message on: the cleared prompt is no longer predicted on e0 (kept through
+// the gap, it would be a false hit until the next clear), the new one is.
+func TestE2ELostClearWithoutReplayDropsInventory(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true})
+	d := docs(2)
+	direct(t, p.sims[0], d[0])
+	eventually(t, 5*time.Second, "e0's inventory to hold the first prompt", func() bool { return p.overlap(d[0], "e0") > 0 })
+	one := 1
+	if _, err := p.sims[0].SetFaults(sim.FaultPatch{DropEvents: &one}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the engine's cache clear", func() bool { return p.sims[0].ClearCache() == nil })
+	direct(t, p.sims[0], d[1])
+	eventually(t, 5*time.Second, "e0's inventory to hold the second prompt", func() bool { return p.overlap(d[1], "e0") > 0 })
+	if n := p.overlap(d[0], "e0"); n != 0 {
+		t.Fatalf("e0 still predicts %d blocks of the prompt its engine cleared (the lost clear's gap was kept)", n)
+	}
+	if c := promtest.Value(t, p.reg, "kvexact_ingest_clears_total", map[string]string{"rule": "pool", "endpoint": "e0", "cause": "gap"}); c != 1 {
+		t.Fatalf("gap clears on e0: %v, want 1", c)
+	}
+}
+
+// TestE2EPublisherRestartSeenOnReconnect: e0's publisher restarts and its cache is wiped without an
+// event (same process, so the identity check sees nothing), and nothing is published after. The
+// reconnect's replay no longer holds what the gateway applied: e0's inventory is dropped at once
+// and e0 is unverified until its new process is verified, with no event needed from it.
+func TestE2EPublisherRestartSeenOnReconnect(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, replay: true})
+	doc := docs(1)[0]
+	direct(t, p.sims[0], doc)
+	eventually(t, 5*time.Second, "e0's inventory to hold the prompt", func() bool { return p.overlap(doc, "e0") > 0 })
+	if err := p.sims[0].RestartPublisher(true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "e0's inventory dropped on the reconnect", func() bool { return p.overlap(doc, "e0") == 0 })
+	if c := promtest.Value(t, p.reg, "kvexact_ingest_clears_total", map[string]string{"rule": "pool", "endpoint": "e0", "cause": "publisher_restart"}); c != 1 {
+		t.Fatalf("publisher_restart clears on e0: %v, want 1", c)
+	}
+	if st := endpointStatus(t, p, "e0"); st.Exact.Restarts == 0 {
+		t.Fatalf("e0's restart not seen: %+v", st.Exact)
+	}
+}

@@ -153,6 +153,24 @@ type ruleRuntime struct {
 	watches map[string]*endpointWatch // by endpoint, where events are watched
 	expires time.Time
 	lora    adapterLists // what each endpoint lists (rules.Rule.DiscoverAdapters; adapters.go)
+	// adapters are, per endpoint whose certificate records them, the LoRA names it proved.
+	adapters map[inventory.EndpointID][]string
+	// ranks is the per-rank residency of the data-parallel endpoints (route.Ranks).
+	ranks *route.Ranks
+}
+
+// addRanks registers a data-parallel endpoint's ranks (one ZeroMQ publisher each) with the
+// runtime's per-rank index, and gives the router's endpoint the family's rank header.
+func (rt *ruleRuntime) addRanks(e rules.Endpoint, ep *route.Endpoint) error {
+	n := len(e.Events.ZMQ)
+	if n < 2 {
+		return nil
+	}
+	ep.DPRanks = n
+	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
+		ep.RankHeader = fam.DPRankHeader()
+	}
+	return rt.ranks.Add(ep.ID, e.Name, n)
 }
 
 // ExactStatus says whether KV-exact runs for a rule, with which binding, and why (not).
@@ -446,7 +464,8 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	if ct == nil {
 		return nil, fmt.Errorf("no contract for %s %s", r.Engine.Family, r.Engine.Release)
 	}
-	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize)}
+	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize),
+		ranks: route.NewRanks(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
@@ -455,14 +474,18 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		}
 		h := health.NewEndpoint(e.Name, e.Address, bcfg)
 		h.SetAdminDown(e.AdminDown)
-		rt.eps = append(rt.eps, &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h})
+		ep := &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
+		if err := rt.addRanks(e, ep); err != nil {
+			return nil, err
+		}
+		rt.eps = append(rt.eps, ep)
 	}
 	certified, binding := g.certify(rt)
 	rt.binding = binding
 	if rt.exact.Enabled {
 		fam, _ := registry.Lookup(ct.Family) // a contract's family is registered (engines/registry's tests)
 		kr := fam.KeyRules()
-		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, TaggedExtras: ct.TaggedExtraKeys(), Cache: g.keys}
+		k := &route.PromptKeyer{Pool: g.pool, BlockExtras: kr.BlockExtras, SaltedRoot: kr.SaltedRoot, TaggedExtras: ct.TaggedExtraKeys(), TruncationSide: kr.TruncationSide, Cache: g.keys}
 		if binding == "engine" {
 			algo := hashcore.Algorithm(r.HashAlgorithm)
 			h, err := hashcore.New(hashcore.Binding{Algorithm: algo, BlockSize: r.BlockSize, Seed: seedFor(ct, r)}, hashcore.Default())
@@ -492,7 +515,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
-	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, Metrics: g.routeM, Now: g.now, Log: g.log}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, CertifiedAdapters: rt.adapters, Ranks: rt.ranks, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
 		cfg.HitLimit = fam.HitLimit // the engine computes the last prompt token: scores stop there
 	}
@@ -573,6 +596,12 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
+			if ce := c.Entry(e.Name); ce != nil && ce.Adapters != nil {
+				if rt.adapters == nil {
+					rt.adapters = map[inventory.EndpointID][]string{}
+				}
+				rt.adapters[e.ID] = append([]string{}, *ce.Adapters...)
+			}
 			continue
 		}
 		// Not listed by a certificate that admits endpoints by probe: the admission's verdict.
@@ -702,7 +731,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
-			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true,
+			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ClearUnreplayed: true,
 			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
 			Groups: rt.groups.Endpoint(ep.ID),
 		})
@@ -711,6 +740,9 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			return fmt.Errorf("endpoints[%d].events: %w", i, err)
 		}
 		apply := ingest.Into(rt.index, ep.ID, g.ingestM, r.Name, e.Name, g.log)
+		if len(rt.ranks.Of(ep.ID)) > 0 {
+			apply = intoRanks(apply, rt.ranks, ep.ID)
+		}
 		s := &source{cancel: cancel, done: make(chan struct{})}
 		rt.sources[e.Name] = s
 		go func() {
@@ -773,3 +805,18 @@ func (g *Gateway) runtime(name string) (*ruleRuntime, bool) {
 
 // listen opens a TCP listener (split out so tests can use port 0).
 func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+// intoRanks feeds a data-parallel endpoint's updates to the per-rank index as well as to apply.
+func intoRanks(apply func(ingest.Update), ranks *route.Ranks, ep inventory.EndpointID) func(ingest.Update) {
+	return func(u ingest.Update) {
+		apply(u)
+		switch u.Op {
+		case ingest.OpStore:
+			_ = ranks.Store(ep, u.Rank, u.Keys)
+		case ingest.OpRemove:
+			_ = ranks.RemoveKeys(ep, u.Rank, u.Keys)
+		case ingest.OpClear:
+			ranks.Clear(ep)
+		}
+	}
+}

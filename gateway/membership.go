@@ -35,11 +35,12 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			return false, nil // same name, another endpoint: rebuild
 		}
 	}
-	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, groups: old.groups, keyer: old.keyer, sources: map[string]*source{}}
+	rt := &ruleRuntime{rule: r, contract: old.contract, index: old.index, groups: old.groups, ranks: old.ranks, keyer: old.keyer, sources: map[string]*source{}}
 	var added []inventory.EndpointID
 	undo := func() {
 		for _, id := range added {
 			_ = old.index.RemoveEndpoint(id) // ids just added: cannot be unknown
+			old.ranks.Remove(id)
 		}
 	}
 	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
@@ -57,7 +58,14 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			h = health.NewEndpoint(e.Name, e.Address, bcfg)
 		}
 		h.SetAdminDown(e.AdminDown)
-		rt.eps = append(rt.eps, &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h})
+		ep := &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
+		if i, ok := prev[e.Name]; ok {
+			ep.RankHeader, ep.DPRanks = old.eps[i].RankHeader, old.eps[i].DPRanks
+		} else if err = rt.addRanks(e, ep); err != nil {
+			undo()
+			return true, err
+		}
+		rt.eps = append(rt.eps, ep)
 	}
 	certified, binding := g.certify(rt)
 	rt.binding = binding
@@ -117,6 +125,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 		}
 		_ = old.index.RemoveEndpoint(old.eps[i].ID) // registered by the old runtime: cannot be unknown
 		old.groups.RemoveEndpoint(old.eps[i].ID)
+		old.ranks.Remove(old.eps[i].ID)
 		g.ingestM.Forget(r.Name, e.Name)
 		g.statusM.forgetEndpoint(r.Name, e.Name)
 	}

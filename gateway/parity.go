@@ -22,6 +22,9 @@ const DefaultResumeAfterBlocks = 16
 var restartCauses = map[string]string{
 	"regression": "the event sequence went backwards (the engine restarted)",
 	"restart":    "the engine reused sequence numbers with other payloads (it restarted)",
+	// ingest.Config.ClearUnreplayed: after a reconnect, the replay socket no longer held the last
+	// message the gateway had applied.
+	"publisher_restart": "after a reconnect the engine's replay socket no longer held the events it had sent (it restarted)",
 }
 
 // endpointWatch feeds one endpoint's decoded events to its exactness state: restart detection

@@ -15,6 +15,7 @@ import (
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tokenize"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
 
@@ -244,7 +245,7 @@ func TestE2EMissReasons(t *testing.T) {
 			map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64,AAAA"}}})}, "multimodal"},
 		{"vllm", "v0.25.1", false, "/v1/chat/completions", map[string]any{"messages": user(doc), "chat_template": "{{ messages[0].content }}"}, "request_template"},
 		{"vllm", "v0.25.1", false, "/v1/completions", map[string]any{"prompt_embeds": "AAAA"}, "prompt_embeds"},
-		{"vllm", "v0.25.1", false, "/v1/completions", map[string]any{"prompt": doc, "truncate_prompt_tokens": 20}, "truncation"},
+		{"sglang", "v0.5.18", true, "/v1/completions", map[string]any{"prompt": doc, "truncate_prompt_tokens": 20}, "truncation"},
 		{"vllm", "v0.25.1", false, "/v1/completions", map[string]any{"prompt": doc, "truncate_prompt_tokens": -1}, "truncation"},
 		{"vllm", "v0.25.1", false, "/v1/completions", map[string]any{"prompt": []string{doc, doc}}, "batch"},
 		{"sglang", "v0.5.18", true, "/v1/completions", map[string]any{"prompt": doc, "model": "sql-lora"}, "lora"},
@@ -368,5 +369,41 @@ func TestE2EPromptLogprobsPredictsZero(t *testing.T) {
 	}
 	if c := p.send("/v1/completions", req(map[string]any{"prompt_logprobs": 1, "skip_reading_prefix_cache": false})); !strings.Contains(c.decision, `"tier":"kv-exact"`) {
 		t.Fatalf("skip_reading_prefix_cache false: decision %s", c.decision)
+	}
+}
+
+// TestE2ETruncatePromptTokensWithoutSide: vLLM truncates a prompt whose request sets
+// truncate_prompt_tokens without truncation_side on its tokenizer's side, the left for generative
+// models, keeping the BOS it adds and the text's last n − 1 tokens. The request goes straight to
+// e0's engine, so the gateway knows its blocks only from the engine's events: they are the blocks
+// of the BOS and the text's last n − 1 tokens sent as ids, and the gateway keys the truncated
+// request onto exactly them, so the repeated request through the gateway is a KV-exact hit whose
+// predicted blocks are the cached tokens the engine reports.
+func TestE2ETruncatePromptTokensWithoutSide(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, blockSize: 16})
+	doc := docs(1)[0]
+	const n, blocks = 200, (200 - 1) / 16
+	req := map[string]any{"model": "llama3", "prompt": doc, "truncate_prompt_tokens": n, "max_tokens": 2}
+	if c := p.direct(0, req); c.status != 200 || c.prompt != n {
+		t.Fatalf("straight to e0: %d, prompt_tokens %d, want 200 and %d", c.status, c.prompt, n)
+	}
+	tok, _ := tokenize.NewPool("").Get("llama3")
+	bos, _ := tok.Encode("", true)
+	bare, _ := tok.Encode(doc, false)
+	ids := append(append([]uint32{}, bos...), bare[len(bare)-(n-len(bos)):]...)
+	asIDs := map[string]any{"model": "llama3", "prompt": ids, "max_tokens": 2}
+	eventually(t, 15*time.Second, "e0's events to show the BOS and the text's last tokens", func() bool {
+		return p.explainOverlap("/v1/completions", asIDs)["e0"] == blocks
+	})
+	if ov := p.explainOverlap("/v1/completions", req); ov["e0"] != blocks {
+		t.Fatalf("the truncated request's keys: overlap %v, want %d blocks on e0 (the engine's)", ov, blocks)
+	}
+	again := p.send("/v1/completions", req)
+	var d struct {
+		Tier  string
+		Score int
+	}
+	if err := json.Unmarshal([]byte(again.decision), &d); err != nil || d.Tier != "kv-exact" || again.endpoint != "e0" || again.cached != d.Score*16 || d.Score != blocks {
+		t.Fatalf("truncated request: on %s, decision %s, cached %d; want KV-exact on e0 predicting %d blocks = the cached tokens", again.endpoint, again.decision, again.cached, blocks)
 	}
 }

@@ -98,8 +98,29 @@ type Endpoint struct {
 	Events *Events `json:"events,omitempty"`
 	// Certified lists the bindings proven (empty when the endpoint failed).
 	Certified []Coverage `json:"certified"`
+	// Adapters are the LoRA names (as the engine hashes them: the rule's loraName) whose adapter
+	// probes passed on this endpoint; KV-exact routes an adapter's requests only to endpoints that
+	// list its LoRA name. Nil in certificates written before adapters were recorded: those restrict
+	// no adapter (CoversAdapter is true for every name), as they did.
+	Adapters *[]string `json:"adapters,omitempty"`
 	// Failures name the specs that failed, for humans.
 	Failures []string `json:"failures,omitempty"`
+}
+
+// CoversAdapter reports whether the entry proved the adapter whose blocks the engine keys with
+// loraName (every name for an entry without an adapter list).
+func (e *Endpoint) CoversAdapter(loraName string) bool {
+	return e.Adapters == nil || slices.Contains(*e.Adapters, loraName)
+}
+
+// Entry returns the certificate's entry for the endpoint named name (nil when it lists none).
+func (c *Certificate) Entry(name string) *Endpoint {
+	for i := range c.Endpoints {
+		if c.Endpoints[i].Name == name {
+			return &c.Endpoints[i]
+		}
+	}
+	return nil
 }
 
 // Events are an endpoint's KV event addresses: ZeroMQ publish and replay, one per data-parallel rank

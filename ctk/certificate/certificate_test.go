@@ -2,6 +2,7 @@ package certificate
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -207,5 +208,35 @@ func TestProfileDiffNamesEachFieldWithBothValues(t *testing.T) {
 	}
 	if strings.Join(d, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("diff:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestEndpointAdapters: an entry without the adapter list (a certificate written before adapters
+// were recorded) restricts no adapter and re-marshals without the field, so its signature still
+// verifies; an empty list proves none; a list proves exactly its LoRA names.
+func TestEndpointAdapters(t *testing.T) {
+	var old Endpoint
+	if err := json.Unmarshal([]byte(`{"name":"e0","certified":["engine"]}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Adapters != nil || !old.CoversAdapter("any-lora") {
+		t.Fatalf("an entry without adapters must cover every adapter: %+v", old)
+	}
+	if b, _ := json.Marshal(old); strings.Contains(string(b), "adapters") {
+		t.Fatalf("an entry without adapters re-marshals with the field (breaks old signatures): %s", b)
+	}
+	var none Endpoint
+	if err := json.Unmarshal([]byte(`{"name":"e0","certified":["engine"],"adapters":[]}`), &none); err != nil {
+		t.Fatal(err)
+	}
+	if none.Adapters == nil || none.CoversAdapter("sql-lora") {
+		t.Fatalf("an empty adapter list must cover no adapter: %+v", none)
+	}
+	if b, _ := json.Marshal(none); !strings.Contains(string(b), `"adapters":[]`) {
+		t.Fatalf("an empty adapter list must survive a round trip: %s", b)
+	}
+	some := Endpoint{Adapters: &[]string{"sql-lora"}}
+	if !some.CoversAdapter("sql-lora") || some.CoversAdapter("sql-v2") {
+		t.Fatalf("adapter list [sql-lora]: covers sql-lora only")
 	}
 }

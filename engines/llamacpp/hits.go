@@ -8,3 +8,6 @@ import "github.com/kvexact/kvexact/engines"
 func (family) HitLimit(promptTokens, blockSize int) int {
 	return engines.LastTokenComputed(promptTokens, blockSize)
 }
+
+// DPRankHeader: none (no data-parallel ranks).
+func (family) DPRankHeader() string { return "" }

@@ -7,3 +7,7 @@ import "github.com/kvexact/kvexact/engines"
 func (family) HitLimit(promptTokens, blockSize int) int {
 	return engines.LastTokenComputed(promptTokens, blockSize)
 }
+
+// DPRankHeader: none. SGLang pins a rank with a body field (routed_dp_rank, data_parallel_rank
+// before it), which the gateway does not rewrite; KV-exact counts the blocks every rank holds.
+func (family) DPRankHeader() string { return "" }

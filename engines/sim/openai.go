@@ -211,16 +211,26 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		p.rank = *b.DataParallel
 	}
 	if h := r.Header.Get("X-data-parallel-rank"); h != "" && e.cfg.Family == "vllm" {
-		n, err := strconv.Atoi(h)
-		if err != nil {
-			return nil, 400, "X-data-parallel-rank: not an integer"
+		// vLLM reads the header with int() and ignores a value that is not an integer
+		// (_get_data_parallel_rank); an integer out of range is a 400 below.
+		if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil {
+			p.rank = n
 		}
-		p.rank = n
 	}
 	if p.rank >= e.cfg.DPRanks || p.rank < -1 {
 		return nil, 400, fmt.Sprintf("data parallel rank %d out of range [0, %d)", p.rank, e.cfg.DPRanks)
 	}
 	var err error
+	var trunc truncation
+	keep := -1
+	if e.cfg.Family == "vllm" {
+		if trunc, err = parseTruncation(raw); err != nil {
+			return nil, 400, err.Error()
+		}
+		if keep, err = trunc.limit(e.cfg.MaxModelLen, p.maxTokens); err != nil {
+			return nil, 400, err.Error()
+		}
+	}
 	if kind == kindChat {
 		var cr *tokenize.ChatRequest
 		cr, err = tokenize.ParseChatRequest(raw)
@@ -231,8 +241,15 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		if err != nil {
 			return nil, 400, err.Error()
 		}
+		p.prompt = trunc.slice(p.prompt, keep)
 	} else {
-		p.prompt, err = e.promptTokens(b.Prompt, b.AddSpecialTokens)
+		var text string
+		if keep >= 0 && e.textPrompt(b.Prompt, &text) {
+			p.prompt, err = e.truncateText(text, b.AddSpecialTokens == nil || *b.AddSpecialTokens, trunc, keep)
+		} else {
+			p.prompt, err = e.promptTokens(b.Prompt, b.AddSpecialTokens)
+			p.prompt = trunc.slice(p.prompt, keep)
+		}
 		if err != nil {
 			return nil, 400, err.Error()
 		}
@@ -244,6 +261,19 @@ func (e *Engine) prepare(raw []byte, kind reqKind, r *http.Request) (*preparedRe
 		return nil, 400, errTooLong{len(p.prompt), p.maxTokens, e.cfg.MaxModelLen}.Error()
 	}
 	return p, 0, ""
+}
+
+// textPrompt reports whether raw is a text prompt (a string, or one string in a list), and sets it.
+func (e *Engine) textPrompt(raw json.RawMessage, text *string) bool {
+	if json.Unmarshal(raw, text) == nil {
+		return true
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil && len(ss) == 1 {
+		*text = ss[0]
+		return true
+	}
+	return false
 }
 
 // promptTokens accepts the OpenAI prompt forms: a string, one string in a list, token ids, or one

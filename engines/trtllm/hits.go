@@ -9,3 +9,6 @@ import "github.com/kvexact/kvexact/engines"
 func (family) HitLimit(promptTokens, blockSize int) int {
 	return engines.LastTokenComputed(promptTokens, blockSize)
 }
+
+// DPRankHeader: none known; KV-exact counts the blocks every attention-DP rank holds.
+func (family) DPRankHeader() string { return "" }

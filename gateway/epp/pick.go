@@ -23,7 +23,11 @@ type pick struct {
 	// list is dest's address followed by the fallbacks, "ip:port" each.
 	list    []string
 	prefill string // "ip:port" of a P/D decision's prefill endpoint
-	byAddr  map[string]*route.Endpoint
+	// rankHeader and rank, when the decision pins a data-parallel rank of dest (not in P/D: the
+	// header would reach the decode endpoint), are the header the engine reads it from and its value.
+	rankHeader string
+	rank       int
+	byAddr     map[string]*route.Endpoint
 }
 
 // decide parses the request, resolves its rule and routes it, honouring the subset hint.
@@ -65,6 +69,10 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 			return nil, unavailable(http.StatusInternalServerError, "bad_endpoint_address", "%v", err)
 		}
 		p.byAddr[a] = e
+		if e.Role == route.RolePrefill {
+			// The prefill leg is the decode endpoint's sidecar's: no rank header reaches it.
+			req.RanksUnpinned = true
+		}
 		if !hasSubset || e.Role == route.RolePrefill {
 			continue
 		}
@@ -98,6 +106,9 @@ func (s *Server) decide(ctx context.Context, hr *http.Request, body []byte, subs
 			return nil, unavailable(http.StatusInternalServerError, "bad_endpoint_address", "%v", err)
 		}
 	}
+	if d.Decode == nil && d.Rank != nil && d.Target.RankHeader != "" {
+		p.rankHeader, p.rank = d.Target.RankHeader, *d.Rank
+	}
 	a, err := HostPort(p.dest)
 	if err != nil {
 		d.Release()
@@ -130,6 +141,9 @@ func (s *Server) fallbacks(p *pick, outside inventory.Mask) []string {
 		}
 		if e.Health != nil && e.Health.Excluded() != health.NotExcluded {
 			continue
+		}
+		if p.rankHeader != "" && max(e.DPRanks, 1) <= p.rank {
+			continue // the rank header reaches the fallbacks too: the engine refuses a rank it lacks
 		}
 		cands = append(cands, e)
 	}

@@ -432,6 +432,9 @@ func (st *stream) decide() (bool, error) {
 	if p.prefill != "" {
 		set = append(set, header(PrefillHeader, p.prefill))
 	}
+	if p.rankHeader != "" {
+		set = append(set, header(strings.ToLower(p.rankHeader), strconv.Itoa(p.rank)))
+	}
 	if st.s.cfg.DebugHeader {
 		set = append(set, header(DecisionHeader, p.evidence()))
 	}

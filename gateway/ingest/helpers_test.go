@@ -213,6 +213,13 @@ func (p *goPub) restart() {
 	p.start()
 }
 
+// bounce closes both sockets and binds fresh ones on the same ports, keeping the buffer: the
+// connection dropped, the publisher did not restart.
+func (p *goPub) bounce() {
+	p.stop()
+	p.start()
+}
+
 // waitSub waits until a subscriber's subscription reached the PUB (the slow-joiner rule).
 func (p *goPub) waitSub() {
 	p.t.Helper()

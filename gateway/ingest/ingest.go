@@ -56,7 +56,7 @@ type Update struct {
 	Rank  int
 	Op    Op
 	Keys  []uint64
-	Cause string // for OpClear: start, engine, created, gap, regression, restart, map_overflow
+	Cause string // for OpClear: start, engine, created, gap, reconnect, publisher_restart, regression, restart, map_overflow
 }
 
 // Binding says which keys the inventory holds.
@@ -100,6 +100,17 @@ type Config struct {
 	// store). Off, a gap is judged by the window alone — what ctk wants, since it certifies that
 	// the publisher loses nothing.
 	ReplayGaps bool
+	// ClearUnreplayed clears the endpoint where the sequence shows messages lost that no replay
+	// recovered, instead of keeping the inventory through a gap of up to Window: a gap with no
+	// replay socket (or whose replay failed or no longer had the messages) clears (cause gap), and
+	// so does every reconnect of a rank without a replay socket (cause reconnect: what the
+	// publisher did while disconnected is unknown; a restarted publisher that wiped its cache
+	// says nothing until its next step), and so does a reconnect whose replay no longer holds the
+	// last message applied (cause publisher_restart: the publisher restarted meanwhile). Lost
+	// evictions then never leave stale keys; the mirror
+	// is rebuilt from the next message on. The gateway sets it; ctk does not, since it certifies
+	// that the publisher loses nothing.
+	ClearUnreplayed bool
 
 	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string

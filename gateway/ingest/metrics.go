@@ -42,11 +42,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, append(rer, "reason")),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_gaps_total",
-			Help: "Sequence discontinuities, by decision (replayed: asked of the replay socket first, then judged again; kept: <= 64 missing; cleared: more, a regression or a restart).",
+			Help: "Sequence discontinuities, by decision (replayed: asked of the replay socket first, then judged again; kept: <= 64 missing, unless unreplayed gaps clear; cleared: more, a regression or a restart).",
 		}, append(rer, "decision")),
 		clears: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_clears_total",
-			Help: "Endpoint inventory clears, by cause (engine, created, gap, regression, restart, map_overflow, start).",
+			Help: "Endpoint inventory clears, by cause (engine, created, gap, reconnect, publisher_restart, regression, restart, map_overflow, start).",
 		}, []string{"rule", "endpoint", "cause"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_replays_total",

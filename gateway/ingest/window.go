@@ -144,14 +144,20 @@ func (p *pipeline) admit(rank int, w *seqWindow, seq, digest uint64, v Verdict, 
 		p.trace(Trace{Type: "duplicate", Rank: rank, Seq: seq, HasSeq: true, Reason: v.String()})
 		return false
 	case GapKept:
-		p.lab.gap(rank, "kept")
-		p.trace(Trace{Type: "gap", Rank: rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "kept"})
+		if !p.cfg.ClearUnreplayed {
+			p.lab.gap(rank, "kept")
+			p.trace(Trace{Type: "gap", Rank: rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "kept"})
+			break
+		}
+		// A gap no replay filled: the lost messages may have removed blocks the mirror still
+		// holds, so the mirror starts again from this message rather than keep stale keys.
+		fallthrough
 	case GapCleared, Regression, Restart:
 		p.lab.gap(rank, "cleared")
 		p.trace(Trace{Type: "gap", Rank: rank, Seq: seq, HasSeq: true, Missing: missing, Reason: "cleared",
 			Detail: v.String()})
 		cause := "gap"
-		if v != GapCleared {
+		if v != GapCleared && v != GapKept {
 			cause = v.String()
 		}
 		p.clear(rank, cause)

@@ -56,6 +56,10 @@ type rankRun struct {
 	replay string
 	w      seqWindow
 	dec    decoder
+	// replayAny and replayTop: whether the last replay exchange returned a batch, and the highest
+	// sequence among them.
+	replayAny bool
+	replayTop uint64
 }
 
 func (rr *rankRun) log() []any { return []any{"endpoint", rr.p.cfg.Endpoint, "rank", rr.rank} }
@@ -88,6 +92,10 @@ func (rr *rankRun) run(ctx context.Context) {
 		}
 		rr.p.lab.connected(rr.rank, true)
 		rr.p.trace(Trace{Type: "connect", Rank: rr.rank, Addr: rr.pub, Count: connects})
+		if connects > 1 && rr.replay == "" && cfg.ClearUnreplayed {
+			rr.p.clear(rr.rank, "reconnect")
+			rr.w.Reset()
+		}
 		cfg.Logger.Info("ingest: subscribed", append(rr.log(), "addr", rr.pub, "connects", connects)...)
 
 		q := startReader(sub, cfg.QueueLimit, rr.p.lab.queue(rr.rank), cfg.Logger.With(rr.log()...),
@@ -135,7 +143,16 @@ func errString(err error) string {
 // drops or ctx is done.
 func (rr *rankRun) receive(ctx context.Context, q *msgQueue) error {
 	if rr.replay != "" {
-		rr.resync(ctx, rr.w.ResumeFrom())
+		last, had := rr.w.last, rr.w.has
+		if ok, cleared := rr.resync(ctx, rr.w.ResumeFrom()); ok && !cleared && had && rr.p.cfg.ClearUnreplayed && (!rr.replayAny || rr.replayTop < last) {
+			// The publisher no longer holds the last message it sent this rank: it restarted
+			// while the subscription was down (and maybe wiped its cache without a word), and
+			// its next live message may be far off.
+			rr.p.lab.gap(rr.rank, "cleared")
+			rr.p.trace(Trace{Type: "gap", Rank: rr.rank, Reason: "cleared", Detail: "publisher_restart"})
+			rr.p.clear(rr.rank, "publisher_restart")
+			rr.w.Reset()
+		}
 	}
 	for {
 		msg, err := q.next(ctx)
@@ -192,7 +209,8 @@ var errRestart = errors.New("replay overlap differs from applied messages: publi
 // resync asks the rank's replay socket for every buffered batch from start and applies them,
 // de-duplicated by sequence against what was applied. If the overlap shows a restarted publisher
 // it clears and asks again from 0, once. Failures are counted and fail open (live continues).
-func (rr *rankRun) resync(ctx context.Context, start uint64) {
+// ok says the exchange completed, cleared that it cleared on the way.
+func (rr *rankRun) resync(ctx context.Context, start uint64) (ok, cleared bool) {
 	for attempt := 0; attempt < 2; attempt++ {
 		n, err := rr.replayOnce(ctx, start)
 		if errors.Is(err, errRestart) && attempt == 0 {
@@ -200,7 +218,7 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 			rr.p.trace(Trace{Type: "gap", Rank: rr.rank, Reason: "cleared", Detail: "restart"})
 			rr.p.clear(rr.rank, "restart")
 			rr.w.Reset()
-			start = 0
+			start, cleared = 0, true
 			continue
 		}
 		if err != nil {
@@ -212,13 +230,14 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
 				Addr: rr.replay, Detail: err.Error()})
 			rr.p.cfg.Logger.Warn("ingest: replay failed, continuing live", append(rr.log(), "err", err)...)
-			return
+			return false, cleared
 		}
 		rr.p.lab.replay(rr.rank, "completed")
 		rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "completed", Count: n, Seq: start, HasSeq: true,
 			Addr: rr.replay})
-		return
+		return true, cleared
 	}
+	return false, cleared
 }
 
 // replayOnce runs one DEALER exchange: send ["", start], apply replies until the end marker.
@@ -237,6 +256,7 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 		return 0, fmt.Errorf("replay request to %s: %w", rr.replay, err)
 	}
 	n := 0
+	rr.replayAny, rr.replayTop = false, 0
 	for {
 		msg, err := d.Recv()
 		if err != nil {
@@ -250,6 +270,9 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 			return n, nil
 		}
 		n++
+		if !rr.replayAny || seq > rr.replayTop {
+			rr.replayAny, rr.replayTop = true, seq
+		}
 		digest := maphash.Bytes(rr.p.seed, payload)
 		v, missing := rr.w.Check(seq, digest, true)
 		if v == Restart {

@@ -97,6 +97,57 @@ func TestZMQGapReplayed(t *testing.T) {
 	}
 }
 
+// TestZMQUnreplayedGapClears: with ClearUnreplayed (the gateway's setting) and no replay socket,
+// even one lost message clears the endpoint: the lost message's eviction (key 2) would otherwise
+// stay in the mirror as a stale key. The mirror restarts from the message after the gap.
+func TestZMQUnreplayedGapClears(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, false)
+	cfg := vllmCfg(p)
+	cfg.ClearUnreplayed = true
+	h := startSource(t, cfg)
+	p.waitSub()
+	p.publish(0, stored(t, 0, 1, 2))
+	h.waitKeys(map[uint64]int{1: 1, 2: 1})
+	p.drop(1, removed(t, 0, 2))
+	p.publish(2, stored(t, 0, 3))
+	h.waitKeys(map[uint64]int{3: 1})
+	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "cleared")); g != 1 {
+		t.Errorf("gaps cleared: %v, want 1\n%s", g, h.traceLog())
+	}
+	if g := h.metric("kvexact_ingest_gaps_total", lbl("rank", "0", "decision", "kept")); g != 0 {
+		t.Errorf("gaps kept: %v, want 0\n%s", g, h.traceLog())
+	}
+	if c := h.metric("kvexact_ingest_clears_total", lbl("cause", "gap")); c != 1 {
+		t.Errorf("gap clears: %v, want 1", c)
+	}
+	// The next message in sequence applies on the rebuilt mirror.
+	p.publish(3, stored(t, 0, 4))
+	h.waitKeys(map[uint64]int{3: 1, 4: 1})
+}
+
+// TestZMQReconnectWithoutReplayClears: with ClearUnreplayed and no replay socket, a reconnect
+// clears at once: the publisher restarted and wiped its cache (or lost messages) while the
+// subscription was down, and the gateway cannot tell until the next message, which may be far off.
+func TestZMQReconnectWithoutReplayClears(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, false)
+	cfg := vllmCfg(p)
+	cfg.ClearUnreplayed = true
+	h := startSource(t, cfg)
+	p.waitSub()
+	p.publish(0, stored(t, 0, 1, 2))
+	h.waitKeys(map[uint64]int{1: 1, 2: 1})
+	p.restart() // nothing is published after it
+	h.waitKeys(map[uint64]int{})
+	if c := h.metric("kvexact_ingest_clears_total", lbl("cause", "reconnect")); c != 1 {
+		t.Errorf("reconnect clears: %v, want 1\n%s", c, h.traceLog())
+	}
+	p.waitSub()
+	p.publish(0, stored(t, 0, 5))
+	h.waitKeys(map[uint64]int{5: 1})
+}
+
 func TestZMQLargeGapCleared(t *testing.T) {
 	checkNoLeak(t)
 	p := newGoPub(t, false)
@@ -255,4 +306,56 @@ func TestZMQDialRetryBeforeEngineIsUp(t *testing.T) {
 	p.waitSub()
 	p.publish(0, stored(t, 0, 42))
 	h.waitKeys(map[uint64]int{42: 1})
+}
+
+// TestZMQReconnectToRestartedPublisherClears: with ClearUnreplayed and a replay socket, the
+// publisher restarts (empty buffer, sequence from 0) while nothing is published after it: the
+// reconnect's replay no longer holds the last message applied, so the endpoint is cleared at once
+// (cause publisher_restart) rather than kept until the new publisher's first message.
+func TestZMQReconnectToRestartedPublisherClears(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, true)
+	cfg := vllmCfg(p)
+	cfg.ReplayGaps, cfg.ClearUnreplayed = true, true
+	h := startSource(t, cfg)
+	p.waitSub()
+	eventually(t, 5*time.Second, "the first replay", func() bool {
+		return h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")) == 1
+	})
+	p.publish(0, stored(t, 0, 1, 2))
+	p.publish(1, stored(t, 0, 3))
+	h.waitKeys(map[uint64]int{1: 1, 2: 1, 3: 1})
+	p.restart()
+	h.waitKeys(map[uint64]int{})
+	if c := h.metric("kvexact_ingest_clears_total", lbl("cause", "publisher_restart")); c != 1 {
+		t.Errorf("publisher_restart clears: %v, want 1\n%s", c, h.traceLog())
+	}
+	p.waitSub()
+	p.publish(0, stored(t, 0, 5))
+	h.waitKeys(map[uint64]int{5: 1})
+}
+
+// TestZMQReconnectToSamePublisherKeeps: the same reconnect to a publisher that did not restart
+// replays the messages already applied (duplicates) and clears nothing.
+func TestZMQReconnectToSamePublisherKeeps(t *testing.T) {
+	checkNoLeak(t)
+	p := newGoPub(t, true)
+	cfg := vllmCfg(p)
+	cfg.ReplayGaps, cfg.ClearUnreplayed = true, true
+	h := startSource(t, cfg)
+	p.waitSub()
+	eventually(t, 5*time.Second, "the first replay", func() bool {
+		return h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")) == 1
+	})
+	p.publish(0, stored(t, 0, 1, 2))
+	p.publish(1, stored(t, 0, 3))
+	h.waitKeys(map[uint64]int{1: 1, 2: 1, 3: 1})
+	p.bounce()
+	eventually(t, 5*time.Second, "the reconnect's replay", func() bool {
+		return h.metric("kvexact_ingest_replays_total", lbl("rank", "0", "outcome", "completed")) == 2
+	})
+	h.waitKeys(map[uint64]int{1: 1, 2: 1, 3: 1})
+	if c := h.metric("kvexact_ingest_clears_total", lbl("cause", "publisher_restart")); c != 0 {
+		t.Errorf("publisher_restart clears: %v, want 0\n%s", c, h.traceLog())
+	}
 }

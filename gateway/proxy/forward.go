@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -173,6 +174,10 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	delete(h, "Expect") // the body is already read: no 100-continue round trip upstream
 	o.vals[0] = c.id
 	h[HeaderRequestID] = o.vals[0:1:1]
+	if d := c.d; d != nil && d.Rank != nil && ep == d.Target && ep.RankHeader != "" {
+		// KV-exact scored one data-parallel rank of the endpoint: the request must land there.
+		h.Set(ep.RankHeader, strconv.Itoa(*d.Rank))
+	}
 	if len(body) > 0 && header(h, "Content-Type") == "" {
 		h["Content-Type"] = []string{"application/json"}
 	}

@@ -117,3 +117,23 @@ func (rt *Router) declares(name string) bool {
 	}
 	return false
 }
+
+// ExcludedAdapterUncertified is the evidence's exclusion of an endpoint whose certificate did not
+// prove the requested adapter's LoRA name (KV-exact only: the other tiers still use it).
+const ExcludedAdapterUncertified = "adapter_uncertified"
+
+// adapterUncertified is, for a request of model, the set of endpoints whose certificate did not
+// prove the adapter's LoRA name (empty for a model that is no adapter), and the LoRA name.
+func (rt *Router) adapterUncertified(model string) (inventory.Mask, string) {
+	var m inventory.Mask
+	a := rt.adapter(model)
+	if a == nil || rt.cfg.CertifiedAdapters == nil {
+		return m, ""
+	}
+	for _, e := range rt.eps {
+		if names, ok := rt.cfg.CertifiedAdapters[e.ID]; ok && !slices.Contains(names, a.LoRAName) {
+			m.Set(e.ID)
+		}
+	}
+	return m, a.LoRAName
+}

@@ -35,11 +35,13 @@ const (
 	MissLoRA            Miss = "lora"             // the engine's keys do not separate LoRA adapters
 	MissCacheSalt       Miss = "cache_salt"       // the engine's keys do not carry cache_salt
 	MissNoCacheRead     Miss = "no_cache_read"    // prompt_logprobs / skip_reading_prefix_cache: the engine reads no cached block
+	// MissAdapterUncertified: no endpoint's certificate proved the requested adapter's LoRA name.
+	MissAdapterUncertified Miss = "adapter_uncertified"
 )
 
 // Misses lists every reason, for metrics.
 var Misses = []Miss{MissModeOff, MissNoCertificate, MissTextEmpty, MissTokenizer, MissTokenize, MissHashes, MissNoWorker, MissExcluded, MissShallow,
-	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt, MissNoCacheRead}
+	MissMultimodal, MissRequestTemplate, MissPromptEmbeds, MissTruncation, MissBatch, MissLoRA, MissCacheSalt, MissNoCacheRead, MissAdapterUncertified}
 
 // Decision is a routing outcome with its evidence. Release must be called exactly once when the
 // request ends (it gives back the load units the decision took).
@@ -55,8 +57,11 @@ type Decision struct {
 	// MaxHit, when below Blocks, is the most blocks the engine's cache may serve of this prompt
 	// (it computes the last prompt token, so a prompt ending on a block boundary can hit all its
 	// blocks but the last): scores and prefixes stop there.
-	MaxHit    int                `json:"maxHit,omitempty"`
-	Score     int                `json:"score,omitempty"` // winner's score (blocks)
+	MaxHit int `json:"maxHit,omitempty"`
+	Score  int `json:"score,omitempty"` // winner's score (blocks)
+	// Rank is the data-parallel rank of Target that KV-exact scored, when the request must go to
+	// it (the proxy and the picker send Target.RankHeader with it).
+	Rank      *int               `json:"rank,omitempty"`
 	Spill     bool               `json:"spill,omitempty"`
 	Seeded    bool               `json:"seeded,omitempty"`
 	Endpoints []EndpointEvidence `json:"endpoints,omitempty"`

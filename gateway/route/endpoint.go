@@ -28,6 +28,12 @@ type Endpoint struct {
 	Weight   int
 	Capacity int // KV capacity share for the load law (≥ 1)
 	Health   *health.Endpoint
+	// RankHeader, on a data-parallel endpoint whose engine can be told the rank, is the request
+	// header naming it (engines.Hits.DPRankHeader); KV-exact then sends the request to the rank
+	// holding its blocks (Decision.Rank).
+	RankHeader string
+	// DPRanks is the number of data-parallel ranks (0 or 1: one).
+	DPRanks int
 
 	active atomic.Int64
 	queued atomic.Int64

@@ -17,6 +17,10 @@ type EndpointEvidence struct {
 
 	// Predicted is how many blocks of Prefix come from predict-on-route, not from engine events.
 	Predicted int `json:"predicted,omitempty"`
+	// Rank, on a data-parallel endpoint whose requests the gateway can pin to a rank, is the rank
+	// scored (the one holding most of the prompt); absent elsewhere (a data-parallel endpoint that
+	// cannot be pinned is scored by what every rank holds).
+	Rank *int `json:"rank,omitempty"`
 
 	// For an endpoint of a hybrid model (gateway/kvgroups), Limit names what held the engine's
 	// hit below the prompt (a KV-cache group, "full_attention" or "alignment") and FullPrefix is

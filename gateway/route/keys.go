@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/kvexact/kvexact/gateway/hashcore"
@@ -74,6 +75,9 @@ type PromptKeyer struct {
 	// TaggedExtras: the engine hashes tagged extra keys (vLLM v0.31.0+); its events still publish
 	// them flat, so only engine-binding keys use the tagged form.
 	TaggedExtras bool
+	// TruncationSide is the side the engine's tokenizer truncates from when truncate_prompt_tokens
+	// comes without truncation_side (engines.KeyRules.TruncationSide; "": unknown, a miss).
+	TruncationSide string
 	// Cache, when set, reuses the keys of an earlier prompt's unchanged id prefix (keycache.go):
 	// exact, so the keys are the same with or without it.
 	Cache *KeyCache
@@ -131,31 +135,77 @@ func (k *PromptKeyer) Tokens(r *Request) ([]uint32, Miss, string) {
 		if ids, err = tok.Encode(r.Prompt, special); err != nil {
 			return nil, MissTokenize, err.Error()
 		}
+		if special && k.tokenizerTruncates(r, len(ids)) {
+			// The tokenizer cuts the text's own tokens and adds its special tokens around what
+			// is left: what is cut depends on which tokens are special.
+			bare, err := tok.Encode(r.Prompt, false)
+			if err != nil {
+				return nil, MissTokenize, err.Error()
+			}
+			return truncateAroundSpecial(ids, bare, int(*r.TruncatePromptTokens))
+		}
 	}
-	return truncate(ids, r)
+	return k.truncate(ids, r)
+}
+
+// tokenizerTruncates reports whether truncate_prompt_tokens cuts a prompt of n tokens on the
+// tokenizer's side (no truncation_side in the request, a known default side).
+func (k *PromptKeyer) tokenizerTruncates(r *Request, n int) bool {
+	t := r.TruncatePromptTokens
+	return t != nil && *t >= 0 && *t < int64(n) && r.TruncationSide == "" && k.TruncationSide == "left"
+}
+
+// truncateAroundSpecial is a left truncation by the tokenizer (Hugging Face's truncation with
+// truncation_side left): with is the text's tokens with the special tokens added, bare without;
+// the special tokens stay and count against n, the text keeps its last n − (special tokens).
+func truncateAroundSpecial(with, bare []uint32, n int) ([]uint32, Miss, string) {
+	k := len(with) - len(bare)
+	p := -1
+	for i := 0; k >= 0 && i <= k; i++ {
+		if slices.Equal(with[i:i+len(bare)], bare) {
+			p = i
+			break
+		}
+	}
+	switch {
+	case p < 0:
+		return nil, MissTruncation, "truncate_prompt_tokens: the tokenizer's special tokens do not surround the prompt's own tokens, so its truncation cannot be reproduced"
+	case n < k:
+		return nil, MissTruncation, fmt.Sprintf("truncate_prompt_tokens %d is below the tokenizer's %d special tokens", n, k)
+	}
+	out := make([]uint32, 0, n)
+	out = append(out, with[:p]...)
+	out = append(out, bare[len(bare)-(n-k):]...)
+	return append(out, with[p+len(bare):]...), MissNone, ""
 }
 
 // truncate applies truncate_prompt_tokens as vLLM's TokenizeParams does. A prompt no longer than
 // the limit is unchanged. With truncation_side given, vLLM tokenizes in full and slices ("left"
 // keeps the last n, "right" the first n): reproduced. Without it the tokenizer's own truncation runs
-// (its side, special tokens added after the cut), and -1 means max_model_len − max_tokens, which the
-// gateway does not know: a miss.
-func truncate(ids []uint32, r *Request) ([]uint32, Miss, string) {
+// on its own side (the family's TruncationSide; for ids with no special tokens added — token-id
+// prompts, chats, add_special_tokens false — a plain slice; text with special tokens goes through
+// truncateAroundSpecial). An unknown side, and -1 (max_model_len − max_tokens, which the gateway
+// does not know), are a miss.
+func (k *PromptKeyer) truncate(ids []uint32, r *Request) ([]uint32, Miss, string) {
 	if r.TruncatePromptTokens == nil {
 		return ids, MissNone, ""
 	}
 	n := *r.TruncatePromptTokens
+	side := r.TruncationSide
+	if side == "" {
+		side = k.TruncationSide
+	}
 	switch {
 	case n < 0:
 		return nil, MissTruncation, "truncate_prompt_tokens -1 keeps max_model_len - max_tokens tokens, which the gateway does not know"
 	case n >= int64(len(ids)):
 		return ids, MissNone, ""
-	case r.TruncationSide == "left":
+	case side == "left":
 		return ids[len(ids)-int(n):], MissNone, ""
-	case r.TruncationSide == "right":
+	case side == "right":
 		return ids[:n], MissNone, ""
 	}
-	return nil, MissTruncation, fmt.Sprintf("truncate_prompt_tokens %d cuts the %d-token prompt on the tokenizer's side (send truncation_side to make it reproducible)", n, len(ids))
+	return nil, MissTruncation, fmt.Sprintf("truncate_prompt_tokens %d cuts the %d-token prompt on the tokenizer's side, which this engine family's rules do not name (send truncation_side to make it reproducible)", n, len(ids))
 }
 
 func chatMiss(err error) Miss {

@@ -29,10 +29,37 @@ func TestTruncatePromptTokens(t *testing.T) {
 		{i64(2), "", nil, MissTruncation},
 		{i64(-1), "left", nil, MissTruncation},
 	} {
-		got, m, reason := truncate(ids, &Request{TruncatePromptTokens: tc.n, TruncationSide: tc.side})
+		got, m, reason := (&PromptKeyer{}).truncate(ids, &Request{TruncatePromptTokens: tc.n, TruncationSide: tc.side})
 		if m != tc.miss || (m == MissNone && !slices.Equal(got, tc.want)) || (m != MissNone && reason == "") {
 			t.Errorf("n=%v side=%q: %v %v %q, want %v %v", tc.n, tc.side, got, m, reason, tc.want, tc.miss)
 		}
+	}
+	// A family whose tokenizer truncates from the left (vLLM): no truncation_side keeps the last n.
+	left := &PromptKeyer{TruncationSide: "left"}
+	if got, m, _ := left.truncate(ids, &Request{TruncatePromptTokens: i64(2)}); m != MissNone || !slices.Equal(got, []uint32{4, 5}) {
+		t.Errorf("left-truncating family, n=2: %v %v, want [4 5]", got, m)
+	}
+}
+
+// TestTruncateAroundSpecial: the tokenizer's left truncation of a text keeps its special tokens
+// (a BOS here) and the text's last n − 1 tokens; too small an n, or special tokens that do not
+// surround the text's tokens, is a miss.
+func TestTruncateAroundSpecial(t *testing.T) {
+	with, bare := []uint32{100, 1, 2, 3, 4, 5}, []uint32{1, 2, 3, 4, 5}
+	if got, m, _ := truncateAroundSpecial(with, bare, 3); m != MissNone || !slices.Equal(got, []uint32{100, 4, 5}) {
+		t.Errorf("BOS + last 2: got %v %v", got, m)
+	}
+	if got, m, _ := truncateAroundSpecial([]uint32{100, 1, 2, 3, 101}, []uint32{1, 2, 3}, 4); m != MissNone || !slices.Equal(got, []uint32{100, 2, 3, 101}) {
+		t.Errorf("BOS + last 2 + EOS: got %v %v", got, m)
+	}
+	if got, m, _ := truncateAroundSpecial(with, bare, 1); m != MissNone || !slices.Equal(got, []uint32{100}) {
+		t.Errorf("n = special tokens: got %v %v, want the BOS alone", got, m)
+	}
+	if _, m, r := truncateAroundSpecial(with, bare, 0); m != MissTruncation || r == "" {
+		t.Errorf("n below the special tokens: %v %q, want a truncation miss", m, r)
+	}
+	if _, m, r := truncateAroundSpecial([]uint32{100, 9, 2, 3}, []uint32{1, 2, 3}, 2); m != MissTruncation || r == "" {
+		t.Errorf("special tokens not around the text: %v %q, want a truncation miss", m, r)
 	}
 }
 

@@ -1,6 +1,11 @@
 package route
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvexact/kvexact/gateway/inventory"
+)
 
 // kvExactTier is KV-exact: the prompt's block keys through the guard ladder (keys.go), every
 // endpoint of the role scored against the inventory with its evidence (score.go, evidence.go), the
@@ -18,10 +23,14 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	rt, d := t.rt, c.d
 	keys, m, reason := rt.promptKeys(ctx, c.req, d)
 	if m != MissNone {
-		return passed(m, reason), nil
+		return passed(m, reason), nil // an engine whose keys carry no adapter misses lora first
+	}
+	uncert, lora := rt.adapterUncertified(c.req.Model)
+	if lora != "" && rt.allOfRole(uncert, t.role) {
+		return passed(MissAdapterUncertified, fmt.Sprintf("no endpoint's certificate proved adapter %q (LoRA name %q): add it to the ctk pool's adapters and re-certify", c.req.Model, lora)), nil
 	}
 	// Scored up to the engine's hit cap: the blocks past it are recomputed whoever holds them.
-	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), d)
+	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, lora, c.req.RanksUnpinned, d)
 	if !d.dry {
 		rt.watch(s.confirmed, s.anyResident)
 	}
@@ -39,6 +48,11 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	if t.amongCands && !contains(c.cands, w) {
 		return pick{}, nil
 	}
+	for _, ev := range d.Endpoints {
+		if ev.Name == w.Name && ev.Rank != nil && (ev.Prefix > 0 || ev.Overlap > 0) {
+			d.Rank = ev.Rank
+		}
+	}
 	return pick{ep: w, tier: TierKVExact}, nil
 }
 
@@ -48,4 +62,14 @@ type kvExactOffTier struct{}
 
 func (kvExactOffTier) pick(context.Context, *choice) (pick, error) {
 	return passed(MissModeOff, "kvExactMode is 0"), nil
+}
+
+// allOfRole reports whether m holds every endpoint of role.
+func (rt *Router) allOfRole(m inventory.Mask, role Role) bool {
+	for _, e := range rt.eps {
+		if e.Role == role && !m.Has(e.ID) {
+			return false
+		}
+	}
+	return true
 }

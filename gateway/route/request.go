@@ -45,6 +45,10 @@ type Request struct {
 	// skip_reading_prefix_cache, which prompt_logprobs turns on (cached positions would have no
 	// prompt logprobs). KV-exact then predicts 0 cached tokens.
 	SkipsPrefixCache bool
+	// RanksUnpinned: the caller cannot send the request to a chosen data-parallel rank (the
+	// picker's P/D path, where the prefill leg is the decode endpoint's sidecar's), so KV-exact
+	// scores a data-parallel endpoint by what every rank holds.
+	RanksUnpinned bool
 }
 
 // sessionKey is X-Conversation-Id, else user.

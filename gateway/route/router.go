@@ -33,9 +33,16 @@ type Config struct {
 	// CertReason is non-empty, no endpoint is covered and it says why (miss no_certificate).
 	Certified  inventory.Mask
 	CertReason string
-	Metrics    *Metrics
-	Now        func() time.Time
-	Log        *slog.Logger
+	// CertifiedAdapters are, per endpoint, the LoRA names (as the engine hashes them) whose
+	// adapters its certificate proved: KV-exact scores an adapter request only on the endpoints
+	// listing its LoRA name. An endpoint absent from the map has a certificate that records no
+	// adapter list (written before adapters were recorded), which restricts none.
+	CertifiedAdapters map[inventory.EndpointID][]string
+	// Ranks is the per-rank residency of the rule's data-parallel endpoints (nil: none).
+	Ranks   *Ranks
+	Metrics *Metrics
+	Now     func() time.Time
+	Log     *slog.Logger
 }
 
 // Router routes one rule's requests.

@@ -1,6 +1,8 @@
 package route
 
 import (
+	"fmt"
+
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
 
@@ -24,7 +26,7 @@ type scores struct {
 // score scores every endpoint of role against the prompt's keys and appends each one's evidence
 // to d. Predict-on-route extends an endpoint's prefix with its predicted blocks; the rule's scoring
 // says whether the overlap count or the prefix depth drives selection.
-func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, d *Decision) scores {
+func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventory.Mask, lora string, unpinned bool, d *Decision) scores {
 	var mask inventory.Mask
 	n := 0
 	for _, e := range rt.eps {
@@ -46,6 +48,11 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 			continue
 		}
 		s := byID[e.ID]
+		// A data-parallel endpoint is scored by one rank: a request hits one rank's cache.
+		rs, rank, dp := rt.cfg.Ranks.score(e.ID, keys, e.RankHeader != "" && !unpinned, rt.rule.Scoring == "prefix")
+		if dp {
+			s = rs
+		}
 		hit, hybrid := rt.hybridHit(e, keys, &s)
 		confirmed := s.Overlap
 		if rt.rule.Scoring == "prefix" {
@@ -53,7 +60,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 		}
 		out.confirmed = max(out.confirmed, confirmed)
 		var predicted int
-		if rt.predict != nil && (!hybrid || hit.Blocks == s.Prefix) {
+		// Predictions are per endpoint, not per rank: a data-parallel endpoint scores the blocks
+		// its ranks' events confirmed only.
+		if rt.predict != nil && !dp && (!hybrid || hit.Blocks == s.Prefix) {
 			s.Prefix, predicted = rt.predict.extend(e.ID, keys, s.Prefix)
 			s.Overlap = max(s.Overlap, s.Prefix)
 		}
@@ -62,6 +71,12 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent inventory.Mask, 
 			score = s.Prefix
 		}
 		ev := rt.evidence(e, s, predicted, retry, absent)
+		if rank >= 0 {
+			ev.Rank = &rank
+		}
+		if uncert.Has(e.ID) && ev.Excluded == "" {
+			ev.Excluded, ev.Eligible = fmt.Sprintf("%s: its certificate did not prove the adapter with LoRA name %q (add the adapter to the ctk pool and re-certify)", ExcludedAdapterUncertified, lora), false
+		}
 		if hybrid && hit.Limit != "" {
 			ev.FullPrefix, ev.Limit = hit.Full, hit.Limit
 		}
