@@ -63,6 +63,9 @@ type Breaker struct {
 	openedAt     time.Time
 	trials       int // half-open trials in flight
 	opens        uint64
+
+	// onChange, when set, runs after Report moved the state (the endpoint's log line).
+	onChange func()
 }
 
 // NewBreaker builds a closed breaker. now may be nil (time.Now).
@@ -160,8 +163,18 @@ func (b *Breaker) Report(o Outcome, status int) {
 		return // changes nothing: closed stays closed with nothing counted
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	defer b.publish()
+	before := b.state
+	b.report(o, status)
+	b.publish()
+	after := b.state
+	b.mu.Unlock()
+	if after != before && b.onChange != nil {
+		b.onChange()
+	}
+}
+
+// report is Report's state change. Callers hold mu.
+func (b *Breaker) report(o Outcome, status int) {
 	b.advance()
 	wasTrial := b.state == HalfOpen && b.trials > 0
 	if wasTrial {
