@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
@@ -37,6 +38,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 // Options configure a Gateway.
@@ -172,6 +174,12 @@ func New(opts Options) (*Gateway, error) {
 		}
 		po = append(po, tokenize.WithSegmentCacheBytes(segBytes))
 		opts.Tokenizers = tokenize.NewPool(opts.Config.Tokenizers.Root, po...)
+	}
+	// The build, the Go runtime and the process, beside the gateway's own series.
+	for _, c := range []prometheus.Collector{buildinfo.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := opts.Registry.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
 		return nil, err

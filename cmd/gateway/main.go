@@ -25,6 +25,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/watch"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 type listFlag []string
@@ -35,6 +36,9 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if buildinfo.Flag("gateway", args, os.Stdout) {
+		return 0
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	config := fs.String("config", "gateway.yaml", "gateway configuration file")
 	var certs listFlag
@@ -49,6 +53,7 @@ func run(args []string) int {
 	paritySample := fs.Int("parity-sample-every", watch.DefaultSampleEvery, "live parity watch: after those, check one event in this many (1: all)")
 	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
 	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
+	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -77,6 +82,9 @@ func run(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
+	}
+	if *metricsListen != "" {
+		cfg.Admin.MetricsListen = *metricsListen
 	}
 	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe}
 	if *probe == 0 {
@@ -140,6 +148,9 @@ func run(args []string) int {
 	}()
 	// One line a harness can wait for.
 	fmt.Printf("gateway ready admin=%s listeners=%s\n", gw.Servers.Admin, strings.Join(boundList(gw.Servers), ","))
+	if gw.Servers.Metrics != "" {
+		log.Info("metrics listening (no token)", "addr", gw.Servers.Metrics)
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-gw.Err():

@@ -150,7 +150,7 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	l := &o.leg
 	if ep.Health != nil && ep.Health.Breaker != nil {
 		if !ep.Health.Breaker.Acquire() {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errBreakerOpen)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errBreakerOpen)
 			return nil, l, &connectError{ep: ep, breaker: true, err: errors.New("circuit breaker open")}
 		}
 		l.breaker = ep.Health.Breaker
@@ -208,14 +208,14 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 		return nil, l, c.ctx.Err()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		l.report(health.TransportFailure, 0)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errTimeout)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errTimeout)
 		return nil, l, errPrefillTimeout
 	case ctx.Err() != nil: // the proxy itself abandoned the leg (P/D coupling)
 		l.report(health.Canceled, 0)
 		return nil, l, ctx.Err()
 	}
 	l.report(health.TransportFailure, 0)
-	c.p.cfg.Metrics.upstreamError(c.rule.name, errConnect)
+	c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errConnect)
 	return nil, l, &connectError{ep: ep, err: err}
 }
 

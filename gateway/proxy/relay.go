@@ -123,11 +123,11 @@ func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCod
 	case relayed:
 		l.report(health.Success, resp.StatusCode)
 		if resp.StatusCode >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errStatus5xx)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, l.ep.Name, errStatus5xx)
 		}
 	case upstreamDied:
 		l.report(health.TransportFailure, resp.StatusCode)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errMidstream)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, l.ep.Name, errMidstream)
 	default:
 		l.report(health.Canceled, resp.StatusCode)
 	}

@@ -36,7 +36,7 @@ func (c *call) run() {
 		d.Release()
 		last = ferr
 		retry.Set(failed.ID)
-		c.p.cfg.Metrics.failover(c.rule.name)
+		c.p.cfg.Metrics.failover(c.rule.name, failed.Name)
 		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
 	}
 	c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
