@@ -248,7 +248,9 @@ func (x *pdAttempt) Params(found bool) {
 	x.c.p.cfg.Metrics.params(x.c.rule.name, x.dialect.Name(), found)
 }
 
-func (x *pdAttempt) BadResponse() { x.c.p.cfg.Metrics.upstreamError(x.c.rule.name, x.d.Target.Name, errBadResponse) }
+func (x *pdAttempt) BadResponse() {
+	x.c.p.cfg.Metrics.upstreamError(x.c.rule.name, x.d.Target.Name, errBadResponse)
+}
 
 func (x *pdAttempt) Warn(msg string, args ...any) {
 	kv := make([]any, 0, len(args)+4)
