@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/kvexact/kvexact/internal/promtest"
 	"io"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
@@ -61,6 +62,7 @@ type poolSpec struct {
 	gwMod           func(o *gateway.Options)
 	wrap            func(http.Handler) http.Handler // around the proxy handler
 	ruleMod         func(r *rules.Rule)
+	accessLog       *slog.Logger // the proxy's access log
 }
 
 func strp(s string) *string { return &s }
@@ -178,7 +180,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if spec.gwMod != nil {
 		spec.gwMod(&opts)
 	}
-	gw, err := assemble.New(assemble.Config{Options: opts, Transport: p.transport, Wrap: spec.wrap})
+	gw, err := assemble.New(assemble.Config{Options: opts, Transport: p.transport, Wrap: spec.wrap, AccessLog: spec.accessLog})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,8 @@ func run(args []string) int {
 	certKey := fs.String("certificate-key", "", "ed25519 public key (PEM) that certificates must be signed with")
 	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text (logfmt) or json: the format of every log line on stderr, the access log's included")
+	accessLog := fs.Bool("access-log", true, "write one log line per client request (id, rule, endpoint, tier, predicted and realized cached tokens, status, TTFB, duration)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
@@ -76,7 +78,17 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: --log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch hopts := (&slog.HandlerOptions{Level: level}); *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(os.Stderr, hopts)
+	case "json":
+		handler = slog.NewJSONHandler(os.Stderr, hopts)
+	default:
+		fmt.Fprintf(os.Stderr, "gateway: --log-format: %q is neither text nor json\n", *logFormat)
+		return 2
+	}
+	log := slog.New(handler)
 
 	cfg, err := rules.Load(*config)
 	if err != nil {
@@ -118,7 +130,11 @@ func run(args []string) int {
 			log.Warn("certificate origin not verified: anyone who could write the file could have edited it", "file", certs[i], "verification", v)
 		}
 	}
-	gw, err := assemble.New(assemble.Config{Options: opts})
+	acfg := assemble.Config{Options: opts}
+	if *accessLog {
+		acfg.AccessLog = log.With("log", "access")
+	}
+	gw, err := assemble.New(acfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1

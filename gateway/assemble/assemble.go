@@ -51,6 +51,8 @@ type Config struct {
 	Transport http.RoundTripper
 	// Wrap, when set, wraps every client listener's handler (tests observe requests with it).
 	Wrap func(http.Handler) http.Handler
+	// AccessLog, when set, gets one line per client request (proxy.Config.AccessLog).
+	AccessLog *slog.Logger
 }
 
 // Gateway is an assembled gateway: the rule runtimes, the proxy in front of them and, once
@@ -88,6 +90,7 @@ func New(cfg Config) (*Gateway, error) {
 		DebugHeader:     rc.DebugHeader,
 		Transport:       cfg.Transport,
 		Log:             cfg.Log,
+		AccessLog:       cfg.AccessLog,
 		Metrics:         proxy.NewMetrics(g.Registry()),
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)

@@ -75,6 +75,8 @@ type Config struct {
 	Transport http.RoundTripper
 	Log       *slog.Logger
 	Metrics   *Metrics
+	// AccessLog, when set, gets one INFO line per request (access.go); nil writes none.
+	AccessLog *slog.Logger
 
 	// Rewrite, when set, may edit every upstream request just before it is sent (headers only: the
 	// body is already fixed). ep is the endpoint it goes to.
@@ -136,6 +138,7 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), start: time.Now(), listener: h.listener, id: requestID(r)}
 	c.rule.name = "none"
+	c.resp.realized = -1
 	w.Header()[HeaderRequestID] = c.value(valRequestID, c.id)
 	if e := c.limit(); e != nil {
 		c.fail(e)

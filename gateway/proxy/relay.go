@@ -31,6 +31,10 @@ type response struct {
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	vals      [numVals]string // single header values, handed out by value
 	tap       usageTap        // account.go: the usage tap of the single attempt's answer (tapUsage)
+	ttfb      time.Duration   // from the request's arrival to the response's head being written
+	// realized is the engine's cached_tokens of the response accounted (reportUsageOf); -1: the
+	// engine reported none.
+	realized int
 }
 
 // Header values the proxy sets, each a one-element slice of call.vals: a slice literal per
@@ -84,7 +88,8 @@ func (c *call) commitHeaders(status int, h http.Header) {
 	c.resp.committed, c.resp.status = true, status
 	c.progress()
 	c.w.WriteHeader(status)
-	c.p.cfg.Metrics.firstByte(c.rule.name, time.Since(c.start))
+	c.resp.ttfb = time.Since(c.start)
+	c.p.cfg.Metrics.firstByte(c.rule.name, c.resp.ttfb)
 }
 
 // writeBuffered answers with a response the proxy has read whole (a P/D leg's answer).
