@@ -1,6 +1,8 @@
 // Command gateway is kvexact's certified KV-cache-aware gateway:
 //
 //	gateway --config gateway.yaml --certificate cert.json
+//	gateway status --admin http://127.0.0.1:9090 --token-file token   (a running gateway's rules and endpoints)
+//	gateway --version
 //
 // Exact routing is enabled per rule only where a certificate covers the rule's staged profile;
 // everywhere else the rule's selector routes and /admin/status says why.
@@ -38,6 +40,9 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(args []string) int {
 	if buildinfo.Flag("gateway", args, os.Stdout) {
 		return 0
+	}
+	if len(args) > 0 && args[0] == "status" {
+		return runStatus(args[1:], os.Stdout, os.Stderr)
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	config := fs.String("config", "gateway.yaml", "gateway configuration file")
