@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
@@ -63,6 +64,9 @@ type poolSpec struct {
 	wrap            func(http.Handler) http.Handler // around the proxy handler
 	ruleMod         func(r *rules.Rule)
 	accessLog       *slog.Logger // the proxy's access log
+	tracer          trace.Tracer // the proxy's tracer
+	// upstream, when set, wraps the proxy's upstream transport (tests see what reaches engines)
+	upstream func(http.RoundTripper) http.RoundTripper
 }
 
 func strp(s string) *string { return &s }
@@ -180,7 +184,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if spec.gwMod != nil {
 		spec.gwMod(&opts)
 	}
-	gw, err := assemble.New(assemble.Config{Options: opts, Transport: p.transport, Wrap: spec.wrap, AccessLog: spec.accessLog})
+	var upstream http.RoundTripper = p.transport
+	if spec.upstream != nil {
+		upstream = spec.upstream(upstream)
+	}
+	gw, err := assemble.New(assemble.Config{Options: opts, Transport: upstream, Wrap: spec.wrap, AccessLog: spec.accessLog, Tracer: spec.tracer})
 	if err != nil {
 		t.Fatal(err)
 	}

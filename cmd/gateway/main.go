@@ -26,6 +26,7 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tracing"
 	"github.com/kvexact/kvexact/gateway/watch"
 	"github.com/kvexact/kvexact/internal/buildinfo"
 )
@@ -60,6 +61,8 @@ func run(args []string) int {
 	paritySample := fs.Int("parity-sample-every", watch.DefaultSampleEvery, "live parity watch: after those, check one event in this many (1: all)")
 	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
 	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "send OpenTelemetry traces over OTLP/gRPC to this host:port (default: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; the other OTEL_* variables apply)")
+	otlpInsecure := fs.Bool("otlp-insecure", false, "send the traces without TLS (a collector beside the gateway)")
 	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
@@ -138,6 +141,23 @@ func run(args []string) int {
 	acfg := assemble.Config{Options: opts}
 	if *accessLog {
 		acfg.AccessLog = log.With("log", "access")
+	}
+	tp, err := tracing.Start(context.Background(), tracing.Config{Endpoint: *otlpEndpoint, Insecure: *otlpInsecure})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: traces: %v\n", err)
+		return 2
+	}
+	if tp != nil {
+		acfg.Tracer = tp.Tracer()
+		defer func() {
+			// What is buffered goes out before the process ends, within a bound of its own.
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				log.Warn("traces: flushing at shutdown failed", "err", err)
+			}
+		}()
+		log.Info("traces on: OTLP/gRPC exporter")
 	}
 	gw, err := assemble.New(acfg)
 	if err != nil {

@@ -34,6 +34,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -53,6 +55,8 @@ type Config struct {
 	Wrap func(http.Handler) http.Handler
 	// AccessLog, when set, gets one line per client request (proxy.Config.AccessLog).
 	AccessLog *slog.Logger
+	// Tracer, when set, traces every client request (proxy.Config.Tracer; gateway/tracing).
+	Tracer trace.Tracer
 }
 
 // Gateway is an assembled gateway: the rule runtimes, the proxy in front of them and, once
@@ -91,6 +95,7 @@ func New(cfg Config) (*Gateway, error) {
 		Transport:       cfg.Transport,
 		Log:             cfg.Log,
 		AccessLog:       cfg.AccessLog,
+		Tracer:          cfg.Tracer,
 		Metrics:         proxy.NewMetrics(g.Registry()),
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)

@@ -171,6 +171,7 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	delete(h, "Content-Length")
 	delete(h, "Host")
 	delete(h, "Expect") // the body is already read: no 100-continue round trip upstream
+	c.injectTrace(ctx, h)
 	o.vals[0] = c.id
 	h[HeaderRequestID] = o.vals[0:1:1]
 	if len(body) > 0 && header(h, "Content-Type") == "" {

@@ -16,7 +16,7 @@ func (c *call) run() {
 	var last error
 	n := len(c.rule.rt.Endpoints())
 	for i := 0; i < n; i++ {
-		d, err := c.rule.rt.Route(c.ctx, &c.in.route, retry)
+		d, err := c.decide(i, retry)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return
