@@ -42,7 +42,7 @@ func WriteStatusText(w io.Writer, st Status, rule string) bool {
 			if e.Excluded != "" {
 				line += ", NOT ROUTABLE: " + e.Excluded
 			}
-			if e.Breaker != "" && e.Breaker != "closed" {
+			if e.Breaker != "" && e.Breaker != "closed" && e.Excluded != "breaker_open" {
 				line += ", breaker " + e.Breaker
 			}
 			if e.EventErr != "" {
