@@ -58,7 +58,7 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 		return err
 	}
 	srv, err := epp.New(epp.Config{Routes: a.Runtime.Routes(), RecordUsage: a.Runtime.RecordUsage, Parse: proxy.ParseRequest, Surface: proxy.SurfaceCheck, Limits: pk.Limits, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
-		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log})
+		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log, Tracer: a.cfg.Tracer})
 	if err != nil {
 		return err
 	}

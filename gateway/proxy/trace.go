@@ -11,11 +11,12 @@ import (
 
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/tracing"
 )
 
 // traceContext is the W3C trace context (traceparent, tracestate): read from the client, written
 // to every upstream request while traces are on.
-var traceContext = propagation.TraceContext{}
+var traceContext = tracing.Propagator
 
 // startSpan opens the request's span (a child of the client's trace context when it sent one)
 // and carries it in the call's context, so that the routing decision's span and the upstream
@@ -66,39 +67,8 @@ func (c *call) decide(attempt int, retry inventory.Mask) (*route.Decision, error
 		span.SetStatus(codes.Error, err.Error())
 		return d, err
 	}
-	span.SetAttributes(decisionAttributes(d)...)
+	span.SetAttributes(tracing.DecisionAttributes(d)...)
 	return d, nil
-}
-
-// decisionAttributes are a decision's evidence: the tier and target, why KV-exact missed, the
-// prompt's blocks and the winner's score, then each endpoint's overlap, prefix, load, exclusion and
-// eligibility (parallel arrays in the decision's endpoint order).
-func decisionAttributes(d *route.Decision) []attribute.KeyValue {
-	a := []attribute.KeyValue{attribute.String("kvexact.tier", d.Tier), attribute.String("kvexact.target", d.TargetN),
-		attribute.Int("kvexact.blocks", d.Blocks), attribute.Int("kvexact.score", d.Score), attribute.Bool("kvexact.predicted", d.Predicted)}
-	if d.DecodeN != "" {
-		a = append(a, attribute.String("kvexact.decode", d.DecodeN))
-	}
-	if d.Miss != route.MissNone {
-		a = append(a, attribute.String("kvexact.miss", string(d.Miss)), attribute.String("kvexact.miss_reason", d.Reason))
-	}
-	if d.MaxHit > 0 {
-		a = append(a, attribute.Int("kvexact.max_hit", d.MaxHit))
-	}
-	if n := len(d.Endpoints); n > 0 {
-		names, excl := make([]string, n), make([]string, n)
-		overlap, prefix, load, predicted := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
-		eligible := make([]bool, n)
-		for i, e := range d.Endpoints {
-			names[i], excl[i], eligible[i] = e.Name, e.Excluded, e.Eligible
-			overlap[i], prefix[i], load[i], predicted[i] = e.Overlap, e.Prefix, e.Load, e.Predicted
-		}
-		a = append(a, attribute.StringSlice("kvexact.endpoints.name", names), attribute.IntSlice("kvexact.endpoints.overlap", overlap),
-			attribute.IntSlice("kvexact.endpoints.prefix", prefix), attribute.IntSlice("kvexact.endpoints.predicted", predicted),
-			attribute.IntSlice("kvexact.endpoints.load", load), attribute.StringSlice("kvexact.endpoints.excluded", excl),
-			attribute.BoolSlice("kvexact.endpoints.eligible", eligible))
-	}
-	return a
 }
 
 // injectTrace writes the trace context of ctx into an upstream request's header (traces on only:

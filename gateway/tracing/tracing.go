@@ -26,6 +26,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
@@ -94,3 +95,34 @@ func (p *Provider) Tracer() trace.Tracer {
 // Propagator is the W3C trace context (traceparent, tracestate) the gateway reads from clients
 // and writes to engines.
 var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
+
+// DecisionAttributes are a decision's evidence: the tier and target, why KV-exact missed, the
+// prompt's blocks and the winner's score, then each endpoint's overlap, prefix, load, exclusion and
+// eligibility (parallel arrays in the decision's endpoint order).
+func DecisionAttributes(d *route.Decision) []attribute.KeyValue {
+	a := []attribute.KeyValue{attribute.String("kvexact.tier", d.Tier), attribute.String("kvexact.target", d.TargetN),
+		attribute.Int("kvexact.blocks", d.Blocks), attribute.Int("kvexact.score", d.Score), attribute.Bool("kvexact.predicted", d.Predicted)}
+	if d.DecodeN != "" {
+		a = append(a, attribute.String("kvexact.decode", d.DecodeN))
+	}
+	if d.Miss != route.MissNone {
+		a = append(a, attribute.String("kvexact.miss", string(d.Miss)), attribute.String("kvexact.miss_reason", d.Reason))
+	}
+	if d.MaxHit > 0 {
+		a = append(a, attribute.Int("kvexact.max_hit", d.MaxHit))
+	}
+	if n := len(d.Endpoints); n > 0 {
+		names, excl := make([]string, n), make([]string, n)
+		overlap, prefix, load, predicted := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+		eligible := make([]bool, n)
+		for i, e := range d.Endpoints {
+			names[i], excl[i], eligible[i] = e.Name, e.Excluded, e.Eligible
+			overlap[i], prefix[i], load[i], predicted[i] = e.Overlap, e.Prefix, e.Load, e.Predicted
+		}
+		a = append(a, attribute.StringSlice("kvexact.endpoints.name", names), attribute.IntSlice("kvexact.endpoints.overlap", overlap),
+			attribute.IntSlice("kvexact.endpoints.prefix", prefix), attribute.IntSlice("kvexact.endpoints.predicted", predicted),
+			attribute.IntSlice("kvexact.endpoints.load", load), attribute.StringSlice("kvexact.endpoints.excluded", excl),
+			attribute.BoolSlice("kvexact.endpoints.eligible", eligible))
+	}
+	return a
+}
