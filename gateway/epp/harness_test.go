@@ -153,7 +153,21 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	t.Cleanup(func() { w.conn.Close() })
 	w.client = extprocv3.NewExternalProcessorClient(w.conn)
 	w.awaitSubscriptions()
+	w.awaitReady()
 	return w
+}
+
+// awaitReady waits for the picker's gRPC readiness, as Envoy's health check would: it follows the
+// gateway's readiness (every event stream connected), which the picker re-reads periodically.
+func (w *world) awaitReady() {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !w.picker.Ready() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the picker did not turn ready within 10s: %+v", w.g.Readiness())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // awaitSubscriptions sends each engine unique prompts directly until their blocks reach the

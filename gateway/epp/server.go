@@ -75,6 +75,9 @@ func (s *Server) SetReady(ok bool) {
 	s.health.SetServingStatus("", st)
 }
 
+// Ready reports the readiness SetReady last set.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
 // Shutdown marks every service NOT_SERVING (the gRPC server's GracefulStop follows).
 func (s *Server) Shutdown() {
 	s.ready.Store(false)
