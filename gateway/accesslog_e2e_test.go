@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,29 @@ func TestE2EAccessLog(t *testing.T) {
 	for _, k := range []string{"endpoint", "realized_cached_tokens"} {
 		if _, ok := miss[k]; ok {
 			t.Errorf("unknown-model line has %s: %v", k, miss)
+		}
+	}
+	closedSetLabels(t, p)
+}
+
+// closedSetLabels: after traffic, every label value of every series is a validated name (rule,
+// endpoint), the build's stamp, or a code of a closed set — never free text, which would open the
+// label set (a reason's words belong in /admin/status).
+func closedSetLabels(t *testing.T, p *pool) {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,39}$|^$`) // one word, bounded
+	named := map[string]bool{"rule": true, "endpoint": true, "version": true, "revision": true, "goversion": true, "le": true, "quantile": true}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if !named[lp.GetName()] && !code.MatchString(lp.GetValue()) {
+					t.Errorf("%s{%s=%q}: not a code of a closed set", mf.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
 		}
 	}
 }
