@@ -103,6 +103,9 @@ func TestE2EAccessLog(t *testing.T) {
 			t.Errorf("unknown-model line %s = %v, want %v (%v)", k, miss[k], want, miss)
 		}
 	}
+	if ttfb, _ := miss["ttfb"].(float64); ttfb <= 0 {
+		t.Errorf("unknown-model line ttfb %v: the gateway's own answer has a first byte too", miss["ttfb"])
+	}
 	for _, k := range []string{"endpoint", "realized_cached_tokens"} {
 		if _, ok := miss[k]; ok {
 			t.Errorf("unknown-model line has %s: %v", k, miss)

@@ -60,6 +60,7 @@ func (c *call) fail(e *apierror.Error) {
 		return
 	}
 	c.resp.committed, c.resp.status = true, e.Status
+	c.resp.ttfb = time.Since(c.start) // the access log's; the TTFB histogram counts relayed answers only
 	c.progress()
 	writeError(c.w, e)
 }
