@@ -163,14 +163,25 @@ func (b *Breaker) Report(o Outcome, status int) {
 		return // changes nothing: closed stays closed with nothing counted
 	}
 	b.mu.Lock()
-	before := b.state
+	before, wasFailing := b.state, b.failures > 0
 	b.report(o, status)
 	b.publish()
-	after := b.state
+	after, failing := b.state, b.failures > 0
 	b.mu.Unlock()
-	if after != before && b.onChange != nil {
+	if (after != before || failing != wasFailing) && b.onChange != nil {
 		b.onChange()
 	}
+}
+
+// Failing reports whether the last requests failed in transport while the breaker is still
+// closed (fewer than FailureThreshold in a row): the endpoint is unreachable but not yet excluded.
+func (b *Breaker) Failing() bool {
+	if b.calm.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == Closed && b.failures > 0
 }
 
 // report is Report's state change. Callers hold mu.

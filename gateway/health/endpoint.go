@@ -45,10 +45,25 @@ func NewEndpoint(name, address string, cfg BreakerConfig) *Endpoint {
 // excluded (with the reason), INFO when it is back.
 func (e *Endpoint) SetLog(l *slog.Logger) { e.log.Store(l) }
 
-// note logs a change of Excluded since the last call that saw one. Every mutation of the state
+// Unreachable is what the state-change log calls a routable endpoint whose last requests failed
+// in transport (Breaker.Failing): not an exclusion, the step before the breaker opens.
+const Unreachable Reason = "unreachable"
+
+// condition is what the log follows: Excluded, else Unreachable while the breaker counts failures.
+func (e *Endpoint) condition() Reason {
+	if r := e.Excluded(); r != NotExcluded {
+		return r
+	}
+	if e.Breaker.Failing() {
+		return Unreachable
+	}
+	return NotExcluded
+}
+
+// note logs a change of condition since the last call that saw one. Every mutation of the state
 // calls it, and so does each probe round (an open breaker's OpenFor runs out without one).
 func (e *Endpoint) note() {
-	now := e.Excluded()
+	now := e.condition()
 	e.noteMu.Lock()
 	prev := e.last
 	e.last = now
@@ -57,11 +72,14 @@ func (e *Endpoint) note() {
 	if now == prev || l == nil {
 		return
 	}
-	if now == NotExcluded {
+	switch now {
+	case NotExcluded:
 		l.Info("endpoint back in rotation", "was", string(prev), "breaker", e.Breaker.State().String())
-		return
+	case Unreachable:
+		l.Warn("endpoint unreachable: requests to it fail; its breaker opens if they go on failing", "was", string(prev))
+	default:
+		l.Warn("endpoint excluded from routing", "reason", string(now), "was", string(prev))
 	}
-	l.Warn("endpoint excluded from routing", "reason", string(now), "was", string(prev))
 }
 
 // Reason says why an endpoint is excluded ("" when it is not).

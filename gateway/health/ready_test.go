@@ -13,7 +13,7 @@ import (
 // changes.
 func TestReadyAndStateChangeLog(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	e := NewEndpoint("e0", "http://127.0.0.1:1", BreakerConfig{FailureThreshold: 1, OpenFor: time.Second})
+	e := NewEndpoint("e0", "http://127.0.0.1:1", BreakerConfig{FailureThreshold: 2, OpenFor: time.Second})
 	e.Breaker.now = c.now
 	var buf bytes.Buffer
 	e.SetLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
@@ -49,7 +49,16 @@ func TestReadyAndStateChangeLog(t *testing.T) {
 
 	e.Breaker.Acquire()
 	e.Breaker.Report(TransportFailure, 0)
-	expect("breaker opens", BreakerOpen, "level=WARN msg=\"endpoint excluded from routing\" reason=breaker_open")
+	expect("one failure", NotExcluded, "level=WARN msg=\"endpoint unreachable")
+	e.Breaker.Acquire()
+	e.Breaker.Report(Success, 200)
+	expect("answered again", NotExcluded, "level=INFO msg=\"endpoint back in rotation\" was=unreachable")
+	e.Breaker.Acquire()
+	e.Breaker.Report(TransportFailure, 0)
+	expect("failing again", NotExcluded, "endpoint unreachable")
+	e.Breaker.Acquire()
+	e.Breaker.Report(TransportFailure, 0)
+	expect("breaker opens", BreakerOpen, "level=WARN msg=\"endpoint excluded from routing\" reason=breaker_open was=unreachable")
 	e.Breaker.Report(TransportFailure, 0)
 	e.note()
 	expect("still open", BreakerOpen)

@@ -37,7 +37,8 @@ func (c *call) run() {
 		last = ferr
 		retry.Set(failed.ID)
 		c.p.cfg.Metrics.failover(c.rule.name, failed.Name)
-		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
+		// Debug: the endpoint's health logs the state change once (unreachable, excluded, back).
+		c.p.log.Debug("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
 	}
 	c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
 }
