@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/kvexact/kvexact/internal/promtest"
 	"io"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
@@ -65,6 +67,10 @@ type poolSpec struct {
 	// certAdapters, when set, gives endpoint i's certificate entry its proven adapters (nil: the
 	// entry records none, as certificates written before adapters were recorded).
 	certAdapters func(i int) *[]string
+	accessLog    *slog.Logger // the proxy's access log
+	tracer       trace.Tracer // the proxy's tracer
+	// upstream, when set, wraps the proxy's upstream transport (tests see what reaches engines)
+	upstream func(http.RoundTripper) http.RoundTripper
 }
 
 func strp(s string) *string { return &s }
@@ -189,7 +195,11 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if spec.gwMod != nil {
 		spec.gwMod(&opts)
 	}
-	gw, err := assemble.New(assemble.Config{Options: opts, Transport: p.transport, Wrap: spec.wrap})
+	var upstream http.RoundTripper = p.transport
+	if spec.upstream != nil {
+		upstream = spec.upstream(upstream)
+	}
+	gw, err := assemble.New(assemble.Config{Options: opts, Transport: upstream, Wrap: spec.wrap, AccessLog: spec.accessLog, Tracer: spec.tracer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
@@ -37,6 +39,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 // Options configure a Gateway.
@@ -129,9 +132,10 @@ type Gateway struct {
 	certPaths []string
 	removed   []func(rule string) // OnRuleRemoved hooks
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started atomic.Bool // Start built the rules (readiness)
 }
 
 // ruleRuntime is everything one rule runs.
@@ -234,6 +238,12 @@ func New(opts Options) (*Gateway, error) {
 		po = append(po, tokenize.WithSegmentCacheBytes(segBytes))
 		opts.Tokenizers = tokenize.NewPool(opts.Config.Tokenizers.Root, po...)
 	}
+	// The build, the Go runtime and the process, beside the gateway's own series.
+	for _, c := range []prometheus.Collector{buildinfo.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := opts.Registry.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	if err := registerSegmentCacheMetrics(opts.Registry, opts.Tokenizers); err != nil {
 		return nil, err
 	}
@@ -253,6 +263,9 @@ func New(opts Options) (*Gateway, error) {
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
 		adm: newAdmissions(opts.Registry), runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
+	}
+	if err := opts.Registry.Register(newHealthCollector(g)); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -331,6 +344,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 			p.Run(g.ctx, g.healthTargets)
 		}()
 	}
+	g.started.Store(true)
 	return nil
 }
 
@@ -466,13 +480,12 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize),
 		ranks: route.NewRanks(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
-	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
 		if err != nil {
 			return nil, err
 		}
-		h := health.NewEndpoint(e.Name, e.Address, bcfg)
+		h := g.newHealth(r, e)
 		h.SetAdminDown(e.AdminDown)
 		ep := &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
 		if err := rt.addRanks(e, ep); err != nil {
@@ -510,6 +523,14 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		return nil, err
 	}
 	return rt, nil
+}
+
+// newHealth is an endpoint's health view, with the rule's breaker and its state changes logged.
+func (g *Gateway) newHealth(r *rules.Rule, e rules.Endpoint) *health.Endpoint {
+	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
+	h := health.NewEndpoint(e.Name, e.Address, bcfg)
+	h.SetLog(g.log.With("rule", r.Name, "endpoint", e.Name))
+	return h
 }
 
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
@@ -705,6 +726,12 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if rt.sources[e.Name] != nil {
 			continue
 		}
+		ranks := len(e.Events.ZMQ)
+		if ranks == 0 {
+			ranks = 1 // the drain poller
+		}
+		h := ep.Health
+		h.SetEventRanks(ranks)
 		ctx, cancel := context.WithCancel(g.ctx)
 		var hasher *hashcore.Hasher
 		tagged := false
@@ -732,7 +759,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ClearUnreplayed: true,
-			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: ew.trace,
+			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, t); ew.trace(t) },
 			Groups: rt.groups.Endpoint(ep.ID),
 		})
 		if err != nil {
@@ -754,6 +781,16 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		}()
 	}
 	return nil
+}
+
+// eventConnection keeps the endpoint's health in step with its event streams' connections.
+func eventConnection(h *health.Endpoint, t ingest.Trace) {
+	switch {
+	case t.Type == "connect":
+		h.SetEventConnected(t.Rank, true)
+	case t.Type == "disconnect", t.Type == "error" && (t.Reason == "dial" || t.Reason == "http"):
+		h.SetEventConnected(t.Rank, false)
+	}
 }
 
 // Routes is the table the front ends resolve a request's rule with (the proxy, the Endpoint

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,7 +42,6 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			old.ranks.Remove(id)
 		}
 	}
-	bcfg := health.BreakerConfig{FailureThreshold: r.Breaker.FailureThreshold, OpenFor: time.Duration(r.Breaker.OpenFor), HalfOpenRequests: r.Breaker.HalfOpenRequests, OriginErrorThreshold: *r.Breaker.OriginErrorThreshold}
 	for j, e := range r.Endpoints {
 		var id inventory.EndpointID
 		var h *health.Endpoint
@@ -55,7 +53,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 				return true, err
 			}
 			added = append(added, id)
-			h = health.NewEndpoint(e.Name, e.Address, bcfg)
+			h = g.newHealth(r, e)
 		}
 		h.SetAdminDown(e.AdminDown)
 		ep := &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}

@@ -228,7 +228,7 @@ func TestE2EAddSpecialTokensAndTokenPrompts(t *testing.T) {
 }
 
 func missCount(p *pool, reason string) float64 {
-	return promtest.Value(p.t, p.reg, "kvexact_kv_exact_miss_total", map[string]string{"rule": "pool", "reason": reason})
+	return promtest.Value(p.t, p.reg, "kvexact_kv_exact_misses_total", map[string]string{"rule": "pool", "reason": reason})
 }
 
 func TestE2EMissReasons(t *testing.T) {
@@ -274,7 +274,7 @@ func TestE2EMissReasons(t *testing.T) {
 			t.Errorf("%s %v: decision %q (status %d), want miss %q with a reason", tc.family, tc.body, c.decision, c.status, tc.miss)
 		}
 		if after := missCount(p, tc.miss); after != before+1 {
-			t.Errorf("%s: kvexact_kv_exact_miss_total{reason=%q} went %v → %v", tc.family, tc.miss, before, after)
+			t.Errorf("%s: kvexact_kv_exact_misses_total{reason=%q} went %v → %v", tc.family, tc.miss, before, after)
 		}
 		if strings.Contains(c.decision, `"tier":"kv-exact"`) {
 			t.Errorf("%s: KV-exact decided a request it cannot key: %s", tc.miss, c.decision)

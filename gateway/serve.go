@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvexact/kvexact/gateway/admin"
 	"github.com/kvexact/kvexact/gateway/inventory"
@@ -34,6 +35,8 @@ type Servers struct {
 	Client map[string]string
 	// Admin is the admin listener's bound address.
 	Admin string
+	// Metrics is the metrics-only listener's bound address ("" when admin.metricsListen is unset).
+	Metrics string
 
 	servers []server
 	wg      sync.WaitGroup
@@ -80,7 +83,7 @@ func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseF
 		return nil, err
 	}
 	for _, l := range g.Listeners() {
-		srv := NewHTTPServer(handler(l), sc, clientTLS, g.log)
+		srv := NewHTTPServer(g.probes(handler(l)), sc, clientTLS, g.log)
 		bound, err := start(l, srv)
 		if err != nil {
 			s.Shutdown(context.Background())
@@ -108,7 +111,23 @@ func (g *Gateway) Serve(handler func(listener string) http.Handler, parse ParseF
 		return nil, fmt.Errorf("admin listen %s: %w", g.cfg.Admin.Listen, err)
 	}
 	s.Admin = bound
+	if addr := g.cfg.Admin.MetricsListen; addr != "" {
+		msrv := NewHTTPServer(metricsHandler(g.reg), adminSC, nil, g.log)
+		msrv.ReadTimeout = adminSrv.ReadTimeout
+		if s.Metrics, err = start(addr, msrv); err != nil {
+			s.Shutdown(context.Background())
+			return nil, fmt.Errorf("admin.metricsListen %s: %w", addr, err)
+		}
+	}
 	return s, nil
+}
+
+// metricsHandler serves GET /metrics and nothing else: the metrics-only listener needs no token
+// because it exposes nothing but the series (every label a closed set or a validated name).
+func metricsHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
 }
 
 // NewHTTPServer is a client or admin listener's server: net/http with sc's header timeout, idle

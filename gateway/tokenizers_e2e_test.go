@@ -1,14 +1,12 @@
 package gateway_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,19 +15,6 @@ import (
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
-
-// syncBuffer is a log sink the gateway's goroutines may write while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // llama3Files reads the staged llama3 tokenizer files the simulators use.
 func llama3Files(t *testing.T) map[string][]byte {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 // A command runs with the arguments after its name and returns the process exit status.
@@ -34,6 +36,9 @@ func usage() {
 }
 
 func main() {
+	if buildinfo.Flag("ctk", os.Args[1:], os.Stdout) {
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		os.Exit(2)

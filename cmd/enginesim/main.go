@@ -18,9 +18,13 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 func main() {
+	if buildinfo.Flag("enginesim", os.Args[1:], os.Stdout) {
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "enginesim:", err)
 		os.Exit(1)

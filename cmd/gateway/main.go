@@ -1,6 +1,8 @@
 // Command gateway is kvexact's certified KV-cache-aware gateway:
 //
 //	gateway --config gateway.yaml --certificate cert.json
+//	gateway status --admin http://127.0.0.1:9090 --token-file token   (a running gateway's rules and endpoints)
+//	gateway --version
 //
 // Exact routing is enabled per rule only where a certificate covers the rule's staged profile;
 // everywhere else the rule's selector routes and /admin/status says why.
@@ -24,7 +26,9 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/gateway/tracing"
 	"github.com/kvexact/kvexact/gateway/watch"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 type listFlag []string
@@ -35,6 +39,12 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if buildinfo.Flag("gateway", args, os.Stdout) {
+		return 0
+	}
+	if len(args) > 0 && args[0] == "status" {
+		return runStatus(args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	config := fs.String("config", "gateway.yaml", "gateway configuration file")
 	var certs listFlag
@@ -44,6 +54,8 @@ func run(args []string) int {
 	reloadRules := fs.Bool("reload-rules", false, "SIGHUP also re-reads --config and applies its rules (added, changed and removed rules and endpoints; listeners need a restart). Leave off where discovery owns a rule's endpoints")
 	requireSigned := fs.Bool("require-signed", false, "refuse certificates whose signature was not verified with --certificate-key (at start and on reload)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text (logfmt) or json: the format of every log line on stderr, the access log's included")
+	accessLog := fs.Bool("access-log", true, "write one log line per client request (id, rule, endpoint, tier, predicted and realized cached tokens, status, TTFB, duration)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
@@ -51,6 +63,9 @@ func run(args []string) int {
 	paritySample := fs.Int("parity-sample-every", watch.DefaultSampleEvery, "live parity watch: after those, check one event in this many (1: all)")
 	resumeAfter := fs.Int("resume-after-blocks", gateway.DefaultResumeAfterBlocks, "matching blocks the live parity watch must see before KV-exact resumes on a restarted endpoint")
 	shortfall := fs.Int("shortfall-hits", gateway.DefaultShortfallHits, "consecutive KV-exact hits predicting at least a block with 0 cached tokens reported that suspend the endpoint")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "send OpenTelemetry traces over OTLP/gRPC to this host:port (default: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; the other OTEL_* variables apply)")
+	otlpInsecure := fs.Bool("otlp-insecure", false, "send the traces without TLS (a collector beside the gateway)")
+	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -73,12 +88,25 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "gateway: --log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch hopts := (&slog.HandlerOptions{Level: level}); *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(os.Stderr, hopts)
+	case "json":
+		handler = slog.NewJSONHandler(os.Stderr, hopts)
+	default:
+		fmt.Fprintf(os.Stderr, "gateway: --log-format: %q is neither text nor json\n", *logFormat)
+		return 2
+	}
+	log := slog.New(handler)
 
 	cfg, err := rules.Load(*config)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %s: %v\n", *config, err)
 		return 2
+	}
+	if *metricsListen != "" {
+		cfg.Admin.MetricsListen = *metricsListen
 	}
 	opts := gateway.Options{Config: cfg, Log: log, CertificatePaths: certs, ProbeInterval: *probe, CertificateWatch: *certWatch}
 	if *probe == 0 {
@@ -112,7 +140,28 @@ func run(args []string) int {
 			log.Warn("certificate origin not verified: anyone who could write the file could have edited it", "file", certs[i], "verification", v)
 		}
 	}
-	gw, err := assemble.New(assemble.Config{Options: opts})
+	acfg := assemble.Config{Options: opts}
+	if *accessLog {
+		acfg.AccessLog = log.With("log", "access")
+	}
+	tp, err := tracing.Start(context.Background(), tracing.Config{Endpoint: *otlpEndpoint, Insecure: *otlpInsecure})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: traces: %v\n", err)
+		return 2
+	}
+	if tp != nil {
+		acfg.Tracer = tp.Tracer()
+		defer func() {
+			// What is buffered goes out before the process ends, within a bound of its own.
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				log.Warn("traces: flushing at shutdown failed", "err", err)
+			}
+		}()
+		log.Info("traces on: OTLP/gRPC exporter")
+	}
+	gw, err := assemble.New(acfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		return 1
@@ -153,6 +202,9 @@ func run(args []string) int {
 	}()
 	// One line a harness can wait for.
 	fmt.Printf("gateway ready admin=%s listeners=%s\n", gw.Servers.Admin, strings.Join(boundList(gw.Servers), ","))
+	if gw.Servers.Metrics != "" {
+		log.Info("metrics listening (no token)", "addr", gw.Servers.Metrics)
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-gw.Err():

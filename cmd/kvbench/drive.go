@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway"
 )
 
 // drive is `kvbench drive`: it sends one seeded shared-prefix workload to running gateway listeners
@@ -292,7 +294,7 @@ func streamOnce(client *http.Client, url, model, prompt string) oneResult {
 // from a saved /admin/status answer (make demo shows it without depending on jq).
 func status(args []string) int {
 	fs := flag.NewFlagSet("kvbench status", flag.ContinueOnError)
-	file := fs.String("file", "", "saved /admin/status JSON")
+	file := fs.String("file", "", "saved /admin/status JSON (gateway status --admin URL reads it live)")
 	rule := fs.String("rule", "", "rule name")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -302,67 +304,14 @@ func status(args []string) int {
 		fmt.Fprintf(os.Stderr, "kvbench status: %v\n", err)
 		return 2
 	}
-	var st struct {
-		Rules []struct {
-			Name  string `json:"name"`
-			Exact struct {
-				Enabled   bool              `json:"enabled"`
-				Binding   string            `json:"binding"`
-				Reason    string            `json:"reason"`
-				Endpoints map[string]string `json:"endpoints"`
-			} `json:"exact"`
-			// The runtime exactness of each endpoint (eligible, suspended, uncertified).
-			EndpointStates []struct {
-				Name  string `json:"name"`
-				Exact *struct {
-					State   string   `json:"state"`
-					Reasons []string `json:"reasons"`
-					Lifts   []string `json:"lifts"`
-				} `json:"exact"`
-			} `json:"endpoints"`
-		} `json:"rules"`
-	}
+	var st gateway.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench status: %s: %v\n", *file, err)
 		return 2
 	}
-	for _, r := range st.Rules {
-		if r.Name != *rule {
-			continue
-		}
-		if r.Exact.Enabled {
-			fmt.Printf("rule %s: KV-exact enabled (%s binding)\n", r.Name, r.Exact.Binding)
-		} else {
-			fmt.Printf("rule %s: KV-exact off: %s\n", r.Name, r.Exact.Reason)
-		}
-		names := make([]string, 0, len(r.Exact.Endpoints))
-		for n := range r.Exact.Endpoints {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		suspended := map[string]string{}
-		for _, e := range r.EndpointStates {
-			if e.Exact != nil && (e.Exact.State == "suspended" || e.Exact.State == "verifying") {
-				// Each hold with what lifts it, as the fence's log line says.
-				why := make([]string, len(e.Exact.Reasons))
-				for i, r := range e.Exact.Reasons {
-					why[i] = r
-					if i < len(e.Exact.Lifts) {
-						why[i] += " (" + e.Exact.Lifts[i] + ")"
-					}
-				}
-				suspended[e.Name] = strings.Join(why, "; ")
-			}
-		}
-		for _, n := range names {
-			if why, ok := suspended[n]; ok {
-				fmt.Printf("  %s: %s, SUSPENDED while running: %s\n", n, r.Exact.Endpoints[n], why)
-			} else {
-				fmt.Printf("  %s: %s\n", n, r.Exact.Endpoints[n])
-			}
-		}
-		return 0
+	if *rule == "" || !gateway.WriteStatusText(os.Stdout, st, *rule) {
+		fmt.Fprintf(os.Stderr, "kvbench status: no rule %q in %s\n", *rule, *file)
+		return 1
 	}
-	fmt.Fprintf(os.Stderr, "kvbench status: no rule %q in %s\n", *rule, *file)
-	return 1
+	return 0
 }

@@ -28,11 +28,15 @@ import (
 
 	"github.com/kvexact/kvexact/bench/kvbench"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
+	if buildinfo.Flag("kvbench", args, os.Stdout) {
+		return 0
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(args) > 0 {

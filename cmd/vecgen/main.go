@@ -25,10 +25,14 @@ import (
 	"path/filepath"
 
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 	"github.com/kvexact/kvexact/vectors"
 )
 
 func main() {
+	if buildinfo.Flag("vecgen", os.Args[1:], os.Stdout) {
+		return
+	}
 	seed := flag.Uint64("seed", 1, "random seed; the output is a pure function of it")
 	out := flag.String("out", "", "output folder (default: the repository's vectors/generated)")
 	conv := flag.Bool("convert", false, "rewrite each FILE argument from its engine's original case schema into the project's schema, in place")

@@ -29,9 +29,13 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 func main() {
+	if buildinfo.Flag("vllmpool", os.Args[1:], os.Stdout) {
+		return
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: vllmpool up|down -dir DIR [flags]")
 		os.Exit(2)

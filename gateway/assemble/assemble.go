@@ -34,6 +34,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -51,6 +53,10 @@ type Config struct {
 	Transport http.RoundTripper
 	// Wrap, when set, wraps every client listener's handler (tests observe requests with it).
 	Wrap func(http.Handler) http.Handler
+	// AccessLog, when set, gets one line per client request (proxy.Config.AccessLog).
+	AccessLog *slog.Logger
+	// Tracer, when set, traces every client request (proxy.Config.Tracer; gateway/tracing).
+	Tracer trace.Tracer
 }
 
 // Gateway is an assembled gateway: the rule runtimes, the proxy in front of them and, once
@@ -88,6 +94,8 @@ func New(cfg Config) (*Gateway, error) {
 		DebugHeader:     rc.DebugHeader,
 		Transport:       cfg.Transport,
 		Log:             cfg.Log,
+		AccessLog:       cfg.AccessLog,
+		Tracer:          cfg.Tracer,
 		Metrics:         proxy.NewMetrics(g.Registry()),
 		Usage: func(u proxy.UsageReport) {
 			g.RecordUsage(u.Rule, u.Endpoint, u.KVExact, u.PredictedTokens, u.RealizedTokens, u.BlockSize)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -57,7 +58,7 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 		return err
 	}
 	srv, err := epp.New(epp.Config{Routes: a.Runtime.Routes(), RecordUsage: a.Runtime.RecordUsage, Parse: proxy.ParseRequest, Surface: proxy.SurfaceCheck, Limits: pk.Limits, Listener: rc.Listen, MaxBodyBytes: rc.MaxBodyBytes,
-		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log})
+		Fallbacks: pk.Fallbacks, DebugHeader: rc.DebugHeader, Metrics: m, Log: log, Tracer: a.cfg.Tracer})
 	if err != nil {
 		return err
 	}
@@ -79,26 +80,65 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 		}
 	}()
 	log.Info("endpoint picker listening", "addr", addr)
-	d := pk.Discovery
-	if d == nil {
-		srv.SetReady(true)
-		log.Info("endpoint picker ready", "addr", addr)
-		return nil
+	var synced <-chan struct{}
+	if d := pk.Discovery; d == nil {
+		now := make(chan struct{})
+		close(now)
+		synced = now
+	} else {
+		go func() {
+			if err := d.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("discovery stopped", "err", err)
+			}
+		}()
+		synced = d.Synced()
 	}
-	go func() {
-		if err := d.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("discovery stopped", "err", err)
-		}
-	}()
-	go func() {
-		select {
-		case <-d.Synced():
-			srv.SetReady(true)
-			log.Info("endpoint picker ready", "addr", addr)
-		case <-ctx.Done():
-		}
-	}()
+	ready := false
+	if pk.Discovery == nil {
+		ready = a.setPickerReady(srv, false, addr) // without discovery, ready (or not) on return
+	}
+	go a.followReadiness(ctx, srv, synced, addr, ready)
 	return nil
+}
+
+// setPickerReady sets the picker's gRPC readiness to the gateway's when it changed from was, and
+// returns it.
+func (a *Gateway) setPickerReady(srv *epp.Server, was bool, addr string) bool {
+	now := a.Runtime.Readiness().Ready
+	if now == was {
+		return now
+	}
+	srv.SetReady(now)
+	if now {
+		a.cfg.Log.Info("endpoint picker ready", "addr", addr)
+	} else {
+		a.cfg.Log.Warn("endpoint picker not ready: see /readyz", "addr", addr)
+	}
+	return now
+}
+
+// ReadinessPoll is how often the picker's gRPC readiness re-reads the gateway's readiness.
+var ReadinessPoll = 500 * time.Millisecond
+
+// followReadiness keeps the picker's gRPC readiness (the readiness, ext_proc and "" services)
+// equal to the gateway's /readyz, once discovery (if any) has synced: the same readiness, read
+// from the same state, on the picker's port.
+func (a *Gateway) followReadiness(ctx context.Context, srv *epp.Server, synced <-chan struct{}, addr string, was bool) {
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		return
+	}
+	t := time.NewTicker(ReadinessPoll)
+	defer t.Stop()
+	for {
+		was = a.setPickerReady(srv, was, addr)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Picker is the running Endpoint Picker (nil unless StartPicker ran).

@@ -20,6 +20,8 @@ import (
 	"net/url"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -98,7 +100,11 @@ type Config struct {
 	DebugHeader bool
 	// Metrics records the picker's own series; nil records none.
 	Metrics *Metrics
-	Log     *slog.Logger
+	// Tracer, when set, gets a span per routing decision (a child of the request's traceparent),
+	// and the decision's header mutation carries its W3C trace context to the engine; nil makes
+	// no span.
+	Tracer trace.Tracer
+	Log    *slog.Logger
 }
 
 func (c *Config) normalize() error {

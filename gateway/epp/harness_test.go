@@ -16,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -54,6 +55,7 @@ type worldSpec struct {
 	cfg    func(c *rules.Config)      // changes the configuration (after the rule's mod)
 	picker func(p *assemble.Picker)   // changes the picker's setup
 	sim    func(i int, c *sim.Config) // changes endpoint i's simulator
+	tracer trace.Tracer               // the picker's tracer (nil: traces off)
 }
 
 func startWorld(t testing.TB, spec worldSpec) *world {
@@ -118,7 +120,7 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 			Certified: []certificate.Coverage{certificate.CoverEngine, certificate.CoverRouter}})
 	}
 	w.reg = prometheus.NewRegistry()
-	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: []*certificate.Certificate{c}, Tokenizers: toks, Registry: w.reg, ProbeInterval: -1, ReprobeInterval: -1}})
+	gw, err := assemble.New(assemble.Config{Options: gateway.Options{Config: cfg, Certificates: []*certificate.Certificate{c}, Tokenizers: toks, Registry: w.reg, ProbeInterval: -1, ReprobeInterval: -1}, Tracer: spec.tracer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +153,21 @@ func startWorld(t testing.TB, spec worldSpec) *world {
 	t.Cleanup(func() { w.conn.Close() })
 	w.client = extprocv3.NewExternalProcessorClient(w.conn)
 	w.awaitSubscriptions()
+	w.awaitReady()
 	return w
+}
+
+// awaitReady waits for the picker's gRPC readiness, as Envoy's health check would: it follows the
+// gateway's readiness (every event stream connected), which the picker re-reads periodically.
+func (w *world) awaitReady() {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !w.picker.Ready() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the picker did not turn ready within 10s: %+v", w.g.Readiness())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // awaitSubscriptions sends each engine unique prompts directly until their blocks reach the

@@ -75,6 +75,9 @@ func (s *Server) SetReady(ok bool) {
 	s.health.SetServingStatus("", st)
 }
 
+// Ready reports the readiness SetReady last set.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
 // Shutdown marks every service NOT_SERVING (the gRPC server's GracefulStop follows).
 func (s *Server) Shutdown() {
 	s.ready.Store(false)
@@ -422,13 +425,16 @@ func subsetHint(md *corev3.Metadata) ([]string, bool, error) {
 // dynamic metadata, the same value), then the body given back unchanged.
 func (st *stream) decide() (bool, error) {
 	t0 := time.Now()
-	p, cerr := st.s.decide(st.srv.Context(), st.hr, st.body, st.subset, st.hasSubset)
+	ctx, span := st.startSpan()
+	p, cerr := st.s.decide(ctx, st.hr, st.body, st.subset, st.hasSubset)
+	endSpan(span, p, cerr)
 	if cerr != nil {
 		return true, st.immediate(cerr)
 	}
 	st.p = p
 	dest := joinList(p.list)
 	set := []*corev3.HeaderValueOption{header(DestinationHeader, dest)}
+	set = appendTraceContext(set, ctx, span)
 	if p.prefill != "" {
 		set = append(set, header(PrefillHeader, p.prefill))
 	}

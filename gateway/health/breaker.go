@@ -63,6 +63,9 @@ type Breaker struct {
 	openedAt     time.Time
 	trials       int // half-open trials in flight
 	opens        uint64
+
+	// onChange, when set, runs after Report moved the state (the endpoint's log line).
+	onChange func()
 }
 
 // NewBreaker builds a closed breaker. now may be nil (time.Now).
@@ -160,8 +163,29 @@ func (b *Breaker) Report(o Outcome, status int) {
 		return // changes nothing: closed stays closed with nothing counted
 	}
 	b.mu.Lock()
+	before, wasFailing := b.state, b.failures > 0
+	b.report(o, status)
+	b.publish()
+	after, failing := b.state, b.failures > 0
+	b.mu.Unlock()
+	if (after != before || failing != wasFailing) && b.onChange != nil {
+		b.onChange()
+	}
+}
+
+// Failing reports whether the last requests failed in transport while the breaker is still
+// closed (fewer than FailureThreshold in a row): the endpoint is unreachable but not yet excluded.
+func (b *Breaker) Failing() bool {
+	if b.calm.Load() {
+		return false
+	}
+	b.mu.Lock()
 	defer b.mu.Unlock()
-	defer b.publish()
+	return b.state == Closed && b.failures > 0
+}
+
+// report is Report's state change. Callers hold mu.
+func (b *Breaker) report(o Outcome, status int) {
 	b.advance()
 	wasTrial := b.state == HalfOpen && b.trials > 0
 	if wasTrial {

@@ -2,13 +2,16 @@ package health
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Endpoint is the health view of one endpoint: breaker, probe result and operator state.
+// Endpoint is the health view of one endpoint: breaker, probe result, operator state and whether
+// its event stream is connected. It is the one state selection (Excluded), readiness (Ready), the
+// per-endpoint health metrics and the state-change log lines are all read from.
 type Endpoint struct {
 	Name    string
 	Address string // base URL
@@ -19,11 +22,64 @@ type Endpoint struct {
 	draining   atomic.Bool
 	probeFails atomic.Int32
 	probeOKs   atomic.Int32
+
+	// events is the connection state of each rank's event stream (nil: the endpoint publishes no
+	// events the gateway reads).
+	evMu   sync.Mutex
+	events []bool
+
+	// log receives one line per change of Excluded; last is the value last logged.
+	log    atomic.Pointer[slog.Logger]
+	noteMu sync.Mutex
+	last   Reason
 }
 
 // NewEndpoint builds the health view of an endpoint.
 func NewEndpoint(name, address string, cfg BreakerConfig) *Endpoint {
-	return &Endpoint{Name: name, Address: address, Breaker: NewBreaker(cfg, nil)}
+	e := &Endpoint{Name: name, Address: address, Breaker: NewBreaker(cfg, nil)}
+	e.Breaker.onChange = e.note
+	return e
+}
+
+// SetLog makes every later change of Excluded write one line to l: WARN when the endpoint is
+// excluded (with the reason), INFO when it is back.
+func (e *Endpoint) SetLog(l *slog.Logger) { e.log.Store(l) }
+
+// Unreachable is what the state-change log calls a routable endpoint whose last requests failed
+// in transport (Breaker.Failing): not an exclusion, the step before the breaker opens.
+const Unreachable Reason = "unreachable"
+
+// condition is what the log follows: Excluded, else Unreachable while the breaker counts failures.
+func (e *Endpoint) condition() Reason {
+	if r := e.Excluded(); r != NotExcluded {
+		return r
+	}
+	if e.Breaker.Failing() {
+		return Unreachable
+	}
+	return NotExcluded
+}
+
+// note logs a change of condition since the last call that saw one. Every mutation of the state
+// calls it, and so does each probe round (an open breaker's OpenFor runs out without one).
+func (e *Endpoint) note() {
+	now := e.condition()
+	e.noteMu.Lock()
+	prev := e.last
+	e.last = now
+	e.noteMu.Unlock()
+	l := e.log.Load()
+	if now == prev || l == nil {
+		return
+	}
+	switch now {
+	case NotExcluded:
+		l.Info("endpoint back in rotation", "was", string(prev), "breaker", e.Breaker.State().String())
+	case Unreachable:
+		l.Warn("endpoint unreachable: requests to it fail; its breaker opens if they go on failing", "was", string(prev))
+	default:
+		l.Warn("endpoint excluded from routing", "reason", string(now), "was", string(prev))
+	}
 }
 
 // Reason says why an endpoint is excluded ("" when it is not).
@@ -35,7 +91,13 @@ const (
 	Draining    Reason = "draining"
 	ProbeDown   Reason = "unhealthy"
 	BreakerOpen Reason = "breaker_open"
+	// EventsUnsynced: the endpoint is routable, but a rank's event stream is not connected, so its
+	// inventory may miss what the engine caches (Ready only; selection still uses the endpoint).
+	EventsUnsynced Reason = "events_unsynced"
 )
+
+// Reasons is every non-empty Reason, the closed set of the health metrics' reason label.
+var Reasons = []Reason{AdminDown, Draining, ProbeDown, BreakerOpen, EventsUnsynced}
 
 // Excluded reports whether selection must skip the endpoint, and why. Draining endpoints finish
 // what they have but get no new requests.
@@ -53,11 +115,49 @@ func (e *Endpoint) Excluded() Reason {
 	return NotExcluded
 }
 
+// Ready reports whether the endpoint counts toward its rule's readiness, and why not: routable
+// (Excluded) and with every event stream connected.
+func (e *Endpoint) Ready() Reason {
+	if r := e.Excluded(); r != NotExcluded {
+		return r
+	}
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	for _, up := range e.events {
+		if !up {
+			return EventsUnsynced
+		}
+	}
+	return NotExcluded
+}
+
+// SetEventRanks declares that the endpoint publishes events on n ranks, none connected yet (0:
+// none the gateway reads). Ranks already connected stay so.
+func (e *Endpoint) SetEventRanks(n int) {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	if n == len(e.events) {
+		return
+	}
+	ev := make([]bool, n)
+	copy(ev, e.events)
+	e.events = ev
+}
+
+// SetEventConnected records that rank's event stream connected or was lost.
+func (e *Endpoint) SetEventConnected(rank int, up bool) {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	if rank >= 0 && rank < len(e.events) {
+		e.events[rank] = up
+	}
+}
+
 // SetAdminDown takes the endpoint out of (or back into) every tier.
-func (e *Endpoint) SetAdminDown(down bool) { e.adminDown.Store(down) }
+func (e *Endpoint) SetAdminDown(down bool) { e.adminDown.Store(down); e.note() }
 
 // SetDraining stops new requests to the endpoint (or resumes them).
-func (e *Endpoint) SetDraining(d bool) { e.draining.Store(d) }
+func (e *Endpoint) SetDraining(d bool) { e.draining.Store(d); e.note() }
 
 // ProbeDown reports the last probe verdict.
 func (e *Endpoint) ProbeDown() bool { return e.probeDown.Load() }
@@ -133,6 +233,7 @@ func (p *Prober) probe(ctx context.Context, e *Endpoint) {
 	if ctx.Err() != nil && !ok && ctx.Err() != context.DeadlineExceeded {
 		return // shutting down: no verdict
 	}
+	defer e.note()
 	if ok {
 		e.probeFails.Store(0)
 		if e.probeOKs.Add(1) >= rise {

@@ -109,7 +109,7 @@ func (rr *rankRun) run(ctx context.Context) {
 		}
 		rr.oversize(rr.pub, err)
 		rr.p.trace(Trace{Type: "disconnect", Rank: rr.rank, Addr: rr.pub, Detail: errString(err)})
-		cfg.Logger.Info("ingest: connection lost, redialing", append(rr.log(), "err", err)...)
+		cfg.Logger.Warn("ingest: event connection lost, redialing", append(rr.log(), "err", err)...)
 		if !sleepCtx(ctx, cfg.DialBackoffMin) {
 			return
 		}

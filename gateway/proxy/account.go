@@ -18,7 +18,9 @@ func (c *call) finish() {
 	if c.rule.inflight {
 		c.p.cfg.Metrics.inflightAdd(c.rule.name, -1)
 	}
-	c.p.cfg.Metrics.done(c.rule.name, c.resp.status, c.tier, time.Since(c.start))
+	took := time.Since(c.start)
+	c.p.cfg.Metrics.done(c.rule.name, c.resp.status, c.tier, took)
+	c.accessLog(took)
 }
 
 // end gives the request its defined outcome when it did not get a complete response: the
@@ -158,6 +160,7 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
 		}
 	}
 	rep.KVExact = rep.KVExact && confirmed > 0
+	c.resp.realized = cached
 	c.p.cfg.Usage(rep)
 }
 

@@ -151,7 +151,7 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	l := &o.leg
 	if ep.Health != nil && ep.Health.Breaker != nil {
 		if !ep.Health.Breaker.Acquire() {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errBreakerOpen)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errBreakerOpen)
 			return nil, l, &connectError{ep: ep, breaker: true, err: errors.New("circuit breaker open")}
 		}
 		l.breaker = ep.Health.Breaker
@@ -172,6 +172,7 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 	delete(h, "Content-Length")
 	delete(h, "Host")
 	delete(h, "Expect") // the body is already read: no 100-continue round trip upstream
+	c.injectTrace(ctx, h)
 	o.vals[0] = c.id
 	h[HeaderRequestID] = o.vals[0:1:1]
 	if d := c.d; d != nil && d.Rank != nil && ep == d.Target && ep.RankHeader != "" {
@@ -213,14 +214,14 @@ func (c *call) sendOn(o *outbound, ctx context.Context, ep *route.Endpoint, body
 		return nil, l, c.ctx.Err()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		l.report(health.TransportFailure, 0)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errTimeout)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errTimeout)
 		return nil, l, errPrefillTimeout
 	case ctx.Err() != nil: // the proxy itself abandoned the leg (P/D coupling)
 		l.report(health.Canceled, 0)
 		return nil, l, ctx.Err()
 	}
 	l.report(health.TransportFailure, 0)
-	c.p.cfg.Metrics.upstreamError(c.rule.name, errConnect)
+	c.p.cfg.Metrics.upstreamError(c.rule.name, ep.Name, errConnect)
 	return nil, l, &connectError{ep: ep, err: err}
 }
 

@@ -2,10 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // cannedTransport answers every request with the same small completion, in memory.
@@ -44,10 +48,31 @@ func BenchmarkHandlerUsage(b *testing.B) {
 	}
 }
 
-func benchHandler(b *testing.B, answer string, usage func(UsageReport)) {
+// BenchmarkHandlerAccessLog is BenchmarkHandler with the access log on (JSON, discarded), as
+// gateway --log-format json runs it by default.
+func BenchmarkHandlerAccessLog(b *testing.B) {
+	benchHandler(b, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{}}`, nil, func(c *Config) {
+		c.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	})
+}
+
+// BenchmarkHandlerTraced is BenchmarkHandler with traces on: the SDK's tracer, every span sampled
+// and recorded (no exporter: the export is the batch processor's, off the request path).
+func BenchmarkHandlerTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	benchHandler(b, `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{}}`, nil, func(c *Config) {
+		c.Tracer = tp.Tracer("bench")
+	})
+}
+
+func benchHandler(b *testing.B, answer string, usage func(UsageReport), mods ...func(*Config)) {
 	p := newPool(b, "vllm", 0, []epSpec{{name: "a", addr: "http://127.0.0.1:1"}}, nil, nil, func(c *Config) {
 		c.Transport = cannedTransport{body: []byte(answer)}
 		c.Usage = usage
+		for _, m := range mods {
+			m(c)
+		}
 	})
 	h := p.proxy.Handler("test")
 	body := `{"model":"m","prompt":"Say hello.","max_tokens":1}`

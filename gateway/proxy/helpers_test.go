@@ -268,7 +268,7 @@ func (p *pool) allReleased(t testing.TB) {
 // metric returns the value of a counter or gauge series with the given labels (0 when absent).
 func (p *pool) metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	return promtest.Value(t, p.reg, name, labels)
+	return promtest.Sum(t, p.reg, name, labels)
 }
 
 // oaiError decodes an OpenAI error body and checks its shape.

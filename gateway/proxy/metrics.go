@@ -12,8 +12,8 @@ import (
 // Metrics are the proxy's series, labelled by rule. A nil *Metrics records nothing.
 type Metrics struct {
 	requests  *prometheus.CounterVec   // rule, status, tier
-	upstream  *prometheus.CounterVec   // rule, kind
-	failovers *prometheus.CounterVec   // rule
+	upstream  *prometheus.CounterVec   // rule, endpoint, kind
+	failovers *prometheus.CounterVec   // rule, endpoint
 	client    *prometheus.CounterVec   // rule, kind
 	inflight  *prometheus.GaugeVec     // rule
 	pdParams  *prometheus.CounterVec   // rule, dialect, result
@@ -78,9 +78,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_requests_total",
 			Help: "Client requests by rule, final status and the routing tier that decided (none when no decision was made)."}, []string{"rule", "status", "tier"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_upstream_errors_total",
-			Help: "Upstream failures by kind: connect, breaker_open, midstream, status_5xx, prefill, timeout, bad_response."}, []string{"rule", "kind"}),
+			Help: "Upstream failures by endpoint and kind: connect, breaker_open, midstream, status_5xx, prefill, timeout, bad_response."}, []string{"rule", "endpoint", "kind"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_failovers_total",
-			Help: "Selections re-run with a failed endpoint excluded (connect failure or open breaker)."}, []string{"rule"}),
+			Help: "Selections re-run with a failed endpoint excluded (connect failure or open breaker), by the endpoint that failed."}, []string{"rule", "endpoint"}),
 		client: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_proxy_client_errors_total",
 			Help: "Requests the client side ended by kind: header_fields (431), body_timeout (408), gone_early (left or half-closed before any response byte; the connection is closed), gone_midstream (left during the relay), write_timeout (stopped reading: a write made no progress within server.writeTimeout)."}, []string{"rule", "kind"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_proxy_inflight_requests",
@@ -131,9 +131,9 @@ func (m *Metrics) firstByte(rule string, d time.Duration) {
 	}
 }
 
-func (m *Metrics) upstreamError(rule, kind string) {
+func (m *Metrics) upstreamError(rule, endpoint, kind string) {
 	if m != nil {
-		m.upstream.WithLabelValues(rule, kind).Inc()
+		m.upstream.WithLabelValues(rule, endpoint, kind).Inc()
 	}
 }
 
@@ -143,9 +143,9 @@ func (m *Metrics) clientError(rule, kind string) {
 	}
 }
 
-func (m *Metrics) failover(rule string) {
+func (m *Metrics) failover(rule, endpoint string) {
 	if m != nil {
-		m.failovers.WithLabelValues(rule).Inc()
+		m.failovers.WithLabelValues(rule, endpoint).Inc()
 	}
 }
 

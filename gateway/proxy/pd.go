@@ -128,16 +128,16 @@ func (x *pdAttempt) sendLeg(ctx context.Context, body []byte) (a engines.LegAnsw
 		return a, nil, true, nil
 	case a.Err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		l.report(health.TransportFailure, a.Status)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errTimeout)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, x.d.Target.Name, errTimeout)
 		x.PrefillTimedOut()
 		return a, nil, true, nil
 	case a.Err != nil:
 		l.report(health.TransportFailure, a.Status)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, x.d.Target.Name, errPrefill)
 	default:
 		l.report(health.Success, a.Status)
 		if a.Status >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, x.d.Target.Name, errPrefill)
 		}
 	}
 	return a, nil, false, nil
@@ -165,11 +165,11 @@ func (x *pdAttempt) DrainPrefill(ctx context.Context, body []byte) engines.LegAn
 		l.report(health.Canceled, resp.StatusCode)
 	case a.Err != nil:
 		l.report(health.TransportFailure, resp.StatusCode)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, x.d.Target.Name, errPrefill)
 	default:
 		l.report(health.Success, resp.StatusCode)
 		if resp.StatusCode >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errPrefill)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, x.d.Target.Name, errPrefill)
 		}
 	}
 	return a
@@ -248,7 +248,9 @@ func (x *pdAttempt) Params(found bool) {
 	x.c.p.cfg.Metrics.params(x.c.rule.name, x.dialect.Name(), found)
 }
 
-func (x *pdAttempt) BadResponse() { x.c.p.cfg.Metrics.upstreamError(x.c.rule.name, errBadResponse) }
+func (x *pdAttempt) BadResponse() {
+	x.c.p.cfg.Metrics.upstreamError(x.c.rule.name, x.d.Target.Name, errBadResponse)
+}
 
 func (x *pdAttempt) Warn(msg string, args ...any) {
 	kv := make([]any, 0, len(args)+4)

@@ -28,6 +28,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kvexact/kvexact/gateway/apierror"
 	"github.com/kvexact/kvexact/gateway/resolver"
 	"github.com/kvexact/kvexact/gateway/route"
@@ -75,6 +77,11 @@ type Config struct {
 	Transport http.RoundTripper
 	Log       *slog.Logger
 	Metrics   *Metrics
+	// AccessLog, when set, gets one INFO line per request (access.go); nil writes none.
+	AccessLog *slog.Logger
+	// Tracer, when set, gets a span per request and per routing decision, and every upstream
+	// request carries the W3C trace context (trace.go); nil makes no span.
+	Tracer trace.Tracer
 
 	// Rewrite, when set, may edit every upstream request just before it is sent (headers only: the
 	// body is already fixed). ep is the endpoint it goes to.
@@ -136,6 +143,10 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{p: h.p, w: w, r: r, ctx: r.Context(), start: time.Now(), listener: h.listener, id: requestID(r)}
 	c.rule.name = "none"
+	c.resp.realized = -1
+	if t := h.p.cfg.Tracer; t != nil {
+		c.startSpan(t)
+	}
 	w.Header()[HeaderRequestID] = c.value(valRequestID, c.id)
 	if e := c.limit(); e != nil {
 		c.fail(e)
@@ -143,6 +154,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.serve()
 	}
 	c.finish()
+	c.endSpan()
 	c.end()
 }
 
@@ -232,6 +244,7 @@ type call struct {
 	id       string
 	start    time.Time
 	listener string
+	span     trace.Span // the request's span (nil: traces off)
 	// bodyDeadline: the body read deadline is armed (limit) and not yet cleared.
 	bodyDeadline bool
 

@@ -31,6 +31,10 @@ type response struct {
 	prefill   *route.Endpoint // receipt: the P/D prefill endpoint that served
 	vals      [numVals]string // single header values, handed out by value
 	tap       usageTap        // account.go: the usage tap of the single attempt's answer (tapUsage)
+	ttfb      time.Duration   // from the request's arrival to the response's head being written
+	// realized is the engine's cached_tokens of the response accounted (reportUsageOf); -1: the
+	// engine reported none.
+	realized int
 }
 
 // Header values the proxy sets, each a one-element slice of call.vals: a slice literal per
@@ -56,6 +60,7 @@ func (c *call) fail(e *apierror.Error) {
 		return
 	}
 	c.resp.committed, c.resp.status = true, e.Status
+	c.resp.ttfb = time.Since(c.start) // the access log's; the TTFB histogram counts relayed answers only
 	c.progress()
 	writeError(c.w, e)
 }
@@ -84,7 +89,8 @@ func (c *call) commitHeaders(status int, h http.Header) {
 	c.resp.committed, c.resp.status = true, status
 	c.progress()
 	c.w.WriteHeader(status)
-	c.p.cfg.Metrics.firstByte(c.rule.name, time.Since(c.start))
+	c.resp.ttfb = time.Since(c.start)
+	c.p.cfg.Metrics.firstByte(c.rule.name, c.resp.ttfb)
 }
 
 // writeBuffered answers with a response the proxy has read whole (a P/D leg's answer).
@@ -123,11 +129,11 @@ func (c *call) relayLeg(resp *http.Response, l *leg, commit func() bool, diedCod
 	case relayed:
 		l.report(health.Success, resp.StatusCode)
 		if resp.StatusCode >= 500 {
-			c.p.cfg.Metrics.upstreamError(c.rule.name, errStatus5xx)
+			c.p.cfg.Metrics.upstreamError(c.rule.name, l.ep.Name, errStatus5xx)
 		}
 	case upstreamDied:
 		l.report(health.TransportFailure, resp.StatusCode)
-		c.p.cfg.Metrics.upstreamError(c.rule.name, errMidstream)
+		c.p.cfg.Metrics.upstreamError(c.rule.name, l.ep.Name, errMidstream)
 	default:
 		l.report(health.Canceled, resp.StatusCode)
 	}

@@ -16,7 +16,7 @@ func (c *call) run() {
 	var last error
 	n := len(c.rule.rt.Endpoints())
 	for i := 0; i < n; i++ {
-		d, err := c.rule.rt.Route(c.ctx, &c.in.route, retry)
+		d, err := c.decide(i, retry)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return
@@ -36,8 +36,9 @@ func (c *call) run() {
 		d.Release()
 		last = ferr
 		retry.Set(failed.ID)
-		c.p.cfg.Metrics.failover(c.rule.name)
-		c.p.log.Info("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
+		c.p.cfg.Metrics.failover(c.rule.name, failed.Name)
+		// Debug: the endpoint's health logs the state change once (unreachable, excluded, back).
+		c.p.log.Debug("upstream unreachable, re-running selection without it", "rule", c.rule.name, "endpoint", failed.Name, "err", ferr, "request_id", c.id)
 	}
 	c.fail(apierror.Server(http.StatusServiceUnavailable, "no_healthy_endpoint", "no endpoint could be reached (last failure: %v)", last))
 }

@@ -44,7 +44,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_route_decisions_total", Help: "Routing decisions by the tier that decided."}, []string{"rule", "tier"}),
-		misses:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_miss_total", Help: "KV-exact misses by reason (one reason per miss)."}, []string{"rule", "reason"}),
+		misses:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_misses_total", Help: "KV-exact misses by reason (one reason per miss)."}, []string{"rule", "reason"}),
 		hits:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_hits_total", Help: "Requests KV-exact routed to an endpoint."}, []string{"rule", "endpoint"}),
 		hitsBy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_hits_by_evidence_total",
 			Help: "KV-exact hits by the evidence the winning score stood on: engine_confirmed (only blocks the engine's events published) or predicted (it needed at least one block predict-on-route assumed, no event confirmed). kvexact_realized_cached_tokens_total has what the engines then reported."}, []string{"rule", "endpoint", "evidence"}),

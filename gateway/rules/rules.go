@@ -54,6 +54,10 @@ type Admin struct {
 	// TLS serves the admin listener over HTTPS; TLS.ClientCAFile additionally requires a client
 	// certificate chaining to it.
 	TLS TLS `yaml:"tls" json:"tls,omitempty"`
+	// MetricsListen, when set, serves GET /metrics alone on this address without the token (plain
+	// HTTP), so that Prometheus can scrape; nothing else is served there. Empty (the default): the
+	// metrics stay behind the admin token.
+	MetricsListen string `yaml:"metricsListen" json:"metricsListen,omitempty"`
 }
 
 // Server configures the HTTP servers of the client listeners. Zero fields take the defaults shown.
