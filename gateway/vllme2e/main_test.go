@@ -1,7 +1,8 @@
 // Package vllme2e_test runs the gateway end to end against real vLLM engines (the CPU build in
 // .cache/py/vllm, a tiny llama3 with dummy weights): certified by ctk against the live engines,
-// then KV-exact routing checked against the engines' own usage receipts. The engines start once
-// for the package (TestMain) and are stopped by PID when it ends.
+// then KV-exact routing checked against the engines' own usage receipts, and the simulator held to
+// the same engines (simulator_test.go). The engines start once for the package (TestMain) and are
+// stopped by PID when it ends.
 package vllme2e_test
 
 import (
