@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -26,10 +27,16 @@ func endpointStatus(t *testing.T, g *gw, name string) gateway.EndpointStatus {
 // restart stops engine i and starts it again on the same ports with seed (nil: unset).
 func restart(t *testing.T, i int, seed *string) {
 	t.Helper()
+	restartWith(t, i, func(s *vllmpool.Spec) { s.Seed = seed })
+}
+
+// restartWith stops engine i and starts it again on the same ports, its spec changed by mod.
+func restartWith(t *testing.T, i int, mod func(*vllmpool.Spec)) {
+	t.Helper()
 	old := engines[i]
 	old.Stop()
 	s := old.Spec
-	s.Seed = seed
+	mod(&s)
 	e, err := env.Start(context.Background(), s, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
