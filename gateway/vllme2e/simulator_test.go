@@ -130,7 +130,8 @@ func TestSimulatorHeldToEngine(t *testing.T) {
 				diffs = append(diffs, fmt.Sprintf("%s: cached_tokens engine %d, simulator %d (prompt %d)", st.name, er.cached, sr.cached, er.prompt))
 			}
 		}
-		ee, se := engineStream.settle(t), simStream.settle(t)
+		se := simStream.settle(t)
+		ee := engineStream.settleTo(t, len(se))
 		if st.decode {
 			learnDecodeAliases(ee, se, alias)
 		}
@@ -235,6 +236,19 @@ func (r *replayStream) settle(t *testing.T) []kvevents.Event {
 		out = append(out, evs...)
 	}
 	return out
+}
+
+// settleTo is settle for a stream that may lag: it waits up to 5 s for at least want events (what
+// the other side published for the same request) before it waits for quiet, so a slow publisher
+// under load does not push one request's events onto the next.
+func (r *replayStream) settleTo(t *testing.T, want int) []kvevents.Event {
+	t.Helper()
+	var out []kvevents.Event
+	for deadline := time.Now().Add(5 * time.Second); len(out) < want && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		out = append(out, r.poll(t)...)
+	}
+	return append(out, r.settle(t)...)
 }
 
 // eventView is the part of an event routing depends on, as the gateway's decoder reads it.
