@@ -15,7 +15,7 @@ export KVEXACT_TOKENIZERS
 FUZZTIME  ?= 30s
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors hfdiff security
+.PHONY: all build test parity bench fuzz diff oracle demo images tokenizers vet clean pyenv vectors vectors-engine hfdiff security
 
 all: build
 
@@ -55,6 +55,11 @@ parity: tokenizers
 vectors:
 	./scripts/vecgen.sh check
 	$(GO) run ./cmd/vecgen
+
+# The event payloads a real vLLM engine of the pinned environment publishes for a request corpus,
+# captured as the release's sample file (source engine; parity checks it without the engine).
+vectors-engine: pyenv
+	$(GO) run ./cmd/vllmpool capture -out vectors/vllm/v0.31.0/events-samples.json
 
 # The pinned Python environments (.cache/py/NAME from scripts/python/NAME.txt); .ci/run calls it.
 pyenv:

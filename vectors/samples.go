@@ -60,6 +60,9 @@ type Sample struct {
 	// PrefixHits are prompts scored against the blocks the payload leaves cached, with the hit
 	// the engine's own rule gives (project files; hybrid models' samples).
 	PrefixHits []PrefixHit
+	// Request is the request the payload's blocks were stored for (its extra keys' fields), when
+	// the file says (captured samples); zero otherwise.
+	Request Request
 }
 
 // PrefixHit is one prompt against a sample's cached blocks.
@@ -192,6 +195,9 @@ func (p *parser) projectSamples(m map[string]any) (*SampleFile, error) {
 			s.ID, s.Layout = id, layout
 			s.Result, _ = tm["result"].(string)
 			if s.PrefixHits, err = p.prefixHits(path+".prefixHits", tm["prefixHits"]); err != nil {
+				return nil, err
+			}
+			if s.Request, err = p.request(&caseFields{l: projectLayout, path: path, m: tm, p: p}); err != nil {
 				return nil, err
 			}
 			if s.Flags, err = p.strings_(path+".flags", tm["flags"]); err != nil {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -543,4 +544,34 @@ func (l *llmdEstimate) pick(q *Request, _ []uint64) ticket {
 		pred = int(float64(len(q.Tokens)) * float64(bestMatch*l.blockBytes) / float64(len(input)))
 	}
 	return l.take(best, pred, len(q.Tokens))
+}
+
+// PeerRouter is one peer strategy deciding for a pool outside the harness (kvbench drive on real
+// engines): the same chooser, told only what the peer's router knows.
+type PeerRouter struct {
+	mu sync.Mutex
+	ch chooser
+}
+
+// NewPeerRouter builds the peer strategy peer (a Peer* name) for n engines of block size bs,
+// capBlocks KV blocks and conc running requests each, serving maxTokens output tokens of model.
+func NewPeerRouter(peer string, n, bs, capBlocks, conc, maxTokens int, model string) (*PeerRouter, error) {
+	ch := newChooser(peer, n, bs, capBlocks, conc, maxTokens, model, time.Now)
+	if ch == nil {
+		return nil, fmt.Errorf("kvbench: unknown peer strategy %q", peer)
+	}
+	return &PeerRouter{ch: ch}, nil
+}
+
+// Pick chooses the engine for a completion body whose prompt the engine tokenizes to tokens, and
+// returns it with the call that ends the request's load on it.
+func (p *PeerRouter) Pick(body []byte, tokens []uint32) (int, func()) {
+	p.mu.Lock()
+	t := p.ch.pick(&Request{Body: body, Tokens: tokens}, nil)
+	p.mu.Unlock()
+	return t.idx, func() {
+		p.mu.Lock()
+		p.ch.done(t)
+		p.mu.Unlock()
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/bench/kvbench"
 )
 
 // drive is `kvbench drive`: it sends one seeded shared-prefix workload to running gateway listeners
@@ -34,22 +35,55 @@ func drive(args []string) int {
 	conc := fs.Int("concurrency", 4, "requests in flight")
 	prefixes := fs.Int("prefixes", 6, "shared system prompts (Zipf popularity)")
 	seed := fs.Uint64("seed", 1, "workload seed")
+	var engineURLs, peers multiFlag
+	fs.Var(&engineURLs, "engine", "engine base URL a peer strategy routes to (repeatable, in pool order)")
+	fs.Var(&peers, "peer", "LABEL=STRATEGY: a peer strategy deciding in the client and sending straight to the --engine URLs (repeatable, run after the --run listeners; strategies: "+strings.Join(peerNames(), ", ")+")")
+	peerBS := fs.Int("block-size", 32, "the engines' block size, as the peer strategies assume it")
+	peerCap := fs.Int("capacity-blocks", 96, "each engine's KV blocks, as the peer strategies assume it")
+	peerConc := fs.Int("max-num-seqs", 16, "each engine's running-request limit, as the peer strategies assume it")
+	slo := fs.Duration("slo", 500*time.Millisecond, "TTFT bound of goodput (requests per second answered within it)")
 	checkBS := fs.Int("check-predicted", 0, "block size: compare, per KV-exact response whose prediction rests on engine-confirmed blocks, the cached tokens the decision header predicts (score × block size) with the engine's usage, print \"predicted = realized on N of M requests\" per run and fail when they differ (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if len(runs) == 0 {
-		fmt.Fprintln(os.Stderr, "kvbench drive: --run LABEL=URL is required")
+	if len(runs)+len(peers) == 0 {
+		fmt.Fprintln(os.Stderr, "kvbench drive: --run LABEL=URL or --peer LABEL=STRATEGY is required")
+		return 2
+	}
+	if len(peers) > 0 && len(engineURLs) == 0 {
+		fmt.Fprintln(os.Stderr, "kvbench drive: --peer needs the pool's --engine URLs")
 		return 2
 	}
 	reqs := sharedPrefixWorkload(*n, *prefixes, *seed)
 	var rows []driveResult
+	type run struct {
+		label string
+		route router
+	}
+	var plan []run
 	for _, r := range runs {
 		label, url, ok := strings.Cut(r, "=")
 		if !ok {
 			fmt.Fprintf(os.Stderr, "kvbench drive: --run %q: want LABEL=URL\n", r)
 			return 2
 		}
+		plan = append(plan, run{label, func(string) (string, string, func(), error) { return url, "", func() {}, nil }})
+	}
+	for _, p := range peers {
+		label, strategy, ok := strings.Cut(p, "=")
+		if !ok {
+			fmt.Fprintf(os.Stderr, "kvbench drive: --peer %q: want LABEL=STRATEGY\n", p)
+			return 2
+		}
+		pr, err := kvbench.NewPeerRouter(strategy, len(engineURLs), *peerBS, *peerCap, *peerConc, 8, *model)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench drive: --peer %q: %v\n", p, err)
+			return 2
+		}
+		plan = append(plan, run{label, peerRoute(pr, engineURLs, *model)})
+	}
+	for _, r := range plan {
+		label := r.label
 		for _, c := range clears {
 			resp, err := http.Post(c, "application/json", nil)
 			if err != nil {
@@ -70,7 +104,7 @@ func drive(args []string) int {
 		if len(flushes) > 0 {
 			time.Sleep(time.Second) // the clear events reach the gateway
 		}
-		res := runWorkload(url, *model, reqs, *conc, *checkBS)
+		res := runWorkload(r.route, *model, reqs, *conc, *checkBS)
 		res.label = label
 		rows = append(rows, res)
 	}
@@ -87,15 +121,22 @@ func drive(args []string) int {
 			failed = failed || r.equal != r.confirmed
 		}
 	}
-	fmt.Printf("\n%-12s %8s %8s %14s %10s %10s %s\n", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "served by")
+	fmt.Printf("\n%-12s %8s %8s %14s %10s %10s %14s %s\n", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "goodput", "served by")
 	for _, r := range rows {
 		ratio := 0.0
 		if r.prompt > 0 {
 			ratio = float64(r.cached) / float64(r.prompt)
 		}
-		fmt.Printf("%-12s %8d %8d %13.1f%% %10s %10s %s\n", r.label, r.requests, r.errors, 100*ratio,
-			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), r.spread())
+		good := 0
+		for _, d := range r.ttft {
+			if d <= *slo {
+				good++
+			}
+		}
+		fmt.Printf("%-12s %8d %8d %13.1f%% %10s %10s %10.2f r/s %s\n", r.label, r.requests, r.errors, 100*ratio,
+			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), float64(good)/r.wall.Seconds(), r.spread())
 	}
+	fmt.Printf("goodput: requests per second whose TTFT was within %v, over each run's wall time\n", *slo)
 	if failed {
 		fmt.Println("\nthe gateway's predicted cached tokens differ from the engines' on some requests")
 		return 1
@@ -141,6 +182,7 @@ type driveResult struct {
 	mismatch         int
 	prompt, cached   int
 	ttft             []time.Duration
+	wall             time.Duration // from the first request sent to the last answered
 	served           map[string]int
 	// confirmed counts the KV-exact responses whose prediction rests on engine-confirmed blocks,
 	// equal those whose prediction matched the engine's cached tokens; differ says the others.
@@ -172,8 +214,43 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // runWorkload streams every request and reads, per response, the time to the first token, the
 // usage the engine reported (prompt and cached tokens) and both receipts.
-func runWorkload(url, model string, prompts []string, conc, blockSize int) driveResult {
+// router says where one prompt goes: the URL to send it to, the endpoint's name when the client
+// chose it (a gateway names its own in a header), and the call that ends its load there.
+type router func(prompt string) (url, endpoint string, done func(), err error)
+
+// peerRoute is a peer strategy's client-side decision over the engines: it tokenizes the prompt
+// with the first engine's /tokenize (what a peer that tokenizes exactly knows) before the request
+// is timed.
+func peerRoute(pr *kvbench.PeerRouter, engines []string, model string) router {
+	return func(prompt string) (string, string, func(), error) {
+		body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt})
+		resp, err := http.Post(strings.TrimRight(engines[0], "/")+"/tokenize", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return "", "", nil, err
+		}
+		defer resp.Body.Close()
+		var tk struct {
+			Tokens []uint32 `json:"tokens"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&tk); err != nil || resp.StatusCode != http.StatusOK {
+			return "", "", nil, fmt.Errorf("/tokenize: status %d: %v", resp.StatusCode, err)
+		}
+		i, done := pr.Pick(body, tk.Tokens)
+		return engines[i], fmt.Sprintf("engine-%d", i), done, nil
+	}
+}
+
+func peerNames() []string {
+	var out []string
+	for _, p := range kvbench.Peers() {
+		out = append(out, p.Peer)
+	}
+	return out
+}
+
+func runWorkload(route router, model string, prompts []string, conc, blockSize int) driveResult {
 	res := driveResult{served: map[string]int{}}
+	started := time.Now()
 	var mu sync.Mutex
 	work := make(chan string)
 	var wg sync.WaitGroup
@@ -183,7 +260,17 @@ func runWorkload(url, model string, prompts []string, conc, blockSize int) drive
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				one := streamOnce(client, url, model, p)
+				url, endpoint, done, err := route(p)
+				var one oneResult
+				if err != nil {
+					one.err = err
+				} else {
+					one = streamOnce(client, url, model, p)
+					done()
+					if endpoint != "" {
+						one.endpoint = endpoint
+					}
+				}
 				mu.Lock()
 				res.requests++
 				if one.err != nil {
@@ -217,6 +304,7 @@ func runWorkload(url, model string, prompts []string, conc, blockSize int) drive
 	}
 	close(work)
 	wg.Wait()
+	res.wall = time.Since(started)
 	return res
 }
 

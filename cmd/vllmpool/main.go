@@ -5,13 +5,16 @@
 //	            [-kv-blocks 96] [-lora] [-dp 1] [-listen 127.0.0.1:8080] [-admin 127.0.0.1:8081]
 //	vllmpool restart -dir DIR -name vllm-1 [-seed 1|unset]
 //	vllmpool down -dir DIR
+//	vllmpool capture -out vectors/vllm/v0.31.0/events-samples.json
 //
 // up writes DIR/pool.yaml (for ctk certify), DIR/gateway.yaml (for the gateway), DIR/pids (one
 // process-group id a line) and each engine's log, prints one line per engine, and returns once
 // every engine answers /health; the engines keep running. down ends each process group named in
 // DIR/pids (SIGTERM, SIGKILL after 15 s) and removes the file. restart stops one engine and starts
 // it again on the same ports (DIR/engines.json keeps each engine's spec), with another
-// PYTHONHASHSEED when -seed says so.
+// PYTHONHASHSEED when -seed says so. capture starts one engine, sends it a request corpus and
+// writes the event payloads it published as the release's sample file (source engine; make
+// vectors-engine).
 package main
 
 import (
@@ -48,8 +51,10 @@ func main() {
 		err = restart(os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
+	case "capture":
+		err = capture(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (up, down)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (up, restart, down, capture)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vllmpool:", err)

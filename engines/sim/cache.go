@@ -21,6 +21,11 @@ type policy struct {
 	// reportReuse re-emits BlockStored for the prefix-cache hits of every admitted request (vLLM
 	// kv_cache_report_mode="full"): the same event shape, no new copy.
 	reportReuse bool
+	// nullBlock keeps one block of the pool out of use, as vLLM's BlockPool does (its null block,
+	// block 0): --num-gpu-blocks-override N caches at most N − 1 blocks.
+	nullBlock bool
+	// groupTagged puts the KV-cache group (group_idx 0) on removals as on stores (vLLM).
+	groupTagged bool
 }
 
 // block is one physical KV block.
@@ -77,6 +82,9 @@ type cache struct {
 }
 
 func newCache(capacity, blockSize int, pol policy, onStored storedFunc) *cache {
+	if pol.nullBlock && capacity > 1 {
+		capacity--
+	}
 	c := &cache{pol: pol, bs: blockSize, blocks: make([]block, capacity), head: -1, tail: -1,
 		index: make(map[uint64][]int32), onStored: onStored}
 	for i := range c.blocks {
@@ -99,6 +107,18 @@ func (c *cache) pushTail(i int32) {
 		c.head = i
 	}
 	c.tail = i
+	c.nfree++
+}
+
+func (c *cache) pushHead(i int32) {
+	b := &c.blocks[i]
+	b.free, b.prev, b.next = true, -1, c.head
+	if c.head >= 0 {
+		c.blocks[c.head].prev = i
+	} else {
+		c.tail = i
+	}
+	c.head = i
 	c.nfree++
 }
 
@@ -166,7 +186,11 @@ func (c *cache) emitRemoved(key uint64) {
 			return
 		}
 	}
-	c.pending = append(c.pending, engines.Event{Kind: engines.BlockRemoved, BlockHashes: []uint64{key}, Medium: engines.MediumGPU})
+	ev := engines.Event{Kind: engines.BlockRemoved, BlockHashes: []uint64{key}, Medium: engines.MediumGPU}
+	if c.pol.groupTagged {
+		ev.GroupIdx, ev.HasGroupIdx = 0, true
+	}
+	c.pending = append(c.pending, ev)
 }
 
 func (c *cache) emitStored(ev engines.Event) {
@@ -238,12 +262,20 @@ func (c *cache) hold(i int32) {
 	b.ref++
 }
 
+// unhold gives back one reference; a block nobody holds joins the free list: at the tail when it
+// holds a cached key (evicted least recently freed first), at the head when it holds none, so it is
+// reused before any cached block is evicted (vLLM's free_blocks; radix trees evict only when no
+// free page is left).
 func (c *cache) unhold(i int32) {
 	b := &c.blocks[i]
 	b.ref--
 	if b.ref == 0 {
 		c.used--
-		c.pushTail(i)
+		if b.hashed {
+			c.pushTail(i)
+		} else {
+			c.pushHead(i)
+		}
 	}
 }
 

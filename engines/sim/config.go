@@ -88,7 +88,8 @@ type Config struct {
 	// Seed is PYTHONHASHSEED as the engine process would see it: nil = unset, so vLLM's root is
 	// random per process; "" is a valid seed. Only vLLM reads it.
 	Seed *string
-	// CapacityBlocks is the number of KV blocks per rank (default 4096).
+	// CapacityBlocks is the number of KV blocks per rank (default 4096). A vLLM engine keeps one of
+	// them out of use (its null block), as --num-gpu-blocks-override counts it.
 	CapacityBlocks int
 	// SlidingWindow, when > 0, makes a vLLM simulator a hybrid model: a sliding-window KV-cache
 	// group of that many tokens (group 1, events with group_idx, kv_cache_spec_kind and the window)

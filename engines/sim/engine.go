@@ -161,7 +161,7 @@ func New(cfg Config) (*Engine, error) {
 func policyFor(family string) policy {
 	switch family {
 	case "vllm":
-		return policy{}
+		return policy{nullBlock: true, groupTagged: true}
 	case "sglang":
 		return policy{dedup: true, leafFirst: true, mergeStored: true, mergeRemoved: true}
 	}

@@ -1,7 +1,8 @@
 // Package vllme2e_test runs the gateway end to end against real vLLM engines (the CPU build in
 // .cache/py/vllm, a tiny llama3 with dummy weights): certified by ctk against the live engines,
-// then KV-exact routing checked against the engines' own usage receipts. The engines start once
-// for the package (TestMain) and are stopped by PID when it ends.
+// then KV-exact routing checked against the engines' own usage receipts, and the simulator held to
+// the same engines (simulator_test.go). The engines start once for the package (TestMain) and are
+// stopped by PID when it ends.
 package vllme2e_test
 
 import (
@@ -106,6 +107,9 @@ func TestMain(m *testing.M) {
 			}
 		}
 		fmt.Printf("vllme2e: 2 engines up in %v\n", time.Since(start).Round(time.Second))
+		for _, e := range engines {
+			certified = append(certified, e.Spec)
+		}
 		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
 		if certs, err = certify(); err != nil {
 			fmt.Println(err)
@@ -144,7 +148,21 @@ func needEngines(t *testing.T) {
 	if env == nil {
 		t.Skip(vllmpool.MissingEnvHint)
 	}
+	for i := range engines {
+		if drifted[i] {
+			restartWith(t, i, func(s *vllmpool.Spec) { *s = certified[i] })
+			delete(drifted, i)
+		}
+	}
 }
+
+// drifted marks the engines a test left running another configuration than the certified one
+// (certified[i]): the next test that needs the engines restarts them first, so the package's last
+// test pays no restart it does not need.
+var (
+	drifted   = map[int]bool{}
+	certified []vllmpool.Spec
+)
 
 // gw is one gateway in front of the shared engines.
 type gw struct {

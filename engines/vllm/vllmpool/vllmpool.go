@@ -149,9 +149,27 @@ type Engine struct {
 // PID is the server's process id (the engine core and workers are in its process group).
 func (e *Engine) PID() int { return e.cmd.Process.Pid }
 
+// errPortTaken is an engine that could not bind a port it was given.
+var errPortTaken = errors.New("a port was taken before the engine bound it")
+
+// portAttempts bounds the starts of an engine whose free ports another process took first.
+const portAttempts = 3
+
 // Start runs one engine and waits until it answers /health (at most timeout), or fails with the
-// tail of its log.
+// tail of its log. Ports left 0 are picked free when the process starts, but the engine binds them
+// only a minute or more later, after it loaded: on a shared machine another process may take one
+// first ("Address already in use"), and then the engine is started again on newly picked ports.
 func (env *Env) Start(ctx context.Context, s Spec, timeout time.Duration) (*Engine, error) {
+	picked := s.Port == 0 || s.EventsPort == 0 || s.ReplayPort == 0
+	for attempt := 1; ; attempt++ {
+		e, err := env.start(ctx, s, timeout)
+		if err == nil || !picked || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return e, err
+		}
+	}
+}
+
+func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engine, error) {
 	if s.BlockSize == 0 {
 		s.BlockSize = BlockSize
 	}
@@ -221,7 +239,11 @@ func (env *Env) Start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 	go func() { e.err = cmd.Wait(); close(e.done) }()
 	if err := e.waitHealthy(ctx, timeout); err != nil {
 		e.Stop()
-		return nil, fmt.Errorf("vllmpool: %s: %v%s", s.Name, err, e.logTail())
+		tail := e.logTail()
+		if strings.Contains(tail, "Address already in use") {
+			return nil, fmt.Errorf("vllmpool: %s: %w: %v%s", s.Name, errPortTaken, err, tail)
+		}
+		return nil, fmt.Errorf("vllmpool: %s: %v%s", s.Name, err, tail)
 	}
 	e.Started = time.Since(start)
 	return e, nil
