@@ -90,7 +90,7 @@ func TestE2EDiscoveredAdapterProbedBeforeCounted(t *testing.T) {
 	if st.ProvenAdapters == nil || slices.Contains(*st.ProvenAdapters, "sql-lora") {
 		t.Fatalf("refused adapter among e0's proven adapters: %v", st.ProvenAdapters)
 	}
-	if ex, ok := adapterExclusion(t, p, "e0", follow); ok || !strings.HasPrefix(ex, route.ExcludedAdapterUncertified+":") || !strings.Contains(ex, `"sql-lora"`) {
+	if ex, ok := adapterExclusion(t, p, "e0", follow); ok || !strings.HasPrefix(ex, route.ExcludedAdapterUncertified+":") || !strings.Contains(ex, `"sql-lora"`) || !strings.Contains(ex, "adapter_probes") {
 		t.Fatalf("unproven discovered adapter: e0 eligible %v, excluded %q; want %s", ok, ex, route.ExcludedAdapterUncertified)
 	}
 	c := p.send("/v1/completions", follow)
