@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/gateway/inventory"
@@ -41,8 +43,18 @@ type adapterRefusal struct {
 
 // adapterProofs are the gateway's adapter proofs, by rule and endpoint name.
 type adapterProofs struct {
-	mu   sync.Mutex
-	recs map[string]map[string]*adapterProof
+	mu     sync.Mutex
+	recs   map[string]map[string]*adapterProof
+	probes *prometheus.CounterVec // rule, result
+}
+
+func newAdapterProofs(reg prometheus.Registerer) *adapterProofs {
+	a := &adapterProofs{probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvexact_adapter_probes_total",
+		Help: "Probes the gateway ran for discovered LoRA adapters an endpoint's certificate entry did not prove, by result: proved (KV-exact counts the adapter there) or refused (/admin/status adapter_probes and the log name why).",
+	}, []string{"rule", "result"})}
+	reg.MustRegister(a.probes)
+	return a
 }
 
 // AdapterProbeStatus is one adapter probe's account in /admin/status.
@@ -167,6 +179,7 @@ func (g *Gateway) proveAdapters(ctx context.Context, rt *ruleRuntime) {
 				delete(rec.refused, a.LoRAName)
 				changed = true
 				g.lproofs.mu.Unlock()
+				g.lproofs.probes.WithLabelValues(r.Name, "proved").Inc()
 				log.Info("discovered adapter proven by probe: KV-exact counts it on the endpoint", "audit", "adapter_probe")
 				continue
 			}
@@ -184,6 +197,7 @@ func (g *Gateway) proveAdapters(ctx context.Context, rt *ruleRuntime) {
 			f.reason, f.next = reason, g.now().Add(min(back, DefaultAdmissionMaxBackoff))
 			rec.refused[a.LoRAName] = f
 			g.lproofs.mu.Unlock()
+			g.lproofs.probes.WithLabelValues(r.Name, "refused").Inc()
 			log.Warn("discovered adapter refused by its probe: not KV-exact on the endpoint", "audit", "adapter_probe", "reason", reason, "next_attempt", f.next)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 // probeGate stands in front of a simulator, counts the gateway's probe requests (tagged with
@@ -103,6 +104,12 @@ func TestE2EDiscoveredAdapterProbedBeforeCounted(t *testing.T) {
 	st = waitStatus(t, p, "e0", "the adapter proved by probe", 20*time.Second, func(e gateway.EndpointStatus) bool {
 		return len(e.AdapterProbes) == 1 && e.AdapterProbes[0].State == "proved" && e.ProvenAdapters != nil && slices.Contains(*e.ProvenAdapters, "sql-lora")
 	})
+	probeCount := func(result string) float64 {
+		return promtest.Value(t, p.reg, "kvexact_adapter_probes_total", map[string]string{"rule": "pool", "result": result})
+	}
+	if probeCount("proved") != 1 || probeCount("refused") < 1 {
+		t.Fatalf("kvexact_adapter_probes_total: proved %v, refused %v; want 1 and at least 1", probeCount("proved"), probeCount("refused"))
+	}
 	eventually(t, 10*time.Second, "e0 eligible for the proven adapter", func() bool { _, ok := adapterExclusion(t, p, "e0", follow); return ok })
 	p.direct(0, map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1})
 	eventually(t, 15*time.Second, "the adapter's blocks in the inventory", func() bool { return p.explainOverlap("/v1/completions", follow)["e0"] > 0 })

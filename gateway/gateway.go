@@ -254,7 +254,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		adm: newAdmissions(opts.Registry), lproofs: &adapterProofs{}, runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
+		adm: newAdmissions(opts.Registry), lproofs: newAdapterProofs(opts.Registry), runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	return g, nil
 }
