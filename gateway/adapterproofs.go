@@ -90,7 +90,7 @@ func (a *adapterProofs) record(rule string, id certificate.Identity, profile str
 	return rec
 }
 
-// proved is the LoRA names proven on the endpoint under the profile (certify adds them to the
+// provedOn is the LoRA names proven on the endpoint under the profile (certify adds them to the
 // certificate entry's).
 func (a *adapterProofs) provedOn(rule string, id certificate.Identity, profile string) []string {
 	a.mu.Lock()
@@ -237,10 +237,10 @@ func (g *Gateway) adapterProbe(ctx context.Context, r *rules.Rule, e rules.Endpo
 	return ctk.ProveAdapters(pctx, p, cert, opts)
 }
 
-// proveAdapters records the LoRA names proven on an endpoint: its certificate entry's (or
+// setProvenAdapters records the LoRA names proven on an endpoint: its certificate entry's (or
 // admission's) list with the gateway's own proofs added; a nil list restricts no adapter, and the
 // gateway's proofs do not turn it into one.
-func (rt *ruleRuntime) proveAdapters(id inventory.EndpointID, listed *[]string, probed []string) {
+func (rt *ruleRuntime) setProvenAdapters(id inventory.EndpointID, listed *[]string, probed []string) {
 	if listed == nil {
 		return
 	}

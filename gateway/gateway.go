@@ -600,7 +600,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
 			if ce := c.Entry(e.Name); ce != nil {
-				rt.proveAdapters(e.ID, ce.Adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
+				rt.setProvenAdapters(e.ID, ce.Adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
 			}
 			continue
 		}
@@ -608,7 +608,7 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		if acov, adapters, until, awhy, ok := g.adm.covers(r.Name, certs, st.ProfileDigest, id, now); ok {
 			if acov != nil {
 				cov[e.Name], admitted[e.Name] = acov, awhy
-				rt.proveAdapters(e.ID, adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
+				rt.setProvenAdapters(e.ID, adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
 				rt.noteExpiry(until)
 				continue
 			}
