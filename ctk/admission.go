@@ -100,3 +100,48 @@ func Admit(ctx context.Context, p *Pool, cert *certificate.Certificate, opts Opt
 	}
 	return res, nil
 }
+
+// ProveAdapters runs ctk certify's adapter spec (and the binding specs it builds on) on the pool's
+// one endpoint for the pool's adapters, under cert's profile: the LoRA names proven, or why none
+// was (a failed leg, a skipped adapter spec, or a staged profile that is not the certificate's).
+// The gateway calls it for adapters an endpoint lists that its certificate entry did not prove.
+func ProveAdapters(ctx context.Context, p *Pool, cert *certificate.Certificate, opts Options) (proved []string, reason string, err error) {
+	if len(p.Endpoints) != 1 {
+		return nil, "", fmt.Errorf("ctk: an adapter probe probes one endpoint, the pool has %d", len(p.Endpoints))
+	}
+	if len(p.Adapters) == 0 {
+		return nil, "", fmt.Errorf("ctk: an adapter probe needs the adapters to probe (adapters)")
+	}
+	opts.Only = append(slices.Clone(bindingSpecs), idLoRA)
+	res, err := Certify(ctx, p, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	if res.Certificate.ProfileDigest != cert.ProfileDigest {
+		return nil, "the staged profile differs from the certificate's: " + strings.Join(certificate.ProfileDiff(cert.Profile, res.Certificate.Profile), "; "), nil
+	}
+	var fails []string
+	for _, s := range res.Specs {
+		if s.State == Fail {
+			fails = append(fails, fmt.Sprintf("%s (%s leg): %s", s.Text, s.Leg, s.Message))
+		}
+	}
+	if len(fails) > 0 {
+		return nil, strings.Join(fails, "; "), nil
+	}
+	if ce := res.Certificate.Entry(p.Endpoints[0].Name); ce != nil && ce.Adapters != nil && len(*ce.Adapters) > 0 {
+		return *ce.Adapters, "", nil
+	}
+	var r endpointRun
+	for _, n := range r.tree() {
+		if n.id != idLoRA {
+			continue
+		}
+		for _, s := range res.Specs {
+			if s.Text == n.text {
+				return nil, "the adapter spec did not pass: " + s.Message, nil
+			}
+		}
+	}
+	return nil, "the adapter spec did not run", nil
+}

@@ -1,10 +1,14 @@
 package ctk_test
 
 import (
+	"context"
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 )
 
@@ -70,5 +74,40 @@ var _ = Describe("a pool serving LoRA adapters", func() {
 		// An empty list: this certificate proves no adapter (nil would restrict none).
 		Expect(res.Certificate.Endpoints[0].Adapters).NotTo(BeNil())
 		Expect(*res.Certificate.Endpoints[0].Adapters).To(BeEmpty())
+	})
+
+	Describe("ProveAdapters, the gateway's probe of an adapter its certificate did not prove", func() {
+		prove := func(e *sim.Engine, adapters string, digest func(c *certificate.Certificate)) ([]string, string) {
+			base := certify(poolFor(e, "P0", `seed: "0"`), nil)
+			Expect(base.ExitCode).To(Equal(0), failed(base))
+			if digest != nil {
+				digest(base.Certificate)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			proved, reason, err := ctk.ProveAdapters(ctx, poolFor(e, "P0", `seed: "0"`, adapters), base.Certificate,
+				ctk.Options{Tokenizer: tokenizer("llama3"), EventTimeout: 2 * time.Second, SubscribeTimeout: 3 * time.Second})
+			Expect(err).NotTo(HaveOccurred())
+			return proved, reason
+		}
+		It("proves the LoRA name the engine hashes", func() {
+			proved, reason := prove(startSim("vllm", "v0.25.1", withLoRA), `adapters: [{name: sql-lora}]`, nil)
+			Expect(reason).To(BeEmpty())
+			Expect(proved).To(Equal([]string{"sql-lora"}))
+		})
+		It("proves nothing, naming the lora leg, for another LoRA name", func() {
+			proved, reason := prove(startSim("vllm", "v0.25.1", withLoRA), `adapters: [{name: sql-lora, loraName: sql-v2}]`, nil)
+			Expect(proved).To(BeEmpty())
+			Expect(reason).To(ContainSubstring("(lora leg)"))
+			Expect(reason).To(ContainSubstring(`the engine hashes LoRA name "sql-lora", the pool "sql-v2"`))
+		})
+		It("proves nothing under a certificate for another profile", func() {
+			proved, reason := prove(startSim("vllm", "v0.25.1", withLoRA), `adapters: [{name: sql-lora}]`, func(c *certificate.Certificate) {
+				c.Profile.BlockSize = 32
+				c.ProfileDigest = c.Profile.Digest()
+			})
+			Expect(proved).To(BeEmpty())
+			Expect(reason).To(ContainSubstring("the staged profile differs from the certificate's"))
+		})
 	})
 })

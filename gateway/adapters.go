@@ -61,6 +61,7 @@ func (g *Gateway) discoverAdapters(ctx context.Context, hc *http.Client) {
 			rt.lora.mu.Unlock()
 		}
 		g.publishAdapters(rt)
+		g.proveAdapters(ctx, rt)
 	}
 }
 

@@ -62,6 +62,9 @@ type admission struct {
 	at       time.Time // when the last successful probe finished
 	expires  time.Time
 	coverage []certificate.Coverage
+	// adapters are the LoRA names the probe proved, as a listed endpoint's certificate entry
+	// records them (nil: the probe's certificate entry recorded none).
+	adapters *[]string
 
 	attempts int
 	next     time.Time
@@ -129,7 +132,7 @@ func admitter(certs []*certificate.Certificate, digest, name string, now time.Ti
 // covers is certify's question for an endpoint no certificate covers: the coverage an admission
 // gives it and until when, or why none does yet (ok false: no certificate admits it by probe, the
 // certificates' own reason stands). An endpoint without a current record gets one, probed next.
-func (a *admissions) covers(rule string, certs []*certificate.Certificate, digest string, id certificate.Identity, now time.Time) (cov []certificate.Coverage, until time.Time, why string, ok bool) {
+func (a *admissions) covers(rule string, certs []*certificate.Certificate, digest string, id certificate.Identity, now time.Time) (cov []certificate.Coverage, adapters *[]string, until time.Time, why string, ok bool) {
 	c := admitter(certs, digest, id.Name, now)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -139,7 +142,7 @@ func (a *admissions) covers(rule string, certs []*certificate.Certificate, diges
 			delete(a.recs[rule], id.Name)
 			a.m.admitted.DeleteLabelValues(rule, id.Name)
 		}
-		return nil, time.Time{}, "", false
+		return nil, nil, time.Time{}, "", false
 	}
 	byName := a.recs[rule]
 	if byName == nil {
@@ -161,13 +164,13 @@ func (a *admissions) covers(rule string, certs []*certificate.Certificate, diges
 	}
 	rec.cert = c
 	if rec.admitted {
-		return rec.coverage, rec.expires, admittedReason(rec.at), true
+		return rec.coverage, rec.adapters, rec.expires, admittedReason(rec.at), true
 	}
 	why = "awaiting its admission probe (the certificate admits endpoints by probe; KV-exact starts once ctk's specs pass on it)"
 	if rec.reason != "" {
 		why = fmt.Sprintf("admission probe refused (attempt %d, next at %s): failed legs %s: %s", rec.attempts, rec.next.UTC().Format(time.RFC3339), strings.Join(rec.legs, ", "), rec.reason)
 	}
-	return nil, time.Time{}, why, true
+	return nil, nil, time.Time{}, why, true
 }
 
 func admittedReason(at time.Time) string {
@@ -287,13 +290,13 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // admit runs one admission probe and applies its verdict.
 func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 	admitted := false
-	done := func(ok bool, cov []certificate.Coverage, legs []string, reason string, at time.Time) {
+	done := func(ok bool, cov []certificate.Coverage, adapters *[]string, legs []string, reason string, at time.Time) {
 		admitted = ok
 		g.adm.mu.Lock()
 		rec.running = false
 		rec.attempts++
 		if ok {
-			rec.admitted, rec.at, rec.expires, rec.coverage = true, at, rec.cert.AdmissionExpiry(at), cov
+			rec.admitted, rec.at, rec.expires, rec.coverage, rec.adapters = true, at, rec.cert.AdmissionExpiry(at), cov, adapters
 			rec.legs, rec.reason, rec.next, rec.attempts = nil, "", time.Time{}, 0
 		} else {
 			back := g.opts.AdmissionBackoff
@@ -323,16 +326,21 @@ func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 	}
 	switch {
 	case err != nil:
-		done(false, nil, nil, err.Error(), g.now())
+		done(false, nil, nil, nil, err.Error(), g.now())
 		g.adm.m.probes.WithLabelValues(rule, "error").Inc()
 		log.Error("admission probe could not run", "audit", "admission", "err", err)
 	case !res.Endpoints[0].OK:
 		er := res.Endpoints[0]
-		done(false, nil, er.FailedLegs, er.Reason, res.Finished)
+		done(false, nil, nil, er.FailedLegs, er.Reason, res.Finished)
 		g.adm.m.probes.WithLabelValues(rule, "refused").Inc()
 		log.Warn("admission refused: the endpoint differs from the certified profile", "audit", "admission", "failed_legs", strings.Join(er.FailedLegs, ","), "reason", er.Reason, "profile", rec.profile)
 	default:
-		done(true, res.Endpoints[0].Certified, nil, "", res.Finished)
+		var adapters *[]string
+		if ce := res.Certificate.Entry(rec.id.Name); ce != nil && ce.Adapters != nil {
+			adapters = &[]string{}
+			*adapters = append(*adapters, *ce.Adapters...)
+		}
+		done(true, res.Endpoints[0].Certified, adapters, nil, "", res.Finished)
 		g.adm.m.probes.WithLabelValues(rule, "admitted").Inc()
 		g.adm.m.admitted.WithLabelValues(rule, rec.id.Name).Set(1)
 		log.Info("endpoint admitted by probe", "audit", "admission", "profile", rec.profile, "release", res.Endpoints[0].Release,
@@ -353,33 +361,43 @@ func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 
 // admissionProbe runs ctk's specs on the endpoint with the rule's staged profile.
 func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.Endpoint, rec *admission) (*ctk.Result, error) {
-	if len(r.Models) != 1 {
-		return nil, fmt.Errorf("the rule lists %d models; an admission binds one", len(r.Models))
-	}
-	if ct := r.Contract(); ct != nil && ct.Transport == "http-drain-v1" {
-		// A drained event endpoint has one consumer, and here it is the gateway's own ingest:
-		// ctk's event specs would take the events from it (and it from them).
-		return nil, fmt.Errorf("%s events are drained over HTTP by one consumer, the gateway itself: an admission probe cannot read them; certify the endpoint with ctk certify", r.Engine.Family)
-	}
-	tok, err := g.pool.Get(r.Models[0])
+	reqs := g.adm.m.requests.WithLabelValues(r.Name)
+	p, opts, err := g.probePool(r, e, func() { rec.requests.Add(1); reqs.Inc() })
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, err
 	}
-	p := &ctk.Pool{Model: r.Models[0], Engine: ctk.EngineRef{Family: r.Engine.Family, Release: r.Engine.Release}, BlockSize: r.BlockSize,
-		HashAlgorithm: r.HashAlgorithm, Binding: r.Binding, Seed: r.Seed, DiscoverAdapters: r.DiscoverAdapters,
-		Endpoints: []ctk.Endpoint{{Name: e.Name, Address: e.Address, Role: e.Role,
-			Events: ctk.Events{ZMQ: e.Events.ZMQ, Replay: e.Events.Replay, Topic: e.Events.Topic, Drain: e.Events.Drain}}}}
 	for _, a := range r.Adapters {
 		p.Adapters = append(p.Adapters, ctk.Adapter{Name: a.Name, LoRAName: a.LoRAName})
 	}
 	if err := p.Normalize(); err != nil {
 		return nil, err
 	}
-	reqs := g.adm.m.requests.WithLabelValues(r.Name)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: countingTransport{next: g.transport(), n: func() { rec.requests.Add(1); reqs.Inc() }}}
-	opts := ctk.Options{Tokenizer: tok, HTTPClient: hc, Parallel: 1, Issuer: "kvexact gateway admission",
-		EventTimeout: g.opts.AdmissionEventTimeout, SubscribeTimeout: g.opts.AdmissionEventTimeout}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	return ctk.Admit(pctx, p, rec.cert, opts)
+}
+
+// probePool is the one-endpoint pool (not normalized yet) and the options with which the gateway
+// runs ctk's specs on e under the rule's staged profile; count is called for every request sent.
+func (g *Gateway) probePool(r *rules.Rule, e rules.Endpoint, count func()) (*ctk.Pool, ctk.Options, error) {
+	if len(r.Models) != 1 {
+		return nil, ctk.Options{}, fmt.Errorf("the rule lists %d models; a probe binds one", len(r.Models))
+	}
+	if ct := r.Contract(); ct != nil && ct.Transport == "http-drain-v1" {
+		// A drained event endpoint has one consumer, and here it is the gateway's own ingest:
+		// ctk's event specs would take the events from it (and it from them).
+		return nil, ctk.Options{}, fmt.Errorf("%s events are drained over HTTP by one consumer, the gateway itself: the gateway cannot probe them; certify the endpoint with ctk certify", r.Engine.Family)
+	}
+	tok, err := g.pool.Get(r.Models[0])
+	if err != nil {
+		return nil, ctk.Options{}, fmt.Errorf("tokenizer: %w", err)
+	}
+	p := &ctk.Pool{Model: r.Models[0], Engine: ctk.EngineRef{Family: r.Engine.Family, Release: r.Engine.Release}, BlockSize: r.BlockSize,
+		HashAlgorithm: r.HashAlgorithm, Binding: r.Binding, Seed: r.Seed, DiscoverAdapters: r.DiscoverAdapters,
+		Endpoints: []ctk.Endpoint{{Name: e.Name, Address: e.Address, Role: e.Role,
+			Events: ctk.Events{ZMQ: e.Events.ZMQ, Replay: e.Events.Replay, Topic: e.Events.Topic, Drain: e.Events.Drain}}}}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: countingTransport{next: g.transport(), n: count}}
+	opts := ctk.Options{Tokenizer: tok, HTTPClient: hc, Parallel: 1, Issuer: "kvexact gateway admission",
+		EventTimeout: g.opts.AdmissionEventTimeout, SubscribeTimeout: g.opts.AdmissionEventTimeout}
+	return p, opts, nil
 }

@@ -124,6 +124,7 @@ type Gateway struct {
 	statusM *statusMetrics
 
 	adm       *admissions
+	lproofs   *adapterProofs // adapters the gateway proved itself (adapterproofs.go)
 	applyMu   sync.Mutex
 	mu        sync.RWMutex
 	runtimes  map[string]*ruleRuntime // by rule name
@@ -157,7 +158,8 @@ type ruleRuntime struct {
 	watches map[string]*endpointWatch // by endpoint, where events are watched
 	expires time.Time
 	lora    adapterLists // what each endpoint lists (rules.Rule.DiscoverAdapters; adapters.go)
-	// adapters are, per endpoint whose certificate records them, the LoRA names it proved.
+	// adapters are, per endpoint whose certificate entry (or admission) records them, the LoRA
+	// names it proved, with those the gateway proved itself since (adapterproofs.go).
 	adapters map[inventory.EndpointID][]string
 	// ranks is the per-rank residency of the data-parallel endpoints (route.Ranks).
 	ranks *route.Ranks
@@ -262,7 +264,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, cfg: opts.Config, store: rules.NewStore(opts.Config), pool: opts.Tokenizers, keys: keys, reg: opts.Registry,
 		log: opts.Log, now: opts.Now, ingestM: im, routeM: route.NewMetrics(opts.Registry), statusM: newStatusMetrics(opts.Registry),
-		adm: newAdmissions(opts.Registry), runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
+		adm: newAdmissions(opts.Registry), lproofs: newAdapterProofs(opts.Registry), runtimes: map[string]*ruleRuntime{}, certs: opts.Certificates, certPaths: opts.CertificatePaths,
 	}
 	if err := opts.Registry.Register(newHealthCollector(g)); err != nil {
 		return nil, err
@@ -433,6 +435,7 @@ func (g *Gateway) applyLocked(r *rules.Rule) error {
 
 func (g *Gateway) remove(name string) {
 	g.adm.forget(name, nil)
+	g.lproofs.forget(name)
 	g.mu.Lock()
 	old := g.runtimes[name]
 	delete(g.runtimes, name)
@@ -617,18 +620,16 @@ func (g *Gateway) certify(rt *ruleRuntime) (inventory.Mask, string) {
 		if got != nil {
 			cov[e.Name] = got
 			rt.noteExpiry(c.ExpiresAt)
-			if ce := c.Entry(e.Name); ce != nil && ce.Adapters != nil {
-				if rt.adapters == nil {
-					rt.adapters = map[inventory.EndpointID][]string{}
-				}
-				rt.adapters[e.ID] = append([]string{}, *ce.Adapters...)
+			if ce := c.Entry(e.Name); ce != nil {
+				rt.setProvenAdapters(e.ID, ce.Adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
 			}
 			continue
 		}
 		// Not listed by a certificate that admits endpoints by probe: the admission's verdict.
-		if acov, until, awhy, ok := g.adm.covers(r.Name, certs, st.ProfileDigest, id, now); ok {
+		if acov, adapters, until, awhy, ok := g.adm.covers(r.Name, certs, st.ProfileDigest, id, now); ok {
 			if acov != nil {
 				cov[e.Name], admitted[e.Name] = acov, awhy
+				rt.setProvenAdapters(e.ID, adapters, g.lproofs.provedOn(r.Name, id, st.ProfileDigest))
 				rt.noteExpiry(until)
 				continue
 			}

@@ -50,6 +50,13 @@ type EndpointStatus struct {
 	Exact *EndpointExact `json:"exact,omitempty"`
 	// Admission is the admission probe's account on an endpoint a certificate admits by probe.
 	Admission *AdmissionStatus `json:"admission,omitempty"`
+	// ProvenAdapters are the LoRA names KV-exact counts on the endpoint: its certificate entry's
+	// (or admission probe's) with those the gateway proved itself; absent when the entry records
+	// no adapter list, which restricts none.
+	ProvenAdapters *[]string `json:"proven_adapters,omitempty"`
+	// AdapterProbes are the probes the gateway ran for discovered adapters the endpoint's
+	// certificate entry did not prove (adapterproofs.go).
+	AdapterProbes []AdapterProbeStatus `json:"adapter_probes,omitempty"`
 }
 
 // Status reports every rule.
@@ -78,6 +85,10 @@ func (g *Gateway) Status() Status {
 				es.Exact = &xs
 			}
 			es.Admission = g.adm.status(rt.rule.Name, e.Name)
+			es.AdapterProbes = g.lproofs.status(rt.rule.Name, e.Name)
+			if names, ok := rt.adapters[e.ID]; ok {
+				es.ProvenAdapters = &names
+			}
 			rs.Endpoints = append(rs.Endpoints, es)
 		}
 		st.Rules = append(st.Rules, rs)

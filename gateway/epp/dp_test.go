@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // TestPickerPinsTheDataParallelRank: e0 runs two vLLM data-parallel ranks and only rank 1 holds the
@@ -74,4 +77,97 @@ func TestPickerPinsTheDataParallelRank(t *testing.T) {
 		t.Fatalf("served with the picker's rank: %s (%v), want cached tokens", raw, err)
 	}
 	res.cancel()
+}
+
+// TestPickerPrefillLegCountsWhatEveryRankHolds: in P/D, the prefill endpoint e0 runs two vLLM
+// data-parallel ranks. The standalone proxy sends the prefill leg itself and pins it to the rank
+// holding the prompt (x-data-parallel-rank on the leg); through the picker the decode endpoint's
+// sidecar sends the prefill leg, which no rank header reaches, so only what every rank holds
+// counts: with the document on rank 1 only, the picker scores e0 at 0 blocks and names no rank;
+// once rank 0 holds it too, the picker's decision is KV-exact with e0 as the prefill endpoint,
+// still without a rank header.
+func TestPickerPrefillLegCountsWhatEveryRankHolds(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 2, roles: []string{"prefill", "decode"},
+		mod: func(r *rules.Rule) { r.KVExactMode, r.Selector = 1, "" },
+		sim: func(i int, c *sim.Config) {
+			if i == 0 {
+				c.DPRanks = 2
+			}
+		}})
+	doc := "Disaggregated document. " + strings.Repeat("A prefill engine with two ranks keeps one cache per rank, and the leg lands on one. ", 12)
+	prefillOn := func(rank string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": "llama3", "prompt": doc, "max_tokens": 1,
+			"kv_transfer_params": map[string]any{"do_remote_decode": true, "do_remote_prefill": false}})
+		req, _ := http.NewRequest("POST", w.sims[0].URL()+"/v1/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-data-parallel-rank", rank)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("prefill leg straight to rank %s: %d %s", rank, resp.StatusCode, b)
+		}
+	}
+	follow := completionBody(doc + " And then?")
+	parsed := func() *route.Request {
+		hr, _ := http.NewRequest("POST", "/v1/completions", nil)
+		req, err := proxy.ParseRequest(hr, follow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	e0 := func(d *route.Decision) route.EndpointEvidence {
+		for _, ev := range d.Endpoints {
+			if ev.Name == "e0" {
+				return ev
+			}
+		}
+		return route.EndpointEvidence{}
+	}
+	// The standalone proxy's scoring pins the prefill leg: rank 1's blocks count, on rank 1.
+	eventually(t, 15*time.Second, "rank 1's blocks scored by the standalone proxy", func() bool {
+		prefillOn("1")
+		rt, _ := w.g.Router("pool")
+		d, err := rt.Explain(t.Context(), parsed())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := e0(d)
+		return ev.Overlap > 0 && ev.Rank != nil && *ev.Rank == 1
+	})
+	rankHeader := func(res *envoyResult) string {
+		for _, h := range res.mutation.GetSetHeaders() {
+			if strings.EqualFold(h.Header.Key, "x-data-parallel-rank") {
+				return string(h.Header.RawValue)
+			}
+		}
+		return ""
+	}
+	res := w.request(envoyRequest{path: "/v1/completions", body: follow})
+	var d route.Decision
+	if err := json.Unmarshal([]byte(res.decision), &d); err != nil {
+		t.Fatalf("picker decision %q: %v", res.decision, err)
+	}
+	if ev := e0(&d); ev.Overlap != 0 || ev.Rank != nil || d.Rank != nil || d.Tier == route.TierKVExact || rankHeader(res) != "" {
+		t.Fatalf("picker, document on rank 1 only: e0 %+v, decision %s, rank header %q; want 0 blocks counted, no rank, no KV-exact", ev, res.decision, rankHeader(res))
+	}
+	res.cancel()
+
+	// Both ranks hold it: what every rank holds counts.
+	eventually(t, 15*time.Second, "a KV-exact picker decision once every rank holds the document", func() bool {
+		prefillOn("0")
+		res = w.request(envoyRequest{path: "/v1/completions", body: follow})
+		defer res.cancel()
+		d = route.Decision{}
+		json.Unmarshal([]byte(res.decision), &d)
+		return d.Tier == route.TierKVExact
+	})
+	if ev := e0(&d); ev.Overlap == 0 || ev.Rank != nil || d.Rank != nil || w.byAddr[res.prefill] != "e0" || rankHeader(res) != "" {
+		t.Fatalf("picker, document on both ranks: e0 %+v, prefill %q, decision %s, rank header %q; want e0's blocks counted with no rank pinned", ev, res.prefill, res.decision, rankHeader(res))
+	}
 }

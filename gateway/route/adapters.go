@@ -122,6 +122,15 @@ func (rt *Router) declares(name string) bool {
 // prove the requested adapter's LoRA name (KV-exact only: the other tiers still use it).
 const ExcludedAdapterUncertified = "adapter_uncertified"
 
+// adapterLift says what makes an adapter count on an endpoint whose certificate did not prove
+// it: a declared adapter needs a certificate proving it; a discovered one is probed by the gateway.
+func (rt *Router) adapterLift(model string) string {
+	if rt.declares(model) {
+		return "add the adapter to the ctk pool and re-certify"
+	}
+	return "a discovered adapter counts once the gateway's adapter probe proves it, shown in /admin/status adapter_probes, or a certificate proving it"
+}
+
 // adapterUncertified is, for a request of model, the set of endpoints whose certificate did not
 // prove the adapter's LoRA name (empty for a model that is no adapter), and the LoRA name.
 func (rt *Router) adapterUncertified(model string) (inventory.Mask, string) {

@@ -27,10 +27,14 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	}
 	uncert, lora := rt.adapterUncertified(c.req.Model)
 	if lora != "" && rt.allOfRole(uncert, t.role) {
-		return passed(MissAdapterUncertified, fmt.Sprintf("no endpoint's certificate proved adapter %q (LoRA name %q): add it to the ctk pool's adapters and re-certify", c.req.Model, lora)), nil
+		return passed(MissAdapterUncertified, fmt.Sprintf("no endpoint's certificate proved adapter %q (LoRA name %q): %s", c.req.Model, lora, rt.adapterLift(c.req.Model))), nil
+	}
+	var uncertWhy string
+	if lora != "" {
+		uncertWhy = fmt.Sprintf("%s: its certificate did not prove the adapter with LoRA name %q (%s)", ExcludedAdapterUncertified, lora, rt.adapterLift(c.req.Model))
 	}
 	// Scored up to the engine's hit cap: the blocks past it are recomputed whoever holds them.
-	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, lora, c.req.RanksUnpinned, d)
+	s := rt.score(keys[:d.hit], t.role, c.retry, rt.adapterAbsent(c.req.Model), uncert, uncertWhy, c.req.RanksUnpinned, d)
 	if !d.dry {
 		rt.watch(s.confirmed, s.anyResident)
 	}

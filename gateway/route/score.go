@@ -1,8 +1,6 @@
 package route
 
 import (
-	"fmt"
-
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
 
@@ -26,7 +24,7 @@ type scores struct {
 // score scores every endpoint of role against the prompt's keys and appends each one's evidence
 // to d. Predict-on-route extends an endpoint's prefix with its predicted blocks; the rule's scoring
 // says whether the overlap count or the prefix depth drives selection.
-func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventory.Mask, lora string, unpinned bool, d *Decision) scores {
+func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventory.Mask, uncertWhy string, unpinned bool, d *Decision) scores {
 	var mask inventory.Mask
 	n := 0
 	for _, e := range rt.eps {
@@ -75,7 +73,7 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			ev.Rank = &rank
 		}
 		if uncert.Has(e.ID) && ev.Excluded == "" {
-			ev.Excluded, ev.Eligible = fmt.Sprintf("%s: its certificate did not prove the adapter with LoRA name %q (add the adapter to the ctk pool and re-certify)", ExcludedAdapterUncertified, lora), false
+			ev.Excluded, ev.Eligible = uncertWhy, false
 		}
 		if hybrid && hit.Limit != "" {
 			ev.FullPrefix, ev.Limit = hit.Full, hit.Limit
