@@ -101,7 +101,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}
 	ctx := srv.Context()
 	msgs := make(chan received)
-	go func() {
+	goRecv(func() {
 		for {
 			msg, err := srv.Recv()
 			select {
@@ -113,7 +113,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				return
 			}
 		}
-	}()
+	})
 	idle := time.NewTimer(s.cfg.Limits.RequestIdle)
 	defer idle.Stop()
 	for {
