@@ -79,6 +79,7 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 		return fmt.Errorf("picker: %w", err)
 	}
 	procs["picker"] = picker
+	pickers := map[string]*groupProc{"envoy+picker": picker}
 	start := func(name, config string, admin, listen int) error {
 		cfg := filepath.Join(dir, strings.ReplaceAll(name, "+", "-")+".yaml")
 		if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
@@ -105,8 +106,8 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 			}
 		}
 		pgids := []int{p.pgid}
-		if name == "envoy+picker" {
-			pgids = append(pgids, picker.pgid)
+		if pk := pickers[name]; pk != nil {
+			pgids = append(pgids, pk.pgid)
 		}
 		targets[name] = proxyTarget{url: fmt.Sprintf("http://127.0.0.1:%d", listen), pgids: pgids}
 		return nil
@@ -128,5 +129,35 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 	if err := tmpl.Execute(&b, map[string]any{"AdminPort": ports[2], "ListenAddress": "127.0.0.1", "ListenPort": ports[3], "PickerAddress": "127.0.0.1", "PickerPort": pport}); err != nil {
 		return err
 	}
-	return start("envoy+picker", b.String(), ports[2], ports[3])
+	if err := start("envoy+picker", b.String(), ports[2], ports[3]); err != nil || o.Baseline == "" {
+		return err
+	}
+	// With a baseline gateway build, its picker behind its own Envoy joins the same rounds.
+	bdir := filepath.Join(dir, "picker-baseline")
+	if err := os.MkdirAll(bdir, 0o755); err != nil {
+		return err
+	}
+	bport, err := freePort()
+	if err != nil {
+		return err
+	}
+	bpicker, _, err := startGateway(ctx, o.Baseline, ups, bdir, o.Log, "--epp", fmt.Sprintf("127.0.0.1:%d", bport))
+	if err != nil {
+		return fmt.Errorf("baseline picker: %w", err)
+	}
+	procs["picker-baseline"] = bpicker
+	name := "envoy+" + o.BaselineName
+	pickers[name] = bpicker
+	var admin, listen int
+	if admin, err = freePort(); err != nil {
+		return err
+	}
+	if listen, err = freePort(); err != nil {
+		return err
+	}
+	b.Reset()
+	if err := tmpl.Execute(&b, map[string]any{"AdminPort": admin, "ListenAddress": "127.0.0.1", "ListenPort": listen, "PickerAddress": "127.0.0.1", "PickerPort": bport}); err != nil {
+		return err
+	}
+	return start(name, b.String(), admin, listen)
 }

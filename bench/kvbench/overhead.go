@@ -493,7 +493,7 @@ http {
 	}
 	if o.Envoy != "" {
 		err := startEnvoyTargets(ctx, o, ups, dir, targets, procs, ov)
-		for _, n := range []string{"envoy", "envoy+picker", "picker"} {
+		for _, n := range []string{"envoy", "envoy+picker", "picker", "envoy+" + o.BaselineName, "picker-baseline"} {
 			if p := procs[n]; p != nil {
 				defer p.stop()
 			}
@@ -502,9 +502,12 @@ http {
 			return err
 		}
 		order = append(order, "envoy", "envoy+picker")
+		if o.Baseline != "" {
+			order = append(order, "envoy+"+o.BaselineName)
+		}
 	}
 	isGateway := func(name string) bool {
-		return name == "gateway" || name == "envoy+picker" || name == o.BaselineName && o.Baseline != ""
+		return name == "gateway" || name == "envoy+picker" || o.Baseline != "" && (name == o.BaselineName || name == "envoy+"+o.BaselineName)
 	}
 	// Delivery check before measuring: every target answers 200 with the upstream's receipt.
 	for _, name := range order {

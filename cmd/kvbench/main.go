@@ -238,7 +238,7 @@ func runOverhead(ctx context.Context, args []string) int {
 	latencyRate := fs.Int("latency-rate", 1000, "fixed rate of the latency rounds, small requests/s (0: no latency rounds)")
 	latencyDur := fs.Duration("latency-duration", 3*time.Second, "length of each fixed-rate run")
 	streamN := fs.Int("stream-requests", 300, "streaming requests per target per round for time to first byte (0: none)")
-	baseline := fs.String("baseline", "", "`PATH` of a second gateway binary measured in the same rounds (e.g. the previous release)")
+	baseline := fs.String("baseline", "", "`PATH` of a second gateway binary measured in the same rounds (e.g. the previous release); with --envoy, its picker behind its own Envoy too")
 	baselineName := fs.String("baseline-name", "baseline", "the baseline's name in the tables")
 	envoy := fs.String("envoy", "", "`PATH` of an Envoy binary: Envoy alone (round robin) and Envoy in front of the gateway's Endpoint Picker join the same rounds")
 	if err := fs.Parse(args); err != nil {

@@ -104,6 +104,7 @@ func (l Limits) ServerOptions() ([]grpc.ServerOption, error) {
 	}
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsg),
+		grpc.NumStreamWorkers(streamWorkers), // marked experimental by grpc-go; workers.go says why
 		grpc.MaxConcurrentStreams(l.MaxStreamsPerConn),
 		grpc.MaxHeaderListSize(uint32(l.MaxHeaderBytes) + 16<<10), // gRPC's own metadata, not Envoy's headers (those are in messages)
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout}),

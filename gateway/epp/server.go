@@ -104,7 +104,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	}
 	ctx := srv.Context()
 	msgs := make(chan received)
-	go func() {
+	goRecv(func() {
 		for {
 			msg, err := srv.Recv()
 			select {
@@ -116,7 +116,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				return
 			}
 		}
-	}()
+	})
 	idle := time.NewTimer(s.cfg.Limits.RequestIdle)
 	defer idle.Stop()
 	for {
