@@ -49,7 +49,7 @@ func TestContainerAsDeployed(t *testing.T) {
 			objs := decodeOverlay(t, o)
 			dep := objs["Deployment/kvexact"].(*appsv1.Deployment)
 			srv := hubtest.NewServer(t, "meta-llama/Meta-Llama-3-8B-Instruct", files)
-			p := materialize(t, dep, objs, func(kind, name, key string, v []byte) []byte {
+			p := materialize(t, dep.Spec.Template.Spec, objs, func(kind, name, key string, v []byte) []byte {
 				if kind != "ConfigMap" || key != "gateway.yaml" {
 					return v
 				}
