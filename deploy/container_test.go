@@ -55,6 +55,11 @@ func TestContainerAsDeployed(t *testing.T) {
 			objs := decodeOverlay(t, o)
 			dep := objs["Deployment/kvexact"].(*appsv1.Deployment)
 			srv := hubtest.NewServer(t, "meta-llama/Meta-Llama-3-8B-Instruct", files)
+			if o == "standalone" {
+				// The hub refuses at first (a gated repository, a wrong token): the rule reads
+				// tokenizer_missing until the files load by themselves.
+				srv.SetToken("not-the-token")
+			}
 			// One engine the rule can reach (a simulator on the loopback, with ZeroMQ events); the
 			// manifest's other endpoints stay where they point, unreachable from here.
 			eng, err := sim.New(sim.Config{Family: sim.DefaultFamily, Release: sim.DefaultRelease, Model: "llama3", Tokenizer: tok, ServedModelName: "llama3",
@@ -94,6 +99,8 @@ func TestContainerAsDeployed(t *testing.T) {
 				}
 				args = append(args, strings.Replace(a, "--epp=:9002", "--epp=127.0.0.1:0", 1))
 			}
+			// The one flag added: the tokenizer retry shortened from 30 s, so the recovery fits a test.
+			args = append(args, "--tokenizer-retry=1s")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ctr, err := h.Start(ctx, containers.Spec{Role: "deployed", Name: o, Image: containers.GatewayImage, Args: args,
@@ -113,6 +120,9 @@ func TestContainerAsDeployed(t *testing.T) {
 					break
 				}
 				admin = ""
+			}
+			if o == "standalone" {
+				tokenizerMissing(t, ctx, lines[len(lines)-1], srv)
 			}
 			var st gateway.Status
 			deadline := time.Now().Add(30 * time.Second)
@@ -223,6 +233,29 @@ func probeHealth(t *testing.T, ctx context.Context, ctr *containers.Container, o
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// tokenizerMissing: while the hub refuses, /readyz answers 503 naming tokenizer_missing with the
+// loader's reason; the hub then lets the pod in and the test goes on to the rule's recovery.
+func tokenizerMissing(t *testing.T, ctx context.Context, ready string, srv *hubtest.Server) {
+	t.Helper()
+	f := strings.Fields(ready)
+	client, _ := strings.CutPrefix(f[len(f)-1], "listeners=")
+	client, _, _ = strings.Cut(client, ",")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body, err := get(ctx, "http://"+client+"/readyz")
+		var rd gateway.Readiness
+		if err == nil && json.Unmarshal([]byte(body), &rd) == nil && len(rd.Rules) == 1 &&
+			code == 503 && slices.Contains(rd.Rules[0].Reasons, gateway.ReasonTokenizerMissing) && rd.Rules[0].Tokenizer != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with the hub refusing, GET /readyz: %d %s %v; want 503 naming tokenizer_missing", code, body, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	srv.SetToken("")
 }
 
 // scrape reads /metrics on the metrics-only listener the Deployment enables, without a token, as a
