@@ -34,7 +34,8 @@ import (
 // network) and the hub endpoint to a local server speaking the hub's file API with the llama3
 // tokenizer. The gateway must start, read its admin token (a Secret file) and answer the admin API
 // with it, fetch the tokenizer into its cache volume and record the commit — the rule is then held
-// back only by the shipped placeholder certificate, never by a missing tokenizer.
+// back only by the shipped placeholder certificate, never by a missing tokenizer. It is then probed
+// as its Deployment's probes ask (probeHealth) and scraped as its annotations say (scrape).
 func TestContainerAsDeployed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		missing(t, "root: the test writes the pod's files owned by root as the kubelet does (run the tests as root, as .ci/run does)")
