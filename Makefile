@@ -101,7 +101,7 @@ IMAGES := $(CACHE)/images
 images:
 	mkdir -p $(IMAGES)
 	$(GO) build -ldflags '-s -w -linkmode external -extldflags "-static"' -o $(IMAGES)/ ./cmd/enginesim ./cmd/gateway ./cmd/ctk
-	for b in enginesim gateway; do \
+	for b in enginesim gateway ctk; do \
 	  printf 'FROM scratch\nCOPY %s /%s\nENTRYPOINT ["/%s"]\n' $$b $$b $$b > $(IMAGES)/Dockerfile.$$b; \
 	  docker build -q -t kvexact/$$b:dev -f $(IMAGES)/Dockerfile.$$b $(IMAGES); \
 	done

@@ -16,6 +16,7 @@ import (
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/registry"
+	"github.com/kvexact/kvexact/gateway/hub"
 	"github.com/kvexact/kvexact/gateway/tokenize"
 )
 
@@ -114,14 +115,33 @@ type Result struct {
 	Finished time.Time `json:"finished"`
 }
 
+// HubFetchTimeout bounds the tokenizer's fetch from a hub (listing and every file), as the
+// gateway bounds its own.
+const HubFetchTimeout = 2 * time.Minute
+
 // NewProber returns the family's HTTP prober for an engine at address.
 func NewProber(family, address string, hc *http.Client) (engines.Prober, error) {
 	return registry.NewProber(family, address, hc)
 }
 
 // LoadTokenizer loads the pool's staged tokenizer the way the gateway does: the tokenizer folder
-// when the pool names one, else the model slug under the default tokenizer roots.
+// when the pool names one, else the model's snapshot fetched from the hub (tokenizers.hub, into
+// its cacheDir), else the model slug under the default tokenizer roots.
 func LoadTokenizer(p *Pool) (*tokenize.Tokenizer, error) {
+	if h := p.Tokenizers.Hub; h != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), HubFetchTimeout)
+		defer cancel()
+		c := &hub.Client{CacheDir: h.CacheDir, HTTP: &http.Client{Timeout: HubFetchTimeout}}
+		snap, err := c.Fetch(ctx, h.Source(h.Models[p.Model]))
+		if err != nil {
+			return nil, fmt.Errorf("pool: tokenizers.hub: %w", err)
+		}
+		t, err := tokenize.Load(snap.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("pool: tokenizers.hub: %s at %s: %w", snap.Repo, snap.Commit, err)
+		}
+		return t, nil
+	}
 	if dir := p.tokenizerDir(); dir != "" {
 		t, err := tokenize.Load(dir)
 		if err != nil {

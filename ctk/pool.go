@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvexact/kvexact/contracts"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // Pool is a pool.yaml: the staged profile (what the gateway rule will use) and the endpoints to
@@ -29,6 +30,9 @@ type Pool struct {
 	// paths are relative to the pool file. "" looks the model slug up under the tokenizer roots, as
 	// the gateway does.
 	Tokenizer string `yaml:"tokenizer" json:"tokenizer,omitempty"`
+	// Tokenizers.Hub fetches the tokenizer from a Hugging Face–compatible hub instead, with the
+	// gateway configuration's own tokenizers.hub section (the model must be one of its models).
+	Tokenizers PoolTokenizers `yaml:"tokenizers" json:"tokenizers,omitzero"`
 	// Engine is the default engine family and release of the endpoints (the rule's engine).
 	Engine EngineRef `yaml:"engine" json:"engine"`
 	// BlockSize in tokens; 0 takes the contract's default, as the rule does.
@@ -50,6 +54,11 @@ type Pool struct {
 
 	dir    string            // folder of the pool file, for relative tokenizer paths
 	staged map[string]Staged // per family, after Normalize
+}
+
+// PoolTokenizers says where the staged tokenizer comes from when not from a folder.
+type PoolTokenizers struct {
+	Hub *rules.TokenizerHub `yaml:"hub" json:"hub,omitempty"`
 }
 
 // EngineRef names an engine family and release.
@@ -195,6 +204,17 @@ func (p *Pool) Normalize() error {
 	}
 	if len(p.Endpoints) == 0 {
 		return fieldErr("endpoints", "at least one endpoint is required")
+	}
+	if h := p.Tokenizers.Hub; h != nil {
+		if p.Tokenizer != "" {
+			return fieldErr("tokenizer", "set with tokenizers.hub: name the folder or the hub, not both")
+		}
+		if err := h.Normalize(); err != nil {
+			return fieldErr("tokenizers.hub", "%v", err)
+		}
+		if _, ok := h.Models[p.Model]; !ok {
+			return fieldErr("tokenizers.hub.models", "lists no %q (the pool's model)", p.Model)
+		}
 	}
 	if err := p.normalizeAdapters(); err != nil {
 		return err

@@ -39,6 +39,31 @@ func TestDashboardMetricsExist(t *testing.T) {
 	}
 	reg := gatewayRegistry(t)
 	re := regexp.MustCompile(`kvexact_[a-z0-9_]+`)
+	// Per-endpoint health and failure series: each must be charted by endpoint (a by clause that
+	// keeps the endpoint label), or one bad engine is averaged away.
+	perEndpoint := map[string]bool{"kvexact_endpoint_ready": false, "kvexact_endpoint_unready_reason": false,
+		"kvexact_endpoint_breaker_state": false, "kvexact_proxy_upstream_errors_total": false, "kvexact_proxy_failovers_total": false}
+	by := regexp.MustCompile(`by \(([^)]*)\)`)
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for name := range perEndpoint {
+				if !regexp.MustCompile(`\b` + name + `\b`).MatchString(tg.Expr) {
+					continue
+				}
+				for _, m := range by.FindAllStringSubmatch(tg.Expr, -1) {
+					if !strings.Contains(m[1], "endpoint") {
+						t.Fatalf("panel %q charts %s by (%s), losing the endpoint", p.Title, name, m[1])
+					}
+				}
+				perEndpoint[name] = true
+			}
+		}
+	}
+	for name, seen := range perEndpoint {
+		if !seen {
+			t.Fatalf("no panel charts %s", name)
+		}
+	}
 	for _, p := range d.Panels {
 		if len(p.Targets) == 0 {
 			t.Fatalf("panel %q queries nothing", p.Title)

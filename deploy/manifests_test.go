@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/gateway/rules"
 	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
 )
@@ -39,6 +40,28 @@ var kinds = map[string]func() any{
 	"gateway.networking.k8s.io/v1/Gateway":         func() any { return &gatewayv1.Gateway{} },
 	"inference.networking.k8s.io/v1/InferencePool": func() any { return &inferencev1.InferencePool{} },
 	"policy/v1/PodDisruptionBudget":                func() any { return &policyv1.PodDisruptionBudget{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":      func() any { return &serviceMonitor{} },
+}
+
+// serviceMonitor is the part of the Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1)
+// the example uses, field names as the CRD spells them: decoded strictly, a field outside this
+// subset fails until it is added here (checked against the CRD's reference).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path,omitempty"`
+			Scheme   string `json:"scheme,omitempty"`
+			Interval string `json:"interval,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
 }
 
 // overlays are the two ways of running the gateway, each a Kustomize overlay of base/.
@@ -110,10 +133,19 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			t.Fatalf("%s: no Deployment kvexact", o)
 		}
 		ps := dep.Spec.Template.Spec
-		for _, v := range ps.Volumes {
-			if v.PersistentVolumeClaim != nil {
-				if _, ok := objs["PersistentVolumeClaim/"+v.PersistentVolumeClaim.ClaimName]; !ok {
-					t.Fatalf("%s: volume %s names claim %s, which the overlay does not define", o, v.Name, v.PersistentVolumeClaim.ClaimName)
+		for k, obj := range objs {
+			var spec corev1.PodSpec
+			switch x := obj.(type) {
+			case *appsv1.Deployment:
+				spec = x.Spec.Template.Spec
+			case *batchv1.Job:
+				spec = x.Spec.Template.Spec
+			}
+			for _, v := range spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					if _, ok := objs["PersistentVolumeClaim/"+v.PersistentVolumeClaim.ClaimName]; !ok {
+						t.Fatalf("%s: %s's volume %s names claim %s, which the overlay does not define", o, k, v.Name, v.PersistentVolumeClaim.ClaimName)
+					}
 				}
 			}
 		}
@@ -122,7 +154,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 				t.Fatalf("%s: the pod runs as ServiceAccount %s, which the overlay does not define", o, sa)
 			}
 		}
-		p := materialize(t, dep, objs, nil) // fails on a volume whose Secret or ConfigMap is missing
+		p := materialize(t, ps, objs, nil) // fails on a volume whose Secret or ConfigMap is missing
 		c := ps.Containers[0]
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Fatalf("%s: the gateway container lacks cpu/memory requests or a memory limit: %+v", o, c.Resources)
@@ -164,7 +196,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		for _, cp := range c.Ports {
 			ports[cp.Name] = cp.ContainerPort
 		}
-		want := map[string]string{"admin": rc.Admin.Listen}
+		want := map[string]string{"admin": rc.Admin.Listen, "metrics": rc.Admin.MetricsListen}
 		if o == "standalone" {
 			want["http"] = rc.Listen
 		}
@@ -179,9 +211,20 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 				t.Fatalf("%s: container port %s is %d; the gateway listens on %s", o, name, ports[name], addr)
 			}
 		}
+		// Scrapers find the metrics-only port by the pod's annotations and by the Service
+		// kvexact-metrics (what deploy/monitoring's ServiceMonitor selects).
+		an := dep.Spec.Template.Annotations
+		if an["prometheus.io/scrape"] != "true" || an["prometheus.io/port"] != fmt.Sprint(ports["metrics"]) || an["prometheus.io/path"] != "/metrics" {
+			t.Fatalf("%s: pod annotations %v; want prometheus.io/scrape \"true\", port %d (metrics), path /metrics", o, an, ports["metrics"])
+		}
+		ms, ok := objs["Service/kvexact-metrics"].(*corev1.Service)
+		if !ok || len(ms.Spec.Ports) != 1 || ms.Spec.Ports[0].Name != "metrics" || ms.Spec.Ports[0].TargetPort.String() != "metrics" {
+			t.Fatalf("%s: no Service kvexact-metrics with one port named metrics targeting the container's metrics port", o)
+		}
 		probes(t, o, c)
 		if o == "picker" {
 			checkPicker(t, objs, dep)
+			checkCertifyJob(t, objs, rc)
 		}
 	}
 }
@@ -277,6 +320,91 @@ func checkPicker(t *testing.T, objs map[string]any, dep *appsv1.Deployment) {
 	for k, v := range dep.Spec.Template.Labels {
 		if model.Spec.Template.Labels[k] == v {
 			t.Fatalf("the model server's pods carry the picker's label %s=%s: its Services would send to them", k, v)
+		}
+	}
+}
+
+// TestServiceMonitor: deploy/monitoring renders and decodes strictly, and its ServiceMonitor
+// selects the metrics Service of either overlay by a port that Service names.
+func TestServiceMonitor(t *testing.T) {
+	mon := decodeOverlay(t, "monitoring")
+	sm, ok := mon["ServiceMonitor/kvexact"].(*serviceMonitor)
+	if !ok || len(sm.Spec.Endpoints) == 0 {
+		t.Fatalf("deploy/monitoring: no ServiceMonitor kvexact with an endpoint: %v", mon)
+	}
+	for _, o := range overlays {
+		objs := decodeOverlay(t, o)
+		var hit []string
+		for k, v := range objs {
+			svc, ok := v.(*corev1.Service)
+			if !ok {
+				continue
+			}
+			sel := true
+			for lk, lv := range sm.Spec.Selector.MatchLabels {
+				sel = sel && svc.Labels[lk] == lv
+			}
+			if sel {
+				hit = append(hit, k)
+			}
+		}
+		if !slices.Equal(hit, []string{"Service/kvexact-metrics"}) {
+			t.Fatalf("%s: the ServiceMonitor selects %v; want Service/kvexact-metrics alone", o, hit)
+		}
+		svc := objs["Service/kvexact-metrics"].(*corev1.Service)
+		for _, ep := range sm.Spec.Endpoints {
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) || ep.Path != "/metrics" {
+				t.Fatalf("%s: ServiceMonitor endpoint port %q path %q; the Service names ports %v", o, ep.Port, ep.Path, svc.Spec.Ports)
+			}
+		}
+	}
+}
+
+// checkCertifyJob: the certify Job runs from its own volumes (no claim made elsewhere), its
+// profile loads with ctk's own validation from the files the pod would have, and it fetches the
+// tokenizer from the hub, repository and revision the picker's gateway.yaml names, into a writable
+// emptyDir. The signing key is the operator's (ctk keygen) and never shipped: a stand-in takes its
+// place here.
+func checkCertifyJob(t *testing.T, objs map[string]any, rc *rules.Config) {
+	t.Helper()
+	job := objs["Job/kvexact-certify"].(*batchv1.Job)
+	ps := job.Spec.Template.Spec
+	withKey := map[string]any{"Secret/kvexact-certify-key": &corev1.Secret{StringData: map[string]string{"ca.key": "stand-in"}}}
+	for k, v := range objs {
+		withKey[k] = v
+	}
+	p := materialize(t, ps, withKey, nil)
+	var pool string
+	for _, a := range ps.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--pool="); ok {
+			pool = p.hostPath(v)
+		}
+	}
+	b, err := os.ReadFile(pool)
+	if err != nil {
+		t.Fatalf("certify Job: --pool is not a mounted file: %v", err)
+	}
+	y := regexp.MustCompile(`/etc/kvexact-certify/[A-Za-z0-9_./-]+`).ReplaceAllStringFunc(string(b), func(ctr string) string {
+		if h := p.hostPath(ctr); h != "" {
+			return h
+		}
+		return ctr
+	})
+	cp, err := ctk.ParsePool([]byte(y + "endpoints: [{name: e, address: \"http://127.0.0.1:1\", events: {zmq: [\"tcp://127.0.0.1:2\"]}}]\n"))
+	if err != nil {
+		t.Fatalf("certify Job: profile.yaml: %v", err)
+	}
+	jh, gh := cp.Tokenizers.Hub, rc.Tokenizers.Hub
+	if jh == nil || gh == nil || jh.Endpoint != gh.Endpoint || jh.Models[cp.Model] != gh.Models[cp.Model] {
+		t.Fatalf("certify Job: tokenizers.hub %+v; the picker's gateway.yaml fetches %+v", jh, gh)
+	}
+	cache := p.hostPath(jh.CacheDir)
+	if cache == "" {
+		t.Fatalf("certify Job: tokenizers.hub.cacheDir %s is not on a mounted volume (the root filesystem is read-only)", jh.CacheDir)
+	}
+	for _, m := range ps.Containers[0].VolumeMounts {
+		if strings.HasPrefix(jh.CacheDir+"/", m.MountPath+"/") && m.ReadOnly {
+			t.Fatalf("certify Job: tokenizers.hub.cacheDir %s is on the read-only mount %s", jh.CacheDir, m.MountPath)
 		}
 	}
 }

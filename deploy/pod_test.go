@@ -8,13 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kvexact/kvexact/containers"
 )
 
-// pod is what the kubelet would set up for a Deployment's first container: its files on the host
+// pod is what the kubelet would set up for a pod's first container: its files on the host
 // (bound where the container mounts them) and its process identity. It follows the kubelet's
 // rules, not the manifest's intent, so a mode or ownership mistake in the manifest shows here as it
 // would on a node.
@@ -30,9 +29,8 @@ type pod struct {
 // fsGroup their group becomes fsGroup and the read-only mask 0440 is or-ed into the mode. An
 // emptyDir is a 0777 folder. runAsGroup unset leaves gid 0 (a scratch image names no group);
 // fsGroup and supplementalGroups are supplementary groups of the process.
-func materialize(t *testing.T, dep *appsv1.Deployment, objs map[string]any, edit func(kind, name, key string, v []byte) []byte) *pod {
+func materialize(t *testing.T, spec corev1.PodSpec, objs map[string]any, edit func(kind, name, key string, v []byte) []byte) *pod {
 	t.Helper()
-	spec := dep.Spec.Template.Spec
 	c := spec.Containers[0]
 	psc := spec.SecurityContext
 	if psc == nil {
@@ -92,6 +90,17 @@ func materialize(t *testing.T, dep *appsv1.Deployment, objs map[string]any, edit
 			}
 			for k, s := range s.StringData {
 				data[k] = []byte(s)
+			}
+			if len(v.Secret.Items) > 0 { // only the listed keys, under their paths
+				all := data
+				data = map[string][]byte{}
+				for _, it := range v.Secret.Items {
+					b, ok := all[it.Key]
+					if !ok {
+						t.Fatalf("volume %s: Secret %s has no key %s", v.Name, name, it.Key)
+					}
+					data[it.Path] = b
+				}
 			}
 			if v.Secret.DefaultMode != nil {
 				mode = *v.Secret.DefaultMode

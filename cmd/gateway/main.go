@@ -58,6 +58,7 @@ func run(args []string) int {
 	accessLog := fs.Bool("access-log", true, "write one log line per client request (id, rule, endpoint, tier, predicted and realized cached tokens, status, TTFB, duration)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests and streams may finish on shutdown")
 	probe := fs.Duration("probe-interval", 5*time.Second, "active health probe interval (0 disables)")
+	tokRetry := fs.Duration("tokenizer-retry", gateway.DefaultTokenizerRetry, "how often a rule whose tokenizer could not be loaded (missing files, a hub that refused or is still fetching) tries again")
 	reprobe := fs.Duration("reprobe-interval", time.Minute, "re-check each certified endpoint's version, model and tokenizer; a failure fences KV-exact for it (0 disables)")
 	parityFirst := fs.Int("parity-check-first", watch.DefaultCheckFirst, "live parity watch: check every stored-block event for this many events after each (re)connect, restart or clear")
 	paritySample := fs.Int("parity-sample-every", watch.DefaultSampleEvery, "live parity watch: after those, check one event in this many (1: all)")
@@ -113,6 +114,7 @@ func run(args []string) int {
 		opts.ProbeInterval = -1
 	}
 	opts.ReprobeInterval = *reprobe
+	opts.TokenizerRetry = *tokRetry
 	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1

@@ -230,7 +230,9 @@ func (h *TokenizerHub) Source(m HubModel) hub.Source {
 	return hub.Source{Endpoint: h.Endpoint, Repo: m.Repo, Revision: m.Revision, Token: h.Token}
 }
 
-func (h *TokenizerHub) normalize() error {
+// Normalize fills the endpoint default, reads the token file and validates every model's source;
+// ctk's pool file runs it on the same section.
+func (h *TokenizerHub) Normalize() error {
 	if h.Endpoint == "" {
 		h.Endpoint = "https://huggingface.co"
 	}
@@ -637,7 +639,7 @@ func (c *Config) Normalize() error {
 		return fieldErr("tokenizers.keyCacheBytes", "%d must be 0 (off) or positive", *n)
 	}
 	if h := c.Tokenizers.Hub; h != nil {
-		if err := h.normalize(); err != nil {
+		if err := h.Normalize(); err != nil {
 			return prefix("tokenizers.hub", err)
 		}
 	}
