@@ -101,8 +101,9 @@ IMAGES := $(CACHE)/images
 images:
 	mkdir -p $(IMAGES)
 	$(GO) build -ldflags '-s -w -linkmode external -extldflags "-static"' -o $(IMAGES)/ ./cmd/enginesim ./cmd/gateway ./cmd/ctk
+	cp /etc/ssl/certs/ca-certificates.crt $(IMAGES)/   # https hubs (tokenizers.hub) are verified against it
 	for b in enginesim gateway ctk; do \
-	  printf 'FROM scratch\nCOPY %s /%s\nENTRYPOINT ["/%s"]\n' $$b $$b $$b > $(IMAGES)/Dockerfile.$$b; \
+	  printf 'FROM scratch\nCOPY ca-certificates.crt /etc/ssl/certs/\nCOPY %s /%s\nENTRYPOINT ["/%s"]\n' $$b $$b $$b > $(IMAGES)/Dockerfile.$$b; \
 	  docker build -q -t kvexact/$$b:dev -f $(IMAGES)/Dockerfile.$$b $(IMAGES); \
 	done
 

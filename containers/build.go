@@ -104,8 +104,11 @@ func CheckStatic(path string) error {
 	return nil
 }
 
+// CABundle is where Debian keeps its CA certificates and Go's crypto/x509 reads them on Linux.
+const CABundle = "/etc/ssl/certs/ca-certificates.crt"
+
 // BuildImage builds tag (e.g. EngineSimImage) FROM scratch holding one static binary as its
-// entrypoint. The build context is a temporary folder with just the binary and the Dockerfile.
+// entrypoint and the host's CA bundle. The build context is a temporary folder with just the binary and the Dockerfile.
 func (h *Harness) BuildImage(ctx context.Context, tag, binary string) error {
 	if err := CheckStatic(binary); err != nil {
 		return err
@@ -119,7 +122,12 @@ func (h *Harness) BuildImage(ctx context.Context, tag, binary string) error {
 	if err := linkOrCopy(binary, filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	df := fmt.Sprintf("FROM scratch\nLABEL %s=image\nCOPY %s /%s\nENTRYPOINT [\"/%s\"]\n", LabelHarness, name, name, name)
+	// The host's CA bundle, where Go's crypto/x509 looks for it: a gateway fetching tokenizers from
+	// an https hub (tokenizers.hub) verifies the hub's certificate against it.
+	if err := linkOrCopy(CABundle, filepath.Join(dir, "ca-certificates.crt")); err != nil {
+		return fmt.Errorf("the image's CA bundle: %w (install Debian's ca-certificates)", err)
+	}
+	df := fmt.Sprintf("FROM scratch\nLABEL %s=image\nCOPY ca-certificates.crt %s\nCOPY %s /%s\nENTRYPOINT [\"/%s\"]\n", LabelHarness, CABundle, name, name, name)
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		return err
 	}

@@ -263,6 +263,16 @@ func tail(s string, lines int) string {
 // Logs returns everything the container wrote to stdout and stderr, across restarts.
 func (c *Container) Logs(ctx context.Context) (string, error) { return containerLogs(ctx, c.c) }
 
+// ReadFile returns a file's bytes from the container's filesystem.
+func (c *Container) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	rc, err := c.c.CopyFileFromContainer(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
 // ReadyLines returns the ready lines logged so far, oldest first (one per start).
 func (c *Container) ReadyLines(ctx context.Context) ([]string, error) {
 	logs, err := c.Logs(ctx)

@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,10 @@ func TestContainerAsDeployed(t *testing.T) {
 				t.Fatalf("the gateway does not start as the %s Deployment runs it: %v", o, err)
 			}
 			defer ctr.Terminate(context.Background())
+			// An https hub (tokenizers.hub) is verified against the image's CA bundle.
+			if ca, err := ctr.ReadFile(ctx, containers.CABundle); err != nil || !bytes.Contains(ca, []byte("BEGIN CERTIFICATE")) {
+				t.Fatalf("the image has no CA bundle at %s (%d bytes): %v", containers.CABundle, len(ca), err)
+			}
 			lines, err := ctr.ReadyLines(ctx)
 			if err != nil || len(lines) == 0 {
 				t.Fatalf("no ready line: %v", err)
