@@ -135,7 +135,10 @@ func errString(err error) string {
 // drops or ctx is done.
 func (rr *rankRun) receive(ctx context.Context, q *msgQueue) error {
 	if rr.replay != "" {
-		rr.resync(ctx, rr.w.ResumeFrom())
+		fresh := !rr.w.has
+		if !rr.resync(ctx, rr.w.ResumeFrom()) && fresh && rr.p.cfg.ReplayFirst {
+			return errFirstReplay
+		}
 	}
 	for {
 		msg, err := q.next(ctx)
@@ -186,13 +189,17 @@ func (rr *rankRun) apply(seq uint64, payload []byte) {
 	}
 }
 
+// errFirstReplay closes a connection whose first replay failed (Config.ReplayFirst).
+var errFirstReplay = errors.New("first replay failed: redialing before applying live messages")
+
 // errRestart aborts a replay whose overlap shows the publisher restarted.
 var errRestart = errors.New("replay overlap differs from applied messages: publisher restarted")
 
 // resync asks the rank's replay socket for every buffered batch from start and applies them,
 // de-duplicated by sequence against what was applied. If the overlap shows a restarted publisher
-// it clears and asks again from 0, once. Failures are counted and fail open (live continues).
-func (rr *rankRun) resync(ctx context.Context, start uint64) {
+// it clears and asks again from 0, once. Failures are counted and fail open (live continues); it
+// reports whether the replay completed.
+func (rr *rankRun) resync(ctx context.Context, start uint64) bool {
 	for attempt := 0; attempt < 2; attempt++ {
 		n, err := rr.replayOnce(ctx, start)
 		if errors.Is(err, errRestart) && attempt == 0 {
@@ -205,20 +212,21 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			rr.oversize(rr.replay, err)
 			rr.p.lab.replay(rr.rank, "failed")
 			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
 				Addr: rr.replay, Detail: err.Error()})
-			rr.p.cfg.Logger.Warn("ingest: replay failed, continuing live", append(rr.log(), "err", err)...)
-			return
+			rr.p.cfg.Logger.Warn("ingest: replay failed", append(rr.log(), "err", err)...)
+			return false
 		}
 		rr.p.lab.replay(rr.rank, "completed")
 		rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "completed", Count: n, Seq: start, HasSeq: true,
 			Addr: rr.replay})
-		return
+		return true
 	}
+	return false
 }
 
 // replayOnce runs one DEALER exchange: send ["", start], apply replies until the end marker.

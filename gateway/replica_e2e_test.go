@@ -1,0 +1,191 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/engines/sim"
+	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/assemble"
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/proxy"
+)
+
+// startReplica starts another gateway with p's options over p's engines, as a second replica
+// behind the same load balancer would run: its own registry, its own listeners, the same rules and
+// certificates. It returns a pool view whose requests and dry runs go to the replica.
+func (p *pool) startReplica(t *testing.T) *pool {
+	t.Helper()
+	opts := p.opts
+	cfg := *opts.Config
+	opts.Config = &cfg
+	opts.Registry = prometheus.NewRegistry()
+	gw, err := assemble.New(assemble.Config{Options: opts, Transport: proxy.DefaultTransport()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		gw.Shutdown(sctx)
+		cancel()
+	})
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := *p
+	r.g, r.srv, r.reg = gw.Runtime, gw.Servers, opts.Registry
+	r.base = "http://" + gw.Servers.Client["127.0.0.1:0"]
+	r.admin = "http://" + gw.Servers.Admin
+	r.cleanup = nil
+	return &r
+}
+
+// readyz is the replica's /readyz answer: status code and body.
+func (p *pool) readyz() (int, gateway.Readiness) {
+	p.t.Helper()
+	resp, err := http.Get(p.base + "/readyz")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rd gateway.Readiness
+	if err := json.NewDecoder(resp.Body).Decode(&rd); err != nil {
+		p.t.Fatal(err)
+	}
+	return resp.StatusCode, rd
+}
+
+func sortedKeys(kc []inventory.KeyCount) []inventory.KeyCount {
+	out := slices.Clone(kc)
+	slices.SortFunc(out, func(a, b inventory.KeyCount) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// TestE2ELateReplicaReadyWhenSynchronized is the case of a gateway replica started after the
+// engines have cached prompts: it is not ready while an endpoint's inventory is not yet rebuilt
+// from the engine's replay (the replay socket answers nothing at first), /readyz names the
+// endpoint and the rule's reason; once the replay answers it turns ready, and from its first ready
+// moment it holds exactly the inventory of the replica that saw everything live, explains the same
+// scores, and serves warm prompts with the same hit ratio.
+func TestE2ELateReplicaReadyWhenSynchronized(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 3, seed: strp("0"), mode: 3, certify: true, replay: true,
+		gwMod: func(o *gateway.Options) { o.EventReplayTimeout = 300 * time.Millisecond }})
+	ds := docs(6)
+	home := map[int]string{}
+	for i, d := range ds {
+		c := p.complete(d, false)
+		if c.status != 200 {
+			t.Fatalf("doc %d: %d %s", i, c.status, c.body)
+		}
+		home[i] = c.endpoint
+	}
+	follow := func(i int, tag string) string { return ds[i] + " A follow-up question " + tag + "?" }
+	for i := range ds {
+		eventually(t, 15*time.Second, fmt.Sprint("the first replica to learn doc ", i), func() bool { return p.overlap(follow(i, "a"), home[i]) > 0 })
+	}
+	warmOn := map[string]bool{}
+	for _, ep := range home {
+		warmOn[ep] = true
+	}
+	// The late replica cannot replay the busiest endpoint yet.
+	late := home[0]
+	var lateSim *sim.Engine
+	for _, s := range p.sims {
+		if s.Config().Endpoint == late {
+			lateSim = s
+		}
+	}
+	on, off := true, false
+	if _, err := lateSim.SetFaults(sim.FaultPatch{ReplayOff: &on}); err != nil {
+		t.Fatal(err)
+	}
+	r := p.startReplica(t)
+	unsynced := func(rd gateway.Readiness) bool {
+		if rd.Ready || len(rd.Rules) != 1 || !slices.Contains(rd.Rules[0].Reasons, gateway.ReasonUnsynchronized) {
+			return false
+		}
+		for _, e := range rd.Rules[0].Endpoints {
+			if (e.Name == late) != e.Unsynchronized || (e.Name == late) == e.Ready {
+				return false
+			}
+		}
+		return true
+	}
+	eventually(t, 10*time.Second, "the late replica to sync every endpoint but "+late, func() bool {
+		code, rd := r.readyz()
+		return code == http.StatusServiceUnavailable && unsynced(rd)
+	})
+	// Several replay timeouts and redials later it is still not ready: a failed replay never
+	// leaves it routing from the live stream alone.
+	for range 10 {
+		time.Sleep(100 * time.Millisecond)
+		if code, rd := r.readyz(); code != http.StatusServiceUnavailable || !unsynced(rd) {
+			t.Fatalf("ready before %s was replayed: %d %+v", late, code, rd)
+		}
+	}
+	if _, err := lateSim.SetFaults(sim.FaultPatch{ReplayOff: &off}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := r.readyz(); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, rd := r.readyz()
+			t.Fatalf("the late replica never turned ready: %+v", rd)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Its first ready moment: the same inventory, endpoint by endpoint.
+	for _, s := range p.sims {
+		ep := s.Config().Endpoint
+		a, _ := p.g.Inventory("pool", ep)
+		b, _ := r.g.Inventory("pool", ep)
+		if !slices.Equal(sortedKeys(a), sortedKeys(b)) {
+			t.Fatalf("endpoint %s: first replica holds %d keys, the late one %d at its first ready moment", ep, len(a), len(b))
+		}
+		if warmOn[ep] && len(a) == 0 {
+			t.Fatalf("endpoint %s: warmed but empty", ep)
+		}
+	}
+	// The same scores for every warm prompt, then the same hit ratio served: the first replica
+	// serves follow-ups "a", the late one follow-ups "b" (same prefixes, distinct tails).
+	for i := range ds {
+		for _, ep := range p.sims {
+			name := ep.Config().Endpoint
+			if a, b := p.overlap(follow(i, "b"), name), r.overlap(follow(i, "b"), name); a != b {
+				t.Fatalf("doc %d on %s: overlap %d on the first replica, %d on the late one", i, name, a, b)
+			}
+		}
+	}
+	var cachedA, cachedB, promptA, promptB int
+	for i := range ds {
+		a, b := p.complete(follow(i, "a"), false), r.complete(follow(i, "b"), false)
+		if a.endpoint != home[i] || b.endpoint != home[i] {
+			t.Fatalf("doc %d cached on %s: first replica routed to %s, late one to %s (%s)", i, home[i], a.endpoint, b.endpoint, b.decision)
+		}
+		cachedA, promptA = cachedA+a.cached, promptA+a.prompt
+		cachedB, promptB = cachedB+b.cached, promptB+b.prompt
+	}
+	if cachedA == 0 || cachedA != cachedB || promptA != promptB {
+		t.Fatalf("hit ratio: first replica %d/%d cached, late one %d/%d", cachedA, promptA, cachedB, promptB)
+	}
+}
