@@ -89,6 +89,10 @@ type Options struct {
 	// EventReplayTimeout bounds one replay exchange with an engine's replay socket (0: ingest's
 	// default, 15s); a failed first replay redials and asks again.
 	EventReplayTimeout time.Duration
+	// EngineLoadInterval scrapes each engine's own request gauges (engines.LoadGauges) this often
+	// and adds what they count beyond this gateway's own in-flight share (other replicas') to the
+	// endpoint's load (0: off; at least engineload.MinInterval).
+	EngineLoadInterval time.Duration
 }
 
 // Gateway is the rule runtimes of a running gateway and their control (assemble.Gateway adds the
@@ -260,6 +264,17 @@ func (g *Gateway) Start(ctx context.Context) error {
 		defer g.wg.Done()
 		g.runExpiry(g.ctx, expiry)
 	}()
+	if iv := g.engineLoadInterval(); iv > 0 {
+		m, err := newEngineLoadMetrics(g.reg, g, iv)
+		if err != nil {
+			return fmt.Errorf("engine load metrics: %w", err)
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runEngineLoad(g.ctx, iv, m)
+		}()
+	}
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)

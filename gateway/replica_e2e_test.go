@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // startReplica starts another gateway with p's options over p's engines, as a second replica
@@ -187,5 +190,66 @@ func TestE2ELateReplicaReadyWhenSynchronized(t *testing.T) {
 	}
 	if cachedA == 0 || cachedA != cachedB || promptA != promptB {
 		t.Fatalf("hit ratio: first replica %d/%d cached, late one %d/%d", cachedA, promptA, cachedB, promptB)
+	}
+}
+
+// TestE2EReplicasShareLoadThroughEngineGauges: two replicas over the same engines, the
+// least-load selector on both. Requests held in flight on one endpoint through replica B are
+// invisible to replica A's own count; with the engines' gauges scraped, A's status shows them as
+// the endpoint's other load (the engine's running count beyond A's share), and A's cold prompts
+// avoid that endpoint (without the engines' count both endpoints are idle to A and it alternates).
+func TestE2EReplicasShareLoadThroughEngineGauges(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), replay: true,
+		ruleMod: func(r *rules.Rule) { r.Selector = "least-load" },
+		gwMod:   func(o *gateway.Options) { o.EngineLoadInterval = 50 * time.Millisecond }})
+	b := p.startReplica(t)
+	const held = 3
+	done := make(chan completion, held)
+	body, _ := json.Marshal(map[string]any{"model": p.model, "prompt": "hold the line", "max_tokens": 4000})
+	for range held {
+		go func() {
+			resp, err := http.Post(b.base+"/v1/completions", "application/json", bytes.NewReader(body))
+			c := completion{}
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				c.status, c.endpoint = resp.StatusCode, resp.Header.Get(proxy.HeaderEndpoint)
+			}
+			done <- c
+		}()
+	}
+	// B spreads its three over both endpoints (least-load): find the busier one as the engines
+	// report it, through A's status.
+	var busy string
+	eventually(t, 10*time.Second, "replica A to read the engines' running gauges", func() bool {
+		total := 0
+		for _, e := range p.g.Status().Rules[0].Endpoints {
+			if e.EngineLoad == nil || e.EngineLoad.Stale || e.EngineLoad.Err != "" {
+				return false
+			}
+			total += e.EngineLoad.Others
+			if busy == "" || e.EngineLoad.Others > 1 {
+				if e.EngineLoad.Others > 1 {
+					busy = e.Name
+				}
+			}
+		}
+		return total == held && busy != ""
+	})
+	for _, e := range p.g.Status().Rules[0].Endpoints {
+		if e.Active != 0 || e.EngineLoad.Own != 0 || e.EngineLoad.Running != e.EngineLoad.Others {
+			t.Fatalf("%s: A's own %d (at scrape %d), engine running %d, others %d", e.Name, e.Active, e.EngineLoad.Own, e.EngineLoad.Running, e.EngineLoad.Others)
+		}
+	}
+	for i := range 4 {
+		c := p.complete(fmt.Sprintf("a cold prompt number %d about nothing in particular", i), false)
+		if c.status != 200 || c.endpoint == busy {
+			t.Fatalf("cold prompt %d: status %d on %s, the endpoint the other replica keeps busy", i, c.status, c.endpoint)
+		}
+	}
+	for range held {
+		if c := <-done; c.status != 200 {
+			t.Fatalf("held request: %+v", c)
+		}
 	}
 }

@@ -48,6 +48,8 @@ type EndpointStatus struct {
 	// Exact is the endpoint's runtime exactness: eligible, suspended or uncertified, since when,
 	// why, and the live checks' evidence.
 	Exact *EndpointExact `json:"exact,omitempty"`
+	// EngineLoad is the engine's own request count as last scraped (absent: not scraped).
+	EngineLoad *EngineLoadStatus `json:"engine_load,omitempty"`
 }
 
 // Status reports every rule.
@@ -67,7 +69,7 @@ func (g *Gateway) Status() Status {
 		for _, e := range rt.eps {
 			es := EndpointStatus{Name: e.Name, Address: e.Address, Role: string(e.Role), Excluded: string(e.Health.Excluded()),
 				Breaker: e.Health.Breaker.State().String(), Active: e.Active(), Served: e.Served(), Resident: rt.index.Resident(e.ID),
-				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced()}
+				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced(), EngineLoad: g.engineLoadStatus(e)}
 			if v, ok := rt.errs.Load(e.Name); ok {
 				es.EventErr = v.(string)
 			}

@@ -64,6 +64,7 @@ func run(args []string) int {
 	otlpEndpoint := fs.String("otlp-endpoint", "", "send OpenTelemetry traces over OTLP/gRPC to this host:port (default: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; the other OTEL_* variables apply)")
 	otlpInsecure := fs.Bool("otlp-insecure", false, "send the traces without TLS (a collector beside the gateway)")
 	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
+	engineLoad := fs.Duration("engine-load-interval", 0, "scrape each engine's own running/waiting request gauges this often and add what they count beyond this gateway's share (other replicas') to its load (0: off; minimum 50ms; use with several replicas)")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -111,6 +112,7 @@ func run(args []string) int {
 		opts.ProbeInterval = -1
 	}
 	opts.ReprobeInterval = *reprobe
+	opts.EngineLoadInterval = *engineLoad
 	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1
