@@ -6,18 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/proxy"
+	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -251,5 +256,152 @@ func TestE2EReplicasShareLoadThroughEngineGauges(t *testing.T) {
 		if c := <-done; c.status != 200 {
 			t.Fatalf("held request: %+v", c)
 		}
+	}
+}
+
+// tcpCut forwards 127.0.0.1 connections to target until cut: then it closes its listener and
+// every forwarded connection, as a network partition between one replica and one engine would.
+type tcpCut struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newTCPCut(t *testing.T, target string) *tcpCut {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &tcpCut{l: l}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns = append(c.conns, in, out)
+			c.mu.Unlock()
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+	t.Cleanup(c.cut)
+	return c
+}
+
+func (c *tcpCut) addr() string { return "tcp://" + c.l.Addr().String() }
+
+func (c *tcpCut) cut() {
+	c.l.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.conns {
+		x.Close()
+	}
+	c.conns = nil
+}
+
+// TestE2EReplicaCutFromOneEngineFencesOnlyThere: replica B reaches engine e0's event publisher
+// through a link that is then cut. B holds e0 out of KV-exact (exactness events_unsynced, its
+// explain shows e0 not eligible) and stays ready (e0 was synchronized once and still serves);
+// replica A, still subscribed, keeps routing the warm prompt to e0 exactly. Before the cut both
+// replicas' explains agree on every endpoint's score.
+func TestE2EReplicaCutFromOneEngineFencesOnlyThere(t *testing.T) {
+	var link *tcpCut
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true})
+	link = newTCPCut(t, strings.TrimPrefix(p.sims[0].PublishAddrs()[0], "tcp://"))
+	opts := p.opts
+	cfg := *opts.Config
+	cfg.Rules = slices.Clone(cfg.Rules)
+	cfg.Rules[0].Endpoints = slices.Clone(cfg.Rules[0].Endpoints)
+	cfg.Rules[0].Endpoints[0].Events.ZMQ = []string{link.addr()}
+	p.opts.Config = &cfg
+	// B's certificate names the address B reads e0's events from (the certificate binds it).
+	cert := *opts.Certificates[0]
+	cert.Endpoints = slices.Clone(cert.Endpoints)
+	cert.Endpoints[0] = certificate.NewEndpoint(gateway.IdentityOf(&cfg.Rules[0], 0), cert.Endpoints[0].Certified)
+	p.opts.Certificates = []*certificate.Certificate{&cert}
+	b := p.startReplica(t)
+	p.opts = opts
+	for _, ep := range []string{"e0", "e1"} {
+		eventually(t, 10*time.Second, "replica B subscribed to "+ep, func() bool {
+			rd := b.g.Readiness()
+			for _, e := range rd.Rules[0].Endpoints {
+				if e.Name == ep {
+					return e.Ready
+				}
+			}
+			return false
+		})
+	}
+	doc := docs(1)[0]
+	var home string
+	for {
+		c := p.complete(doc, false)
+		if c.status != 200 {
+			t.Fatalf("%d %s", c.status, c.body)
+		}
+		if home = c.endpoint; home == "e0" {
+			break
+		}
+		doc += " Again." // until a version lands on e0, the engine B gets cut from
+	}
+	follow := doc + " A follow-up?"
+	eventually(t, 10*time.Second, "both replicas to learn the prompt on e0", func() bool {
+		return p.overlap(follow, "e0") > 0 && b.overlap(follow, "e0") == p.overlap(follow, "e0")
+	})
+	for _, ep := range []string{"e0", "e1"} {
+		if a, bb := p.overlap(follow, ep), b.overlap(follow, ep); a != bb {
+			t.Fatalf("%s: explain overlap %d on A, %d on B", ep, a, bb)
+		}
+	}
+	link.cut()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := b.g.Status().Rules[0].Endpoints[0]
+		if st.Exact != nil && slices.Contains(st.Exact.Holds, "events_unsynced") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica B did not fence e0: %+v %+v readiness %+v", st, st.Exact, b.g.Readiness())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, rd := b.readyz(); code != http.StatusOK {
+		t.Fatalf("replica B unready after losing one engine's stream: %+v", rd)
+	}
+	explain := func(q *pool) route.EndpointEvidence {
+		body, _ := json.Marshal(map[string]any{"model": q.model, "prompt": follow})
+		hr, _ := http.NewRequest("POST", "/v1/completions", nil)
+		req, err := proxy.ParseRequest(hr, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, _ := q.g.Router("pool")
+		d, err := rt.Explain(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range d.Endpoints {
+			if e.Name == "e0" {
+				return e
+			}
+		}
+		t.Fatalf("no e0 in %+v", d)
+		return route.EndpointEvidence{}
+	}
+	if ea, eb := explain(p), explain(b); !ea.Eligible || eb.Eligible {
+		t.Fatalf("e0 eligible on A %v (want true), on B %v (want false)", ea.Eligible, eb.Eligible)
+	}
+	c := p.complete(follow, false)
+	if c.endpoint != "e0" || c.cached == 0 {
+		t.Fatalf("replica A: warm prompt to %s with %d cached tokens, want e0 with a hit (%s)", c.endpoint, c.cached, c.decision)
 	}
 }
