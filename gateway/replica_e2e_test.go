@@ -405,3 +405,47 @@ func TestE2EReplicaCutFromOneEngineFencesOnlyThere(t *testing.T) {
 		t.Fatalf("replica A: warm prompt to %s with %d cached tokens, want e0 with a hit (%s)", c.endpoint, c.cached, c.decision)
 	}
 }
+
+// replays is a registry's kvexact_ingest_replays_total for one endpoint and outcome.
+func replays(t *testing.T, reg *prometheus.Registry, endpoint, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "kvexact_ingest_replays_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			lab := map[string]string{}
+			for _, l := range m.GetLabel() {
+				lab[l.GetName()] = l.GetValue()
+			}
+			if lab["endpoint"] == endpoint && lab["outcome"] == outcome {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// TestE2ELateReplicaSeesTruncatedReplay: when the engine's replay buffer no longer holds its
+// first batches, a replica started later cannot rebuild what they stored; it says so (replay
+// outcome truncated, counted per endpoint) instead of silently under-predicting. The replica that
+// followed from the start counts none.
+func TestE2ELateReplicaSeesTruncatedReplay(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), replay: true,
+		simMod: func(_ int, c *sim.Config) { c.ReplayBuffer = 4 }})
+	for i, d := range docs(6) {
+		if c := p.complete(d, false); c.status != 200 {
+			t.Fatalf("doc %d: %d", i, c.status)
+		}
+	}
+	r := p.startReplica(t)
+	eventually(t, 10*time.Second, "the late replica to count a truncated replay", func() bool { return replays(t, r.reg, "e0", "truncated") == 1 })
+	if n := replays(t, p.reg, "e0", "truncated"); n != 0 {
+		t.Fatalf("the replica that followed from the start counted %v truncated replays", n)
+	}
+}

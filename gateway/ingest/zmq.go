@@ -245,6 +245,7 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 		return 0, fmt.Errorf("replay request to %s: %w", rr.replay, err)
 	}
 	n := 0
+	fresh := start == 0 && !rr.w.has
 	for {
 		msg, err := d.Recv()
 		if err != nil {
@@ -258,6 +259,14 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 			return n, nil
 		}
 		n++
+		if fresh && n == 1 && seq > 0 {
+			// The publisher's buffer no longer holds its first batches: what they stored and the
+			// engine still caches is invisible to this mirror (misses, never false hits).
+			rr.p.lab.replay(rr.rank, "truncated")
+			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "truncated", Seq: seq, HasSeq: true, Addr: rr.replay})
+			rr.p.cfg.Logger.Warn("ingest: replay history truncated: blocks stored before the replay buffer's first batch are unknown until evicted or stored again",
+				append(rr.log(), "first_seq", seq)...)
+		}
 		digest := maphash.Bytes(rr.p.seed, payload)
 		v, missing := rr.w.Check(seq, digest, true)
 		if v == Restart {
