@@ -14,11 +14,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/kvexact/kvexact/engines"
 )
@@ -102,31 +99,80 @@ func Scrape(ctx context.Context, hc *http.Client, base string, g engines.LoadGau
 }
 
 // Parse reads the gauges from a Prometheus text exposition: each named gauge summed over its
-// samples. A gauge family missing from the text, of another type, or with a value that is not a
-// count in [0, MaxRequests] is an error naming it.
+// samples. It reads only the lines of the named families (a scrape runs every interval for every
+// engine, so the other families' histograms are skipped, not parsed). A gauge family missing from
+// the text, declared as another type, or with a sample value that is not a count in
+// [0, MaxRequests] is an error naming it and the line.
 func Parse(body []byte, g engines.LoadGauges) (running, waiting int, err error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return 0, 0, &ScrapeError{KindParse, err}
+	want := make(map[string]*family, len(g.Running)+len(g.Waiting))
+	for _, n := range g.Running {
+		want[n] = &family{}
+	}
+	for _, n := range g.Waiting {
+		want[n] = &family{}
+	}
+	line := 0
+	for len(body) > 0 {
+		line++
+		var l []byte
+		if k := bytes.IndexByte(body, '\n'); k >= 0 {
+			l, body = body[:k], body[k+1:]
+		} else {
+			l, body = body, nil
+		}
+		if len(l) == 0 {
+			continue
+		}
+		if l[0] == '#' {
+			// "# TYPE name type": the family's declared type.
+			f := bytes.Fields(l)
+			if len(f) == 4 && string(f[1]) == "TYPE" {
+				if fam, ok := want[string(f[2])]; ok {
+					fam.typ = string(f[3])
+				}
+			}
+			continue
+		}
+		end := bytes.IndexAny(l, "{ ")
+		if end <= 0 {
+			continue
+		}
+		fam, ok := want[string(l[:end])]
+		if !ok {
+			continue
+		}
+		name := string(l[:end])
+		rest := l[end:]
+		if rest[0] == '{' {
+			// Label values may hold '}' inside quotes: the label set ends at the last '}'.
+			k := bytes.LastIndexByte(rest, '}')
+			if k < 0 {
+				return 0, 0, &ScrapeError{KindParse, fmt.Errorf("line %d: %s: unterminated label set", line, name)}
+			}
+			rest = rest[k+1:]
+		}
+		f := bytes.Fields(rest) // value [timestamp]
+		if len(f) < 1 || len(f) > 2 {
+			return 0, 0, &ScrapeError{KindParse, fmt.Errorf("line %d: %s: want a value and an optional timestamp", line, name)}
+		}
+		v, perr := strconv.ParseFloat(string(f[0]), 64)
+		if perr != nil || math.IsNaN(v) || v < 0 || v > MaxRequests || v != math.Trunc(v) {
+			return 0, 0, &ScrapeError{KindParse, fmt.Errorf("line %d: %s: value %q is not a request count in [0, %d]", line, name, f[0], MaxRequests)}
+		}
+		fam.sum += v
+		fam.seen = true
 	}
 	sum := func(names []string) (int, error) {
 		total := 0.0
 		for _, n := range names {
-			f, ok := fams[n]
-			if !ok {
+			fam := want[n]
+			if !fam.seen {
 				return 0, &ScrapeError{KindMissing, fmt.Errorf("gauge %s not reported", n)}
 			}
-			if f.GetType() != dto.MetricType_GAUGE {
-				return 0, &ScrapeError{KindParse, fmt.Errorf("%s: type %s, want gauge", n, f.GetType())}
+			if fam.typ != "" && fam.typ != "gauge" {
+				return 0, &ScrapeError{KindParse, fmt.Errorf("%s: type %s, want gauge", n, fam.typ)}
 			}
-			for i, m := range f.GetMetric() {
-				v := m.GetGauge().GetValue()
-				if math.IsNaN(v) || v < 0 || v > MaxRequests || v != math.Trunc(v) {
-					return 0, &ScrapeError{KindParse, fmt.Errorf("%s sample %d: value %v is not a request count in [0, %d]", n, i, v, MaxRequests)}
-				}
-				total += v
-			}
+			total += fam.sum
 		}
 		if total > MaxRequests {
 			return 0, &ScrapeError{KindParse, fmt.Errorf("%v: sum %v over %d", names, total, MaxRequests)}
@@ -140,6 +186,13 @@ func Parse(body []byte, g engines.LoadGauges) (running, waiting int, err error) 
 		return 0, 0, err
 	}
 	return running, waiting, nil
+}
+
+// family is one wanted gauge family's samples as Parse reads them.
+type family struct {
+	typ  string
+	sum  float64
+	seen bool
 }
 
 // KindOf is err's kind (KindConnect for an error without one).

@@ -3,6 +3,7 @@ package engineload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +14,7 @@ import (
 	"github.com/kvexact/kvexact/engines/registry"
 )
 
-func gauges(t *testing.T, family string) engines.LoadGauges {
+func gauges(t testing.TB, family string) engines.LoadGauges {
 	t.Helper()
 	f, err := registry.Lookup(family)
 	if err != nil {
@@ -124,4 +125,30 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parse error without a parse kind: %v", err)
 		}
 	})
+}
+
+// BenchmarkParseVLLMPage: one scrape's parse cost, on a page shaped like vLLM's /metrics (its
+// request gauges among ~60 families of histograms and counters, 2 engine cores).
+func BenchmarkParseVLLMPage(b *testing.B) {
+	var sb strings.Builder
+	for f := range 60 {
+		fmt.Fprintf(&sb, "# HELP vllm:family_%d some histogram\n# TYPE vllm:family_%d histogram\n", f, f)
+		for core := range 2 {
+			for _, le := range []string{"0.01", "0.1", "1", "10", "+Inf"} {
+				fmt.Fprintf(&sb, "vllm:family_%d_bucket{engine=\"%d\",le=\"%s\",model_name=\"m\"} %d\n", f, core, le, f*7+core)
+			}
+			fmt.Fprintf(&sb, "vllm:family_%d_sum{engine=\"%d\",model_name=\"m\"} 12.5\nvllm:family_%d_count{engine=\"%d\",model_name=\"m\"} 9\n", f, core, f, core)
+		}
+	}
+	sb.WriteString("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3.0\nvllm:num_requests_running{engine=\"1\",model_name=\"m\"} 1.0\n")
+	sb.WriteString("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 2.0\nvllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 0.0\n")
+	page := []byte(sb.String())
+	g := gauges(b, "vllm")
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Parse(page, g); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
