@@ -42,7 +42,8 @@ func freeAddr(t *testing.T) string {
 // start runs the process and waits for its ready line (listening; not yet /readyz).
 func (r *replicaProc) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "-config", r.config, "-certificate", r.cert, "-probe-interval", "0", "-reprobe-interval", "0", "-access-log=false", "-log-level", "warn", "-event-replay-timeout", "500ms")
+	r.cmd = exec.Command(r.bin, "-test.run=^$")
+	r.cmd.Env = append(os.Environ(), replicaEnv+"="+r.config, "KVEXACT_TEST_REPLICA_CERT="+r.cert)
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
@@ -130,7 +131,8 @@ func (r *replicaProc) explain(model, prompt string) map[string]int {
 	return out
 }
 
-// TestE2EThreeReplicasBehindNginx: three gateway processes behind Debian's nginx over a simulated
+// TestE2EThreeReplicasBehindNginx: three gateway processes (this test binary running the gateway's
+// assembly, replica_main_test.go) behind Debian's nginx over a simulated
 // pool. Killed mid-run (SIGKILL), one replica loses only the requests in flight on it: nginx
 // retries a request whose connection to the dead replica was refused on the next one
 // (proxy_next_upstream error), and never re-sends a POST it already sent, so an in-flight one
@@ -152,11 +154,10 @@ func TestE2EThreeReplicasBehindNginx(t *testing.T) {
 	t0 := time.Now()
 	lap := func(what string) { t.Logf("%6.1fs %s", time.Since(t0).Seconds(), what) }
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gateway").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
+	bin, err := os.Executable() // the test binary runs as each gateway process (replica_main_test.go)
+	if err != nil {
+		t.Fatal(err)
 	}
-	lap("built")
 	cert := filepath.Join(dir, "certificate.json")
 	if err := p.opts.Certificates[0].Write(cert); err != nil {
 		t.Fatal(err)
