@@ -26,7 +26,7 @@ type EngineLoadStatus struct {
 }
 
 func (g *Gateway) engineLoadStatus(e *route.Endpoint) *EngineLoadStatus {
-	r := e.EngineReportNow()
+	r := e.LastEngineReport()
 	if r == nil {
 		return nil
 	}
@@ -87,7 +87,7 @@ func (g *Gateway) scrapeEngineLoads(ctx context.Context, hc *http.Client, iv tim
 				if ctx.Err() != nil {
 					return
 				}
-				prev := e.EngineReportNow()
+				prev := e.LastEngineReport()
 				if err != nil {
 					m.errors.WithLabelValues(rt.rule.Name, e.Name, engineload.KindOf(err)).Inc()
 					r := &route.EngineReport{At: at, Err: err.Error()}
@@ -148,7 +148,7 @@ func (c *engineLoadCollector) Collect(ch chan<- prometheus.Metric) {
 	defer c.g.mu.RUnlock()
 	for name, rt := range c.g.runtimes {
 		for _, e := range rt.eps {
-			r := e.EngineReportNow()
+			r := e.LastEngineReport()
 			if r == nil || r.Until.IsZero() {
 				continue
 			}

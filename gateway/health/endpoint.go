@@ -161,16 +161,6 @@ func (e *Endpoint) SetEventRanks(n int) {
 	e.updateSynced()
 }
 
-// SetEventConnected records that rank's event stream connected (and follows the engine: a rank
-// without replay) or was lost.
-func (e *Endpoint) SetEventConnected(rank int, up bool) {
-	s := EventsDown
-	if up {
-		s = EventsSynced
-	}
-	e.SetEventState(rank, s)
-}
-
 // SetEventState records one rank's event stream state.
 func (e *Endpoint) SetEventState(rank int, s EventState) {
 	e.evMu.Lock()

@@ -66,13 +66,13 @@ func TestReadyAndStateChangeLog(t *testing.T) {
 
 	e.SetEventRanks(2)
 	expect("two ranks, none connected", EventsUnsynced)
-	e.SetEventConnected(0, true)
+	e.SetEventState(0, EventsSynced)
 	expect("one of two", EventsUnsynced)
-	e.SetEventConnected(1, true)
+	e.SetEventState(1, EventsSynced)
 	expect("both", NotExcluded)
-	e.SetEventConnected(1, false)
+	e.SetEventState(1, EventsDown)
 	expect("one lost", EventsUnsynced)
-	e.SetEventConnected(5, true) // no such rank: ignored
+	e.SetEventState(5, EventsSynced) // no such rank: ignored
 	expect("unknown rank", EventsUnsynced)
 	e.SetEventRanks(1) // rank 1 gone; rank 0 stays connected
 	expect("one rank", NotExcluded)

@@ -83,8 +83,8 @@ type EngineReport struct {
 // SetEngineReport records the engine's latest report (nil: forget it).
 func (e *Endpoint) SetEngineReport(r *EngineReport) { e.engine.Store(r) }
 
-// EngineReportNow is the engine's latest report, nil when none was read.
-func (e *Endpoint) EngineReportNow() *EngineReport { return e.engine.Load() }
+// LastEngineReport is the engine's latest report, nil when none was read.
+func (e *Endpoint) LastEngineReport() *EngineReport { return e.engine.Load() }
 
 // Load is active + queued, plus the engine's report of other replicas' requests while it is fresh.
 func (e *Endpoint) Load() int {
