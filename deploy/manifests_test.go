@@ -408,3 +408,35 @@ func checkCertifyJob(t *testing.T, objs map[string]any, rc *rules.Config) {
 		}
 	}
 }
+
+// TestActivePassiveOverlay: deploy/picker-active-passive is the picker overlay whose replicas
+// compete for one Lease: each names itself by its pod, and the picker's service account may hold
+// that Lease and no other.
+func TestActivePassiveOverlay(t *testing.T) {
+	objs := decodeOverlay(t, "picker-active-passive")
+	dep := objs["Deployment/kvexact"].(*appsv1.Deployment)
+	c := dep.Spec.Template.Spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "--epp-leader-lease=llm/kvexact-picker") || !strings.Contains(args, "--epp=") {
+		t.Fatalf("active-passive picker args %q lack the Lease or --epp", args)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas < 2 {
+		t.Fatalf("active-passive needs at least 2 replicas, has %v", dep.Spec.Replicas)
+	}
+	if len(c.Env) == 0 || c.Env[0].Name != "POD_NAME" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Fatalf("the Lease identity must be the pod's name (POD_NAME from metadata.name), env %+v", c.Env)
+	}
+	rb := objs["RoleBinding/kvexact-leader"].(*rbacv1.RoleBinding)
+	if rb.Subjects[0].Name != dep.Spec.Template.Spec.ServiceAccountName || rb.RoleRef.Name != "kvexact-leader" {
+		t.Fatalf("the Lease Role is bound to %q, the picker runs as %q", rb.Subjects[0].Name, dep.Spec.Template.Spec.ServiceAccountName)
+	}
+	role := objs["Role/kvexact-leader"].(*rbacv1.Role)
+	for _, r := range role.Rules {
+		if !slices.Equal(r.Resources, []string{"leases"}) {
+			t.Fatalf("the Lease Role reaches %v", r.Resources)
+		}
+		if !slices.Contains(r.Verbs, "create") && !slices.Equal(r.ResourceNames, []string{"kvexact-picker"}) {
+			t.Fatalf("the Lease Role may %v Leases %v, want only kvexact-picker", r.Verbs, r.ResourceNames)
+		}
+	}
+}

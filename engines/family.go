@@ -21,4 +21,5 @@ type Family interface {
 	Container
 	Events
 	PD
+	Load
 }

@@ -44,6 +44,8 @@ type pool struct {
 	transport *http.Transport
 	// certPath is the certificate file the gateway reloads from (poolSpec.certFile).
 	certPath string
+	// opts are the gateway's options (a replica started later reuses them).
+	opts gateway.Options
 }
 
 type poolSpec struct {
@@ -195,6 +197,7 @@ func startPool(t *testing.T, spec poolSpec) *pool {
 	if spec.gwMod != nil {
 		spec.gwMod(&opts)
 	}
+	p.opts = opts
 	var upstream http.RoundTripper = p.transport
 	if spec.upstream != nil {
 		upstream = spec.upstream(upstream)

@@ -93,8 +93,8 @@ func (x *endpointExact) logTransition(t exactness.Transition) {
 	}
 	for _, c := range t.Raised {
 		lvl := slog.LevelError
-		if c == exactness.Restart {
-			lvl = slog.LevelWarn
+		if c == exactness.Restart || c == exactness.Unsynced {
+			lvl = slog.LevelWarn // the gateway's own bookkeeping (a restart, a stream replaying), not a failed check
 		}
 		x.log.Log(context.Background(), lvl, "KV-exact suspended", "hold", string(c), "state", string(t.To), "reason", reasons[c], "lifts", exactness.Lifts(c))
 	}

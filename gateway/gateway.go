@@ -29,6 +29,7 @@ import (
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/registry"
+	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/hashcore"
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/hub"
@@ -100,6 +101,13 @@ type Options struct {
 	// "tokenizer") tries again, so it becomes exact by itself once the files appear (default
 	// DefaultTokenizerRetry; it is also the pool's failure memory when the gateway builds the pool).
 	TokenizerRetry time.Duration
+	// EventReplayTimeout bounds one replay exchange with an engine's replay socket (0: ingest's
+	// default, 15s); a failed first replay redials and asks again.
+	EventReplayTimeout time.Duration
+	// EngineLoadInterval scrapes each engine's own request gauges (engines.LoadGauges) this often
+	// and adds what they count beyond this gateway's own in-flight share (other replicas') to the
+	// endpoint's load (0: off; at least engineload.MinInterval).
+	EngineLoadInterval time.Duration
 }
 
 // DefaultTokenizerRetry is Options.TokenizerRetry's default.
@@ -338,6 +346,17 @@ func (g *Gateway) Start(ctx context.Context) error {
 		defer g.wg.Done()
 		g.runTokenizerRetry(g.ctx, g.opts.TokenizerRetry)
 	}()
+	if iv := g.engineLoadInterval(); iv > 0 {
+		m, err := newEngineLoadMetrics(g.reg, g, iv)
+		if err != nil {
+			return fmt.Errorf("engine load metrics: %w", err)
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runEngineLoad(g.ctx, iv, m)
+		}()
+	}
 	if g.opts.ProbeInterval >= 0 {
 		p := &health.Prober{Interval: g.opts.ProbeInterval, Client: &http.Client{Transport: g.transport()}}
 		g.wg.Add(1)
@@ -731,7 +750,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if ranks == 0 {
 			ranks = 1 // the drain poller
 		}
-		h := ep.Health
+		h, x := ep.Health, rt.epExact[i]
 		h.SetEventRanks(ranks)
 		ctx, cancel := context.WithCancel(g.ctx)
 		var hasher *hashcore.Hasher
@@ -759,8 +778,9 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		}
 		src, err := ingest.New(ingest.Config{
 			Rule: r.Name, Endpoint: e.Name, Family: r.Engine.Family, Release: r.Engine.Release,
-			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ClearUnreplayed: true,
-			DrainURL: e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, t); ew.trace(t) },
+			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ReplayFirst: true, ClearUnreplayed: true,
+			ReplayTimeout: g.opts.EventReplayTimeout,
+			DrainURL:      e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, x, e.Events.Replay, t); ew.trace(t) },
 			Groups: rt.groups.Endpoint(ep.ID),
 		})
 		if err != nil {
@@ -784,14 +804,34 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 	return nil
 }
 
-// eventConnection keeps the endpoint's health in step with its event streams' connections.
-func eventConnection(h *health.Endpoint, t ingest.Trace) {
+// eventConnection keeps the endpoint's health and exactness in step with its event streams: a
+// rank is synchronized once connected and, where it has a replay address, once the replay that
+// rebuilds its inventory has completed (ingest applies no live message before it: ReplayFirst).
+// While any rank is not, KV-exact holds the endpoint (exactness.Unsynced).
+func eventConnection(h *health.Endpoint, x *endpointExact, replay []string, t ingest.Trace) {
 	switch {
 	case t.Type == "connect":
-		h.SetEventConnected(t.Rank, true)
+		if t.Rank < len(replay) && replay[t.Rank] != "" {
+			h.SetEventState(t.Rank, health.EventsReplaying)
+		} else {
+			h.SetEventState(t.Rank, health.EventsSynced)
+		}
+	case t.Type == "replay" && t.Reason == "completed":
+		h.SetEventState(t.Rank, health.EventsSynced)
 	case t.Type == "disconnect", t.Type == "error" && (t.Reason == "dial" || t.Reason == "http"):
-		h.SetEventConnected(t.Rank, false)
+		h.SetEventState(t.Rank, health.EventsDown)
+	default:
+		return
 	}
+	if h.EventsSynchronized() {
+		x.apply(exactness.Evidence{Type: exactness.StreamSynced})
+		return
+	}
+	why := fmt.Sprintf("rank %d %s", t.Rank, t.Type)
+	if t.Type == "connect" {
+		why = fmt.Sprintf("rank %d replaying", t.Rank)
+	}
+	x.apply(exactness.Evidence{Type: exactness.StreamUnsynced, Detail: why})
 }
 
 // Routes is the table the front ends resolve a request's rule with (the proxy, the Endpoint

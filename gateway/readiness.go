@@ -21,11 +21,18 @@ type Readiness struct {
 }
 
 // RuleReadiness is one rule's readiness: ready when its tokenizer is present (where the rule
-// needs one) and at least one of its endpoints is ready.
+// needs one), at least one of its endpoints is ready, and every endpoint still in rotation has
+// been synchronized with its engine at least once since the gateway started (its inventory was
+// rebuilt from the engine's replay, not started empty): a replica that starts after the engines
+// is not ready until it holds what they cache. An endpoint out of rotation (admin_down, draining,
+// unhealthy, breaker_open) is excluded explicitly and does not hold the rule back; one whose
+// stream is lost after it was synchronized is fenced from KV-exact (exactness events_unsynced)
+// rather than taking the whole replica out of its load balancer.
 type RuleReadiness struct {
 	Name  string `json:"name"`
 	Ready bool   `json:"ready"`
-	// Reasons are the rule's causes, a closed set: tokenizer_missing, no_ready_endpoint.
+	// Reasons are the rule's causes, a closed set: tokenizer_missing, no_ready_endpoint,
+	// endpoint_unsynchronized.
 	Reasons []string `json:"reasons,omitempty"`
 	// Tokenizer says why the rule's tokenizer is missing (absent when it is present).
 	Tokenizer string              `json:"tokenizer,omitempty"`
@@ -37,14 +44,18 @@ type EndpointReadiness struct {
 	Name  string `json:"name"`
 	Ready bool   `json:"ready"`
 	// Reason is health.Reason's code: admin_down, draining, unhealthy, breaker_open,
-	// events_unsynced.
+	// events_unsynced, events_syncing.
 	Reason string `json:"reason,omitempty"`
+	// Unsynchronized: the endpoint is in rotation but its inventory has never been synchronized
+	// with the engine since the gateway started (its rule is not ready).
+	Unsynchronized bool `json:"unsynchronized,omitempty"`
 }
 
 // Rule readiness causes (RuleReadiness.Reasons).
 const (
 	ReasonTokenizerMissing = "tokenizer_missing"
 	ReasonNoReadyEndpoint  = "no_ready_endpoint"
+	ReasonUnsynchronized   = "endpoint_unsynchronized"
 )
 
 // Readiness reports whether the gateway is ready, rule by rule and endpoint by endpoint.
@@ -74,17 +85,23 @@ func (g *Gateway) Readiness() Readiness {
 
 func (rt *ruleRuntime) readiness() RuleReadiness {
 	rr := RuleReadiness{Name: rt.rule.Name, Endpoints: make([]EndpointReadiness, 0, len(rt.eps))}
-	some := false
+	some, unsynced := false, false
 	for _, e := range rt.eps {
 		why := e.Health.Ready()
-		rr.Endpoints = append(rr.Endpoints, EndpointReadiness{Name: e.Name, Ready: why == health.NotExcluded, Reason: string(why)})
-		some = some || why == health.NotExcluded
+		er := EndpointReadiness{Name: e.Name, Ready: why == health.NotExcluded, Reason: string(why)}
+		er.Unsynchronized = e.Health.Excluded() == health.NotExcluded && !e.Health.EverSynced()
+		rr.Endpoints = append(rr.Endpoints, er)
+		some = some || er.Ready
+		unsynced = unsynced || er.Unsynchronized
 	}
 	if why := rt.tokenizerMissing(); why != "" {
 		rr.Reasons, rr.Tokenizer = append(rr.Reasons, ReasonTokenizerMissing), why
 	}
 	if !some {
 		rr.Reasons = append(rr.Reasons, ReasonNoReadyEndpoint)
+	}
+	if unsynced {
+		rr.Reasons = append(rr.Reasons, ReasonUnsynchronized)
 	}
 	rr.Ready = len(rr.Reasons) == 0
 	return rr
@@ -112,7 +129,7 @@ func newHealthCollector(g *Gateway) *healthCollector {
 		ready:     prometheus.NewDesc("kvexact_ready", "1 while the gateway is ready (/readyz answers 200), else 0.", nil, nil),
 		ruleReady: prometheus.NewDesc("kvexact_rule_ready", "1 while the rule is ready (tokenizer present, at least one ready endpoint), else 0.", []string{"rule"}, nil),
 		epReady:   prometheus.NewDesc("kvexact_endpoint_ready", "1 while the endpoint is routable with every event stream connected, else 0.", []string{"rule", "endpoint"}, nil),
-		epExcl: prometheus.NewDesc("kvexact_endpoint_unready_reason", "1 for the reason the endpoint is not ready (a closed set: admin_down, draining, unhealthy, breaker_open, events_unsynced), else 0.",
+		epExcl: prometheus.NewDesc("kvexact_endpoint_unready_reason", "1 for the reason the endpoint is not ready (a closed set: admin_down, draining, unhealthy, breaker_open, events_unsynced, events_syncing), else 0.",
 			[]string{"rule", "endpoint", "reason"}, nil),
 		breaker: prometheus.NewDesc("kvexact_endpoint_breaker_state", "1 for the endpoint's circuit breaker state (closed, open, half-open), else 0.", []string{"rule", "endpoint", "state"}, nil),
 	}

@@ -57,6 +57,8 @@ type EndpointStatus struct {
 	// AdapterProbes are the probes the gateway ran for discovered adapters the endpoint's
 	// certificate entry did not prove (adapterproofs.go).
 	AdapterProbes []AdapterProbeStatus `json:"adapter_probes,omitempty"`
+	// EngineLoad is the engine's own request count as last scraped (absent: not scraped).
+	EngineLoad *EngineLoadStatus `json:"engine_load,omitempty"`
 }
 
 // Status reports every rule.
@@ -76,7 +78,7 @@ func (g *Gateway) Status() Status {
 		for _, e := range rt.eps {
 			es := EndpointStatus{Name: e.Name, Address: e.Address, Role: string(e.Role), Excluded: string(e.Health.Excluded()),
 				Breaker: e.Health.Breaker.State().String(), Active: e.Active(), Served: e.Served(), Resident: rt.index.Resident(e.ID),
-				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced()}
+				Certified: rt.exact.Endpoints[e.Name], Fenced: e.Fenced(), EngineLoad: g.engineLoadStatus(e)}
 			if v, ok := rt.errs.Load(e.Name); ok {
 				es.EventErr = v.(string)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/epp"
+	"github.com/kvexact/kvexact/gateway/leader"
 )
 
 // eppFlags are the Endpoint Picker mode's flags (docs/epp.md): with --epp the gateway also serves
@@ -27,6 +29,7 @@ type eppFlags struct {
 	addr, certFile, keyFile, clientCA string
 	fallbacks                         int
 	pool, rule, kubeconfig            string
+	lease, identity                   string
 	limits                            epp.Limits
 	maxStreams                        uint
 }
@@ -48,7 +51,9 @@ func (f *eppFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.fallbacks, "epp-fallbacks", 2, fmt.Sprintf("fallback endpoints listed after the destination (0..%d)", epp.MaxFallbacks))
 	fs.StringVar(&f.pool, "discover-pool", "", "NAMESPACE/NAME of an InferencePool whose ready pods × target ports become the endpoints of --discover-rule")
 	fs.StringVar(&f.rule, "discover-rule", "", "the rule (from --config) whose endpoints follow --discover-pool")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --discover-pool (default: the in-cluster service account)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --discover-pool and --epp-leader-lease (default: the in-cluster service account)")
+	fs.StringVar(&f.lease, "epp-leader-lease", "", "NAMESPACE/NAME of a Lease: pickers sharing it run active-passive, only the holder is ready (default: active-active)")
+	fs.StringVar(&f.identity, "epp-leader-identity", "", "this replica's identity in the Lease (default: $POD_NAME, else the host name)")
 }
 
 // start turns the flags into the picker's setup (its listener, TLS and, when asked, discovery) and
@@ -56,8 +61,8 @@ func (f *eppFlags) register(fs *flag.FlagSet) {
 // discovery has synced (at once without discovery).
 func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Logger) error {
 	if f.addr == "" {
-		if f.pool != "" || f.rule != "" {
-			return errors.New("--discover-pool and --discover-rule need --epp")
+		if f.pool != "" || f.rule != "" || f.lease != "" {
+			return errors.New("--discover-pool, --discover-rule and --epp-leader-lease need --epp")
 		}
 		return nil
 	}
@@ -91,6 +96,11 @@ func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Lo
 			return err
 		}
 	}
+	if f.lease != "" {
+		if pk.Leader, err = f.elector(ctx, log); err != nil {
+			return err
+		}
+	}
 	if f.certFile != "" {
 		if pk.Creds, err = epp.ServerTLS(f.certFile, f.keyFile, f.clientCA); err != nil {
 			return err
@@ -106,11 +116,39 @@ func (f *eppFlags) start(ctx context.Context, gw *assemble.Gateway, log *slog.Lo
 	return nil
 }
 
-func (f *eppFlags) discovery(g *gateway.Gateway, log *slog.Logger) (*discovery.Discovery, error) {
-	ns, name, ok := strings.Cut(f.pool, "/")
-	if !ok || ns == "" || name == "" || f.rule == "" {
-		return nil, errors.New("--discover-pool NAMESPACE/NAME and --discover-rule RULE go together")
+// elector competes for --epp-leader-lease until ctx is done.
+func (f *eppFlags) elector(ctx context.Context, log *slog.Logger) (*leader.Elector, error) {
+	ns, name, ok := strings.Cut(f.lease, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, errors.New("--epp-leader-lease: want NAMESPACE/NAME")
 	}
+	id := f.identity
+	if id == "" {
+		id = os.Getenv("POD_NAME")
+	}
+	if id == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--epp-leader-identity: %w", err)
+		}
+		id = h
+	}
+	kube, err := f.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	return leader.Start(ctx, leader.Config{Client: kube, Namespace: ns, Name: name, Identity: id, Log: log})
+}
+
+func (f *eppFlags) kubeClient() (*kubernetes.Clientset, error) {
+	rc, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+func (f *eppFlags) restConfig() (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	if f.kubeconfig != "" {
@@ -120,6 +158,18 @@ func (f *eppFlags) discovery(g *gateway.Gateway, log *slog.Logger) (*discovery.D
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return rc, nil
+}
+
+func (f *eppFlags) discovery(g *gateway.Gateway, log *slog.Logger) (*discovery.Discovery, error) {
+	ns, name, ok := strings.Cut(f.pool, "/")
+	if !ok || ns == "" || name == "" || f.rule == "" {
+		return nil, errors.New("--discover-pool NAMESPACE/NAME and --discover-rule RULE go together")
+	}
+	rc, err := f.restConfig()
+	if err != nil {
+		return nil, err
 	}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {

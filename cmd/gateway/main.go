@@ -67,6 +67,8 @@ func run(args []string) int {
 	otlpEndpoint := fs.String("otlp-endpoint", "", "send OpenTelemetry traces over OTLP/gRPC to this host:port (default: off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; the other OTEL_* variables apply)")
 	otlpInsecure := fs.Bool("otlp-insecure", false, "send the traces without TLS (a collector beside the gateway)")
 	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
+	engineLoad := fs.Duration("engine-load-interval", 0, "scrape each engine's own running/waiting request gauges this often and add what they count beyond this gateway's share (other replicas') to its load (0: off; minimum 50ms; use with several replicas)")
+	replayTimeout := fs.Duration("event-replay-timeout", 15*time.Second, "bound on one replay exchange with an engine's replay socket; a failed first replay redials and asks again, and the endpoint holds the gateway unready meanwhile")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -115,6 +117,8 @@ func run(args []string) int {
 	}
 	opts.ReprobeInterval = *reprobe
 	opts.TokenizerRetry = *tokRetry
+	opts.EngineLoadInterval = *engineLoad
+	opts.EventReplayTimeout = *replayTimeout
 	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1

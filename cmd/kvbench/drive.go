@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/bench/kvbench"
+	"github.com/kvexact/kvexact/gateway"
 )
 
 // drive is `kvbench drive`: it sends one seeded shared-prefix workload to running gateway listeners

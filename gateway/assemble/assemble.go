@@ -72,6 +72,7 @@ type Gateway struct {
 	cfg     Config
 	started bool
 	picker  *picker
+	leader  interface{ Leading() bool } // Picker.Leader
 	once    sync.Once
 }
 

@@ -30,6 +30,10 @@ type Picker struct {
 	// Discovery, when set, keeps its rule's endpoints following a Kubernetes InferencePool; it runs
 	// until Shutdown and the picker turns ready once it has synced (at once without it).
 	Discovery *discovery.Discovery
+	// Leader, when set, makes the picker active-passive: it is ready only while Leading (a
+	// Kubernetes Lease, gateway/leader) and the gateway is ready; a standby keeps its inventory
+	// warm. Nil: active-active, every ready replica serves.
+	Leader interface{ Leading() bool }
 }
 
 // picker is the running picker.
@@ -52,6 +56,7 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 	if a.picker != nil {
 		return errors.New("assemble: the picker already runs")
 	}
+	a.leader = pk.Leader
 	rc, log := a.cfg.Options.Config, a.cfg.Log
 	m, err := epp.NewMetrics(a.Runtime.Registry())
 	if err != nil {
@@ -104,7 +109,7 @@ func (a *Gateway) StartPicker(ctx context.Context, pk Picker) error {
 // setPickerReady sets the picker's gRPC readiness to the gateway's when it changed from was, and
 // returns it.
 func (a *Gateway) setPickerReady(srv *epp.Server, was bool, addr string) bool {
-	now := a.Runtime.Readiness().Ready
+	now := a.Runtime.Readiness().Ready && (a.leader == nil || a.leader.Leading())
 	if now == was {
 		return now
 	}

@@ -45,10 +45,14 @@ const (
 	// TokenDrift: on the router binding, the engine's events do not reproduce the gateway's
 	// tokenization of prompts routed to it.
 	TokenDrift Cause = "token_drift"
+	// Unsynced: the gateway's mirror of the endpoint does not follow the engine's event stream
+	// (a rank is not connected, or its replay has not rebuilt the inventory yet): blocks the
+	// engine evicted meanwhile may still be claimed.
+	Unsynced Cause = "events_unsynced"
 )
 
 // Causes is every cause in the stable order status, metrics and fence reasons use.
-var Causes = []Cause{Uncertified, Reprobe, Restart, Parity, Geometry, Probe, Shortfall, TokenDrift}
+var Causes = []Cause{Uncertified, Reprobe, Restart, Parity, Geometry, Probe, Shortfall, TokenDrift, Unsynced}
 
 // ClearedByHand reports whether the operator's clear (POST …/exact/clear) lifts c: the causes whose
 // evidence cannot come back while the endpoint is fenced (a fenced endpoint gets no KV-exact hits
@@ -68,6 +72,8 @@ func Lifts(c Cause) string {
 		return "lifts on re-certification, or when the engine restarts and its new process is verified"
 	case Probe:
 		return "lifts when a later probe of the same kind is reproduced, or on re-certification"
+	case Unsynced:
+		return "lifts when every rank's event stream is connected and its replay completed"
 	case Shortfall, TokenDrift:
 		return "lifts only by POST /admin/rules/{rule}/endpoints/{endpoint}/exact/clear?hold=" + string(c) + " after fixing the engine, or on re-certification"
 	}
@@ -141,6 +147,10 @@ const (
 	TokenDriftSeen
 	// Cleared: the operator cleared Cause by hand (only causes ClearedByHand accepts).
 	Cleared
+	// StreamUnsynced: a rank's event stream was lost or is replaying (Detail says which);
+	// StreamSynced: every rank follows the engine again.
+	StreamUnsynced
+	StreamSynced
 )
 
 // Evidence is one observation about the endpoint.
@@ -360,6 +370,13 @@ func (m *Machine) Apply(ev Evidence) Transition {
 		m.raise(&t, Shortfall, ev.Detail, at)
 	case TokenDriftSeen:
 		m.raise(&t, TokenDrift, ev.Detail, at)
+	case StreamUnsynced:
+		if m.has(Unsynced) {
+			break // the hold keeps the moment the stream stopped following the engine
+		}
+		m.raise(&t, Unsynced, fmt.Sprintf("event stream not synchronized since %s: %s", stamp(at), ev.Detail), at)
+	case StreamSynced:
+		m.lift(&t, Unsynced)
 	case Cleared:
 		if ClearedByHand(ev.Cause) {
 			m.lift(&t, ev.Cause)

@@ -294,3 +294,34 @@ func FuzzEvidence(f *testing.F) {
 		}
 	})
 }
+
+// TestStreamUnsynced: a lost or replaying event stream fences KV-exact until every rank follows
+// the engine again; a second loss keeps the first one's moment; other evidence does not lift it,
+// and an uncertified endpoint holds nothing.
+func TestStreamUnsynced(t *testing.T) {
+	m := New(engineCfg, true, "")
+	if !m.Eligible(Completion) {
+		t.Fatal("fresh certified machine not eligible")
+	}
+	tr := m.Apply(Evidence{Type: StreamUnsynced, Detail: "rank 0 disconnect", At: t0})
+	if !slices.Equal(tr.Raised, []Cause{Unsynced}) || m.Eligible(Completion) || m.State() != StateSuspended {
+		t.Fatalf("lost: %+v, state %s", tr, m.State())
+	}
+	tr = m.Apply(Evidence{Type: StreamUnsynced, Detail: "rank 0 replaying", At: t0.Add(time.Minute)})
+	if tr.Changed() || !strings.Contains(m.FenceReason(), "rank 0 disconnect") {
+		t.Fatalf("second loss changed the hold: %+v, %q", tr, m.FenceReason())
+	}
+	for _, e := range []Evidence{ev(ReprobePassed), parity(10), cleared(Unsynced)} {
+		if m.Apply(e); !m.Held(Unsynced) {
+			t.Fatalf("%+v lifted the stream hold", e)
+		}
+	}
+	tr = m.Apply(Evidence{Type: StreamSynced, At: t0})
+	if !slices.Equal(tr.Lifted, []Cause{Unsynced}) || !m.Eligible(Completion) {
+		t.Fatalf("synced: %+v", tr)
+	}
+	u := New(engineCfg, false, "no certificate")
+	if u.Apply(Evidence{Type: StreamUnsynced, At: t0}); u.Held(Unsynced) {
+		t.Fatal("an uncertified endpoint holds the stream cause")
+	}
+}

@@ -23,10 +23,12 @@ type Endpoint struct {
 	probeFails atomic.Int32
 	probeOKs   atomic.Int32
 
-	// events is the connection state of each rank's event stream (nil: the endpoint publishes no
-	// events the gateway reads).
+	// events is the state of each rank's event stream (nil: the endpoint publishes no events the
+	// gateway reads); synced says every rank has been synchronized at least once since the ranks
+	// were declared (the inventory was rebuilt from the engine, not just started empty).
 	evMu   sync.Mutex
-	events []bool
+	events []EventState
+	synced bool
 
 	// log receives one line per change of Excluded; last is the value last logged.
 	log    atomic.Pointer[slog.Logger]
@@ -94,10 +96,26 @@ const (
 	// EventsUnsynced: the endpoint is routable, but a rank's event stream is not connected, so its
 	// inventory may miss what the engine caches (Ready only; selection still uses the endpoint).
 	EventsUnsynced Reason = "events_unsynced"
+	// EventsSyncing: every rank's stream is connected, but a rank is still rebuilding the
+	// inventory from the engine's replay (Ready only).
+	EventsSyncing Reason = "events_syncing"
 )
 
 // Reasons is every non-empty Reason, the closed set of the health metrics' reason label.
-var Reasons = []Reason{AdminDown, Draining, ProbeDown, BreakerOpen, EventsUnsynced}
+var Reasons = []Reason{AdminDown, Draining, ProbeDown, BreakerOpen, EventsUnsynced, EventsSyncing}
+
+// EventState is one rank's event stream as readiness sees it.
+type EventState uint8
+
+const (
+	// EventsDown: not connected (not yet, or the connection was lost).
+	EventsDown EventState = iota
+	// EventsReplaying: connected; the replay that rebuilds the rank's inventory has not completed.
+	EventsReplaying
+	// EventsSynced: connected and the inventory follows the engine (replay completed, or the rank
+	// has no replay and follows the live stream from its connection).
+	EventsSynced
+)
 
 // Excluded reports whether selection must skip the endpoint, and why. Draining endpoints finish
 // what they have but get no new requests.
@@ -116,41 +134,83 @@ func (e *Endpoint) Excluded() Reason {
 }
 
 // Ready reports whether the endpoint counts toward its rule's readiness, and why not: routable
-// (Excluded) and with every event stream connected.
+// (Excluded) and every event rank synchronized.
 func (e *Endpoint) Ready() Reason {
 	if r := e.Excluded(); r != NotExcluded {
 		return r
 	}
 	e.evMu.Lock()
 	defer e.evMu.Unlock()
-	for _, up := range e.events {
-		if !up {
+	why := NotExcluded
+	for _, s := range e.events {
+		switch s {
+		case EventsDown:
 			return EventsUnsynced
+		case EventsReplaying:
+			why = EventsSyncing
 		}
 	}
-	return NotExcluded
+	return why
+}
+
+// EverSynced reports whether every rank has been synchronized at least once since the ranks were
+// declared (true for an endpoint without events): a replica that never was holds an inventory
+// built from nothing, one that lost a stream later holds one that was exact until then.
+func (e *Endpoint) EverSynced() bool {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	return e.synced || len(e.events) == 0
 }
 
 // SetEventRanks declares that the endpoint publishes events on n ranks, none connected yet (0:
-// none the gateway reads). Ranks already connected stay so.
+// none the gateway reads). Ranks already declared keep their state.
 func (e *Endpoint) SetEventRanks(n int) {
 	e.evMu.Lock()
 	defer e.evMu.Unlock()
 	if n == len(e.events) {
 		return
 	}
-	ev := make([]bool, n)
+	if n > len(e.events) {
+		e.synced = false // a new rank has an inventory to rebuild
+	}
+	ev := make([]EventState, n)
 	copy(ev, e.events)
 	e.events = ev
+	e.updateSynced()
 }
 
-// SetEventConnected records that rank's event stream connected or was lost.
-func (e *Endpoint) SetEventConnected(rank int, up bool) {
+// SetEventState records one rank's event stream state.
+func (e *Endpoint) SetEventState(rank int, s EventState) {
 	e.evMu.Lock()
 	defer e.evMu.Unlock()
 	if rank >= 0 && rank < len(e.events) {
-		e.events[rank] = up
+		e.events[rank] = s
+		e.updateSynced()
 	}
+}
+
+// EventsSynchronized reports whether every rank is synchronized now.
+func (e *Endpoint) EventsSynchronized() bool {
+	e.evMu.Lock()
+	defer e.evMu.Unlock()
+	for _, s := range e.events {
+		if s != EventsSynced {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *Endpoint) updateSynced() {
+	if e.synced || len(e.events) == 0 {
+		return
+	}
+	for _, s := range e.events {
+		if s != EventsSynced {
+			return
+		}
+	}
+	e.synced = true
 }
 
 // SetAdminDown takes the endpoint out of (or back into) every tier.

@@ -75,13 +75,13 @@ func TestReadyAndStateChangeLog(t *testing.T) {
 
 	e.SetEventRanks(2)
 	expect("two ranks, none connected", EventsUnsynced)
-	e.SetEventConnected(0, true)
+	e.SetEventState(0, EventsSynced)
 	expect("one of two", EventsUnsynced)
-	e.SetEventConnected(1, true)
+	e.SetEventState(1, EventsSynced)
 	expect("both", NotExcluded)
-	e.SetEventConnected(1, false)
+	e.SetEventState(1, EventsDown)
 	expect("one lost", EventsUnsynced)
-	e.SetEventConnected(5, true) // no such rank: ignored
+	e.SetEventState(5, EventsSynced) // no such rank: ignored
 	expect("unknown rank", EventsUnsynced)
 	e.SetEventRanks(1) // rank 1 gone; rank 0 stays connected
 	expect("one rank", NotExcluded)
@@ -92,4 +92,48 @@ func TestReadyAndStateChangeLog(t *testing.T) {
 	expect("draining", Draining, "reason=draining")
 	e.SetDraining(false)
 	expect("drained", NotExcluded, "endpoint back in rotation")
+}
+
+// TestEventSyncStates: a rank that is connected but still replaying is not ready
+// (events_syncing); a lost one is events_unsynced, which wins over syncing; EverSynced turns true
+// only once every rank has been synchronized, stays true after a loss, and a newly declared rank
+// turns it false until that rank is synchronized too.
+func TestEventSyncStates(t *testing.T) {
+	e := NewEndpoint("e0", "http://127.0.0.1:1", BreakerConfig{FailureThreshold: 1, OpenFor: time.Second})
+	check := func(step string, ready Reason, ever, now bool) {
+		t.Helper()
+		if got := e.Ready(); got != ready {
+			t.Fatalf("%s: Ready %q, want %q", step, got, ready)
+		}
+		if got := e.EverSynced(); got != ever {
+			t.Fatalf("%s: EverSynced %v, want %v", step, got, ever)
+		}
+		if got := e.EventsSynchronized(); got != now {
+			t.Fatalf("%s: EventsSynchronized %v, want %v", step, got, now)
+		}
+	}
+	check("no events", NotExcluded, true, true)
+	e.SetEventRanks(2)
+	check("declared", EventsUnsynced, false, false)
+	e.SetEventState(0, EventsReplaying)
+	e.SetEventState(1, EventsReplaying)
+	check("both replaying", EventsSyncing, false, false)
+	e.SetEventState(0, EventsSynced)
+	check("one replayed", EventsSyncing, false, false)
+	e.SetEventState(1, EventsDown)
+	check("one replayed, one lost", EventsUnsynced, false, false)
+	e.SetEventState(1, EventsSynced)
+	check("both synced", NotExcluded, true, true)
+	e.SetEventState(1, EventsDown)
+	check("lost after sync", EventsUnsynced, true, false)
+	e.SetEventState(1, EventsReplaying)
+	check("replaying after the loss", EventsSyncing, true, false)
+	e.SetEventState(1, EventsSynced)
+	check("resynced", NotExcluded, true, true)
+	e.SetEventRanks(3)
+	check("a third rank", EventsUnsynced, false, false)
+	e.SetEventState(2, EventsSynced)
+	check("third synced", NotExcluded, true, true)
+	e.SetEventRanks(1)
+	check("back to one", NotExcluded, true, true)
 }

@@ -111,6 +111,12 @@ type Config struct {
 	// is rebuilt from the next message on. The gateway sets it; ctk does not, since it certifies
 	// that the publisher loses nothing.
 	ClearUnreplayed bool
+	// ReplayFirst makes a rank with a replay address apply no live message before its first replay
+	// completed: when that replay fails the connection is closed and redialed, and the replay asked
+	// again, so the inventory is never built from the live stream alone (a replica started after
+	// the engine would miss everything stored before). Off, a failed replay fails open: live
+	// continues.
+	ReplayFirst bool
 
 	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string

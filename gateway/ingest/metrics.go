@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"rule", "endpoint", "cause"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_replays_total",
-			Help: "Replay exchanges, by outcome (requested, completed, failed).",
+			Help: "Replay exchanges, by outcome (requested, completed, failed; truncated: a fresh mirror's replay from 0 began past sequence 0, so blocks stored before the publisher's buffer are unknown to this gateway).",
 		}, append(rer, "outcome")),
 		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_reconnects_total",

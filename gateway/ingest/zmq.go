@@ -144,7 +144,11 @@ func errString(err error) string {
 func (rr *rankRun) receive(ctx context.Context, q *msgQueue) error {
 	if rr.replay != "" {
 		last, had := rr.w.last, rr.w.has
-		if ok, cleared := rr.resync(ctx, rr.w.ResumeFrom()); ok && !cleared && had && rr.p.cfg.ClearUnreplayed && (!rr.replayAny || rr.replayTop < last) {
+		ok, cleared := rr.resync(ctx, rr.w.ResumeFrom())
+		if !ok && !had && rr.p.cfg.ReplayFirst {
+			return errFirstReplay
+		}
+		if ok && !cleared && had && rr.p.cfg.ClearUnreplayed && (!rr.replayAny || rr.replayTop < last) {
 			// The publisher no longer holds the last message it sent this rank: it restarted
 			// while the subscription was down (and maybe wiped its cache without a word), and
 			// its next live message may be far off.
@@ -203,13 +207,17 @@ func (rr *rankRun) apply(seq uint64, payload []byte) {
 	}
 }
 
+// errFirstReplay closes a connection whose first replay failed (Config.ReplayFirst).
+var errFirstReplay = errors.New("first replay failed: redialing before applying live messages")
+
 // errRestart aborts a replay whose overlap shows the publisher restarted.
 var errRestart = errors.New("replay overlap differs from applied messages: publisher restarted")
 
 // resync asks the rank's replay socket for every buffered batch from start and applies them,
 // de-duplicated by sequence against what was applied. If the overlap shows a restarted publisher
-// it clears and asks again from 0, once. Failures are counted and fail open (live continues).
-// ok says the exchange completed, cleared that it cleared on the way.
+// it clears and asks again from 0, once. Failures are counted and fail open (live continues) unless
+// Config.ReplayFirst holds a fresh rank back. ok says the exchange completed, cleared that it
+// cleared on the way.
 func (rr *rankRun) resync(ctx context.Context, start uint64) (ok, cleared bool) {
 	for attempt := 0; attempt < 2; attempt++ {
 		n, err := rr.replayOnce(ctx, start)
@@ -223,13 +231,13 @@ func (rr *rankRun) resync(ctx context.Context, start uint64) (ok, cleared bool) 
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return false, cleared
 			}
 			rr.oversize(rr.replay, err)
 			rr.p.lab.replay(rr.rank, "failed")
 			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "failed", Count: n, Seq: start, HasSeq: true,
 				Addr: rr.replay, Detail: err.Error()})
-			rr.p.cfg.Logger.Warn("ingest: replay failed, continuing live", append(rr.log(), "err", err)...)
+			rr.p.cfg.Logger.Warn("ingest: replay failed", append(rr.log(), "err", err)...)
 			return false, cleared
 		}
 		rr.p.lab.replay(rr.rank, "completed")
@@ -257,6 +265,7 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 	}
 	n := 0
 	rr.replayAny, rr.replayTop = false, 0
+	fresh := start == 0 && !rr.w.has
 	for {
 		msg, err := d.Recv()
 		if err != nil {
@@ -272,6 +281,14 @@ func (rr *rankRun) replayOnce(ctx context.Context, start uint64) (int, error) {
 		n++
 		if !rr.replayAny || seq > rr.replayTop {
 			rr.replayAny, rr.replayTop = true, seq
+		}
+		if fresh && n == 1 && seq > 0 {
+			// The publisher's buffer no longer holds its first batches: what they stored and the
+			// engine still caches is invisible to this mirror (misses, never false hits).
+			rr.p.lab.replay(rr.rank, "truncated")
+			rr.p.trace(Trace{Type: "replay", Rank: rr.rank, Reason: "truncated", Seq: seq, HasSeq: true, Addr: rr.replay})
+			rr.p.cfg.Logger.Warn("ingest: replay history truncated: blocks stored before the replay buffer's first batch are unknown until evicted or stored again",
+				append(rr.log(), "first_seq", seq)...)
 		}
 		digest := maphash.Bytes(rr.p.seed, payload)
 		v, missing := rr.w.Check(seq, digest, true)

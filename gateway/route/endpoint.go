@@ -3,6 +3,7 @@ package route
 import (
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/inventory"
@@ -18,7 +19,9 @@ const (
 )
 
 // Endpoint is one engine server as the router sees it. Load is the gateway's own count of requests
-// in flight to it (active) plus those parked for it (queued): the signal every load-aware tier uses.
+// in flight to it (active) plus those parked for it (queued), plus — where the engine's own report
+// is fresh — the requests the engine counts beyond this gateway's share (other replicas'): the
+// signal every load-aware tier uses.
 type Endpoint struct {
 	ID       inventory.EndpointID // position in the rule's inventory
 	Index    int                  // position in the rule's endpoint list (ties resolve to the lowest)
@@ -38,8 +41,9 @@ type Endpoint struct {
 	active atomic.Int64
 	queued atomic.Int64
 	served atomic.Uint64
-	fenced atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
-	url    atomic.Pointer[url.URL] // Address parsed once, on first use
+	engine atomic.Pointer[EngineReport] // the engine's last load report (nil: none read)
+	fenced atomic.Pointer[string]       // why KV-exact may not use this endpoint now (nil: it may)
+	url    atomic.Pointer[url.URL]      // Address parsed once, on first use
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
@@ -71,8 +75,31 @@ func (e *Endpoint) Fenced() string {
 	return ""
 }
 
-// Load is active + queued.
-func (e *Endpoint) Load() int { return int(e.active.Load() + e.queued.Load()) }
+// EngineReport is the engine's own count of requests as last scraped (gateway/engineload):
+// Running and Waiting as the engine reported them (every replica's), Own this gateway's in-flight
+// count when the scrape was sent, Others what the engine counted beyond it; At is when the
+// scrape was sent, Until when the report stops being used. Err is the last scrape's failure (the
+// counts are then the last good report's).
+type EngineReport struct {
+	Running, Waiting, Own, Others int
+	At, Until                     time.Time
+	Err                           string
+}
+
+// SetEngineReport records the engine's latest report (nil: forget it).
+func (e *Endpoint) SetEngineReport(r *EngineReport) { e.engine.Store(r) }
+
+// LastEngineReport is the engine's latest report, nil when none was read.
+func (e *Endpoint) LastEngineReport() *EngineReport { return e.engine.Load() }
+
+// Load is active + queued, plus the engine's report of other replicas' requests while it is fresh.
+func (e *Endpoint) Load() int {
+	own := int(e.active.Load() + e.queued.Load())
+	if r := e.engine.Load(); r != nil && r.Others > 0 && !time.Now().After(r.Until) {
+		return own + r.Others
+	}
+	return own
+}
 
 // Active is the number of requests in flight.
 func (e *Endpoint) Active() int { return int(e.active.Load()) }
