@@ -38,6 +38,11 @@ type Endpoint struct {
 	active atomic.Int64
 	queued atomic.Int64
 	served atomic.Uint64
+	// ahead is the uncached prompt tokens of the requests in flight here that have shown no first
+	// token yet (the ttft law's queued prefill), rates the endpoint's learned rates (nil before
+	// its first receipt).
+	ahead  atomic.Int64
+	rates  atomic.Pointer[estimator]
 	fenced atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
 	url    atomic.Pointer[url.URL] // Address parsed once, on first use
 }
@@ -76,6 +81,9 @@ func (e *Endpoint) Load() int { return int(e.active.Load() + e.queued.Load()) }
 
 // Active is the number of requests in flight.
 func (e *Endpoint) Active() int { return int(e.active.Load()) }
+
+// Ahead is the uncached prompt tokens queued ahead of a new request here (ttft.go).
+func (e *Endpoint) Ahead() int { return int(e.ahead.Load()) }
 
 // Served counts requests routed to the endpoint.
 func (e *Endpoint) Served() uint64 { return e.served.Load() }
