@@ -43,6 +43,8 @@ type TTFTParts struct {
 	OwnMS          float64 `json:"ownMs"`
 	InterferenceMS float64 `json:"interferenceMs"`
 	TotalMS        float64 `json:"totalMs"`
+	// Rates are the endpoint's rates the prediction used.
+	Rates Rates `json:"rates"`
 	// total is TotalMS in integer time: the law compares it, so equal work ties exactly.
 	total time.Duration
 }
@@ -54,7 +56,7 @@ func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
 	if r == (Rates{}) {
 		r = DefaultRates
 	}
-	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own}
+	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, Rates: r}
 	ahead, self, inter := time.Duration(c.Ahead)*r.Prefill, time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
 	p.total = ahead + self + inter
 	p.AheadMS, p.OwnMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(inter), ms(p.total)
