@@ -31,7 +31,7 @@ func (r *Report) cell(workload, policy string, load float64) *Cell {
 	return nil
 }
 
-// Targets checks the routing targets for the default KV-exact policy on every shared-prefix
+// Targets checks the routing targets for the gateway's default KV-exact rule (PolicyDefault) on every shared-prefix
 // workload: at moderate load ≥ 95 % of the oracle's cached-token ratio and ≥ 2× round-robin's;
 // at and past saturation a TTFT p90 no worse than least-load's.
 func Targets(r *Report) []Target {
@@ -54,7 +54,7 @@ func Targets(r *Report) []Target {
 		if !Sharing(w) {
 			continue
 		}
-		kx, orc, rr := r.cell(w, PolicyKVXDefault, ModerateLoad), r.cell(w, PolicyOracle, ModerateLoad), r.cell(w, PolicyRR, ModerateLoad)
+		kx, orc, rr := r.cell(w, PolicyDefault, ModerateLoad), r.cell(w, PolicyOracle, ModerateLoad), r.cell(w, PolicyRR, ModerateLoad)
 		t := check(Target{Name: "cached ratio ≥ 95% of oracle", Workload: w, Load: ModerateLoad, Want: "≥ 0.95"}, kx, orc)
 		if t.Evaluated {
 			ratio := 0.0
@@ -79,7 +79,7 @@ func Targets(r *Report) []Target {
 			if l < 1 {
 				continue
 			}
-			kx, ll := r.cell(w, PolicyKVXDefault, l), r.cell(w, PolicyLeastLoad, l)
+			kx, ll := r.cell(w, PolicyDefault, l), r.cell(w, PolicyLeastLoad, l)
 			t := check(Target{Name: "TTFT p90 ≤ least-load's", Workload: w, Load: l, Want: "≤ least-load"}, kx, ll)
 			if t.Evaluated {
 				t.Got = fmt.Sprintf("%.0f ms vs %.0f ms", kx.TTFT.P90, ll.TTFT.P90)
@@ -107,7 +107,7 @@ func peerTargets(r *Report) []Target {
 			continue
 		}
 		for _, l := range r.Plan.Loads {
-			kx := r.cell(w, PolicyKVXDefault, l)
+			kx := r.cell(w, PolicyDefault, l)
 			if kx == nil {
 				continue
 			}
@@ -147,7 +147,9 @@ func peerTargets(r *Report) []Target {
 }
 
 // isOracle says whether a cell's policy is one of the oracles.
-func isOracle(name string) bool { return name == PolicyOracle || name == PolicyOracleCacheFirst }
+func isOracle(name string) bool {
+	return name == PolicyOracle || name == PolicyOracleCacheFirst || name == PolicyOracleTTFT
+}
 
 // bestOracle is the valid oracle cell with the highest cached ratio (nil when none is valid).
 func (r *Report) bestOracle(w string, l float64) *Cell {
