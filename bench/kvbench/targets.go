@@ -172,6 +172,10 @@ func OracleChecks(r *Report) []Target {
 	var out []Target
 	seen := map[string]bool{}
 	for _, c0 := range r.Cells {
+		if c0.Policy == PolicyOracleTTFT {
+			out = append(out, ttftBound(r, c0))
+			continue
+		}
 		if !isOracle(c0.Policy) {
 			continue
 		}
@@ -213,4 +217,31 @@ func OracleChecks(r *Report) []Target {
 		out = append(out, t)
 	}
 	return out
+}
+
+// ttftSlack is how far below the ttft oracle's TTFT p90 a policy may come before the check says
+// the oracle is not a bound: a single cell's p90 moves by about that much between runs.
+const ttftSlack = 0.10
+
+// ttftBound checks that no valid policy's TTFT p90 in o's cell is below the ttft oracle's by more
+// than ttftSlack. The oracle is greedy, so a miss is possible in principle (docs/routing.md).
+func ttftBound(r *Report, o *Cell) Target {
+	t := Target{Name: "oracle ttft bounds TTFT p90", Workload: o.Workload, Load: o.Load, Want: fmt.Sprintf("no policy's TTFT p90 below the oracle's by more than %.0f%%", 100*ttftSlack)}
+	if !o.Valid {
+		t.Note = "oracle ttft cell invalid"
+		return t
+	}
+	t.Evaluated, t.Met = true, true
+	var below []string
+	for _, c := range r.Cells {
+		if c.Workload == o.Workload && c.Load == o.Load && !isOracle(c.Policy) && c.Valid && c.TTFT.P90 < (1-ttftSlack)*o.TTFT.P90 {
+			below = append(below, fmt.Sprintf("%s %.0f ms", c.Policy, c.TTFT.P90))
+		}
+	}
+	t.Got = fmt.Sprintf("oracle ttft %.0f ms", o.TTFT.P90)
+	if len(below) > 0 {
+		t.Met = false
+		t.Got += "; below it: " + strings.Join(below, ", ")
+	}
+	return t
 }

@@ -9,7 +9,7 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = (ahead_i + uncached_i) · prefill_i + load_i · interference_i
+//	TTFT_i = uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i)
 //
 // ahead_i is the prefill work queued ahead of the request there: the uncached prompt tokens of the
 // requests the gateway has in flight on the endpoint that have not yet shown a first token
@@ -17,8 +17,11 @@ import (
 // directly is not seen). uncached_i is the request's own prefill there: its prompt's blocks past
 // the endpoint's cached prefix (the score), in tokens. load_i · interference_i is decode
 // interference: each request in flight occupies a batch slot and a share of every engine step.
-// prefill_i and interference_i are the endpoint's own rates (Rates), learned from its receipts
-// (Decision.Receipt). Ties go to the larger exact hit, then to the lower position.
+// queue_i is how much of that work a new request actually waits for: 1 when the engine computes
+// queued prefills one after another, less when it overlaps them (the simulated engines run up to
+// MaxConcurrency requests side by side, so below that nothing waits). prefill_i, interference_i
+// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
+// Ties go to the larger exact hit, then to the lower position.
 
 // Rates are an endpoint's service rates as the ttft law uses them.
 type Rates struct {
@@ -26,11 +29,14 @@ type Rates struct {
 	Prefill time.Duration `json:"prefillPerToken"`
 	// Interference is the time each request in flight adds to a new request's first token.
 	Interference time.Duration `json:"interference"`
+	// Queue is the share of the queued work (queued prefill and interference) a new request
+	// waits for: 1 for an engine that serializes it.
+	Queue float64 `json:"queue"`
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: the
 // simulated engines' prefill (200 µs a token) and a decode step of 10 ms.
-var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond}
+var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
 
 // TTFTParts is one candidate's predicted time to first token and its parts, in milliseconds, as
 // /admin/explain shows them.
@@ -58,6 +64,7 @@ func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
 	}
 	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, Rates: r}
 	ahead, self, inter := time.Duration(c.Ahead)*r.Prefill, time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
+	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
 	p.total = ahead + self + inter
 	p.AheadMS, p.OwnMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(inter), ms(p.total)
 	return p
@@ -89,6 +96,7 @@ type estimator struct {
 	mu           sync.Mutex
 	prefill      window
 	interference window
+	queue        window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
 }
@@ -137,9 +145,15 @@ type Receipt struct {
 	Load     int
 }
 
-// observe adds one receipt. A receipt with nothing in flight ahead (Load 0) measures the prefill
-// rate alone: TTFT / computed tokens. Otherwise, with the prefill share removed at the current
-// prefill rate, what remains divided by the load measures the interference.
+// minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: a
+// near-total hit's TTFT is the request's fixed costs (HTTP, scheduling, sampling), and dividing
+// them by a few tokens would say nothing about prefill.
+const minPrefillSample = 256
+
+// observe adds one receipt. A receipt with nothing in flight (Load 0) and enough computed tokens
+// measures the prefill rate: TTFT / computed. One routed behind requests in flight measures, with
+// the own prefill removed, the rest: with nothing queued ahead, the interference per request in
+// flight; with prefill queued ahead, the share of the queued work it waited for.
 func (e *estimator) observe(r Receipt) {
 	if r.TTFT <= 0 {
 		return
@@ -147,13 +161,14 @@ func (e *estimator) observe(r Receipt) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cur := e.Rates()
-	work := r.Computed + r.Ahead
+	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0)
 	switch {
-	case r.Load == 0 && r.Computed > 0:
+	case r.Load == 0 && r.Computed >= minPrefillSample:
 		e.prefill.add(float64(r.TTFT) / float64(r.Computed))
+	case r.Load > 0 && r.Ahead == 0:
+		e.interference.add(rest / float64(r.Load))
 	case r.Load > 0:
-		rest := float64(r.TTFT) - float64(work)*float64(cur.Prefill)
-		e.interference.add(max(rest, 0) / float64(r.Load))
+		e.queue.add(rest / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
 	default:
 		return
 	}
@@ -164,17 +179,20 @@ func (e *estimator) observe(r Receipt) {
 	if m, ok := e.interference.median(); ok {
 		next.Interference = time.Duration(m)
 	}
+	if m, ok := e.queue.median(); ok {
+		next.Queue = m
+	}
 	e.cur.Store(&next)
 }
 
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q []float64
+	var p, q, f []float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
-			p, q = append(p, float64(r.Prefill)), append(q, float64(r.Interference))
+			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
 		}
 	}
 	if len(p) == 0 {
@@ -182,7 +200,8 @@ func (rt *Router) seedRates() Rates {
 	}
 	slices.Sort(p)
 	slices.Sort(q)
-	return Rates{Prefill: time.Duration(p[len(p)/2]), Interference: time.Duration(q[len(q)/2])}
+	slices.Sort(f)
+	return Rates{Prefill: time.Duration(p[len(p)/2]), Interference: time.Duration(q[len(q)/2]), Queue: f[len(f)/2]}
 }
 
 // ratesOf is e's current estimate (DefaultRates, or its rule's, before its first receipt).

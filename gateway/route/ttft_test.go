@@ -16,8 +16,9 @@ func tq(score, load, ahead int, r Rates) Scored {
 }
 
 func TestTTFTLawPicksTheHandComputation(t *testing.T) {
-	fast := Rates{Prefill: 100 * time.Microsecond, Interference: 10 * time.Millisecond}
-	slow := Rates{Prefill: 400 * time.Microsecond, Interference: 10 * time.Millisecond}
+	fast := Rates{Prefill: 100 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+	slow := Rates{Prefill: 400 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+	half := Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 0.5}
 	law := Law{Kind: LawTTFT, BlockSize: 16}
 	for _, tc := range []struct {
 		name  string
@@ -45,6 +46,13 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		// queued → both 896·0.2 + 10 = 189.2 ms; the tie goes to the larger exact hit, b.
 		{"tie to the larger exact hit",
 			withIndex(tq(8, 1, 0, DefaultRates), tq(16, 1, 128, DefaultRates)), 64, 1, []float64{189.2, 189.2}, false},
+		// An engine that overlaps half its queued work: a (queue 0.5) holds 60 with 3000 queued
+		// and 2 in flight: 12.8 + 0.5·(600 + 20) = 322.8 ms; b idle cold 204.8 → b still; with
+		// 1000 queued: 12.8 + 0.5·(200 + 20) = 122.8 → a.
+		{"a learned queue share halves the wait",
+			withIndex(tq(60, 2, 3000, half), tq(0, 0, 0, half)), 64, 1, []float64{322.8, 204.8}, true},
+		{"a learned queue share keeps the holder",
+			withIndex(tq(60, 2, 1000, half), tq(0, 0, 0, half)), 64, 0, []float64{122.8, 204.8}, false},
 		// Zero rates are DefaultRates: one idle candidate holding everything but the last block.
 		{"unset rates default", withIndex(tq(63, 0, 0, Rates{})), 64, 0, []float64{3.2}, false},
 	} {
@@ -62,33 +70,40 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 }
 
 func TestEstimatorConvergesAndResistsOutliers(t *testing.T) {
-	e := newEstimator(DefaultRates)
-	truth := Rates{Prefill: 80 * time.Microsecond, Interference: 25 * time.Millisecond}
+	// The interference is warm-started at its truth (the family's decode step); the prefill rate
+	// and the queue share are learned.
+	truth := Rates{Prefill: 80 * time.Microsecond, Interference: 25 * time.Millisecond, Queue: 0.3}
+	e := newEstimator(Rates{Prefill: DefaultRates.Prefill, Interference: truth.Interference, Queue: 1})
 	// Synthetic receipts from the model with ±5 % jitter; every 5th an outlier 20× slow (a stall).
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 300; i++ {
 		jit := 0.95 + 0.1*float64(i%11)/10
-		comp := 200 + 37*(i%13)
+		comp := 300 + 37*(i%13)
 		load := i % 4
-		ahead := 0
-		if load > 0 {
-			ahead = 100 * load
-		}
-		ttft := time.Duration(jit * float64(time.Duration(comp+ahead)*truth.Prefill+time.Duration(load)*truth.Interference))
+		ahead := 100 * load
+		work := float64(time.Duration(comp) * truth.Prefill)
+		work += truth.Queue * float64(time.Duration(ahead)*truth.Prefill+time.Duration(load)*truth.Interference)
+		ttft := time.Duration(jit * work)
 		if i%5 == 4 {
 			ttft *= 20
 		}
 		e.observe(Receipt{TTFT: ttft, Computed: comp, Ahead: ahead, Load: load})
 	}
 	got := e.Rates()
-	within := func(a, b time.Duration, pct float64) bool { return math.Abs(float64(a-b)) <= pct*float64(b) }
-	if !within(got.Prefill, truth.Prefill, 0.06) || !within(got.Interference, truth.Interference, 0.15) {
+	within := func(a, b, pct float64) bool { return math.Abs(a-b) <= pct*b }
+	if !within(float64(got.Prefill), float64(truth.Prefill), 0.06) || !within(got.Queue, truth.Queue, 0.2) || got.Interference != truth.Interference {
 		t.Fatalf("estimate %+v, truth %+v", got, truth)
 	}
-	// Before any receipt the seed stands; a receipt with no TTFT teaches nothing.
+	// Before any receipt the seed stands; a receipt with no TTFT, or an idle one with too few
+	// computed tokens to measure prefill, teaches nothing.
 	f := newEstimator(truth)
-	f.observe(Receipt{Computed: 100})
+	f.observe(Receipt{Computed: 1000})
+	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample - 1})
 	if f.Rates() != truth {
 		t.Fatalf("seed moved: %+v", f.Rates())
+	}
+	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample})
+	if f.Rates().Prefill != time.Second/minPrefillSample {
+		t.Fatalf("a receipt at minPrefillSample taught %+v", f.Rates())
 	}
 }
 
@@ -140,11 +155,11 @@ func TestTTFTRouterQueuesPrefillUntilReceipt(t *testing.T) {
 		t.Fatalf("evidence lacks the prediction: %+v", d1.Endpoints)
 	}
 	// The receipt drains a's queue and teaches a's rate; Release after it drains nothing more.
-	d1.Receipt(50*time.Millisecond, 64*bs, 60*bs)
+	d1.Receipt(50*time.Millisecond, 64*bs, 64*bs-minPrefillSample)
 	if got := f.eps[0].Ahead(); got != 0 {
 		t.Fatalf("after the receipt a's queued prefill is %d", got)
 	}
-	if r := f.eps[0].rates.Load().Rates(); r.Prefill != 50*time.Millisecond/time.Duration(4*bs) {
+	if r := f.eps[0].rates.Load().Rates(); r.Prefill != 50*time.Millisecond/minPrefillSample {
 		t.Fatalf("a's learned prefill %v", r.Prefill)
 	}
 	d1.Release()
