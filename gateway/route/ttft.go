@@ -235,3 +235,11 @@ func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
 		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft, d.ttftPredicted)
 	}
 }
+
+// Rates is the endpoint's learned rates, false before its first receipt.
+func (e *Endpoint) Rates() (Rates, bool) {
+	if est := e.rates.Load(); est != nil {
+		return est.Rates(), true
+	}
+	return Rates{}, false
+}
