@@ -79,6 +79,7 @@ type Decision struct {
 	// prefill and load when routed, ttftPredicted the winner's prediction.
 	own, aheadAt, loadAt int
 	ttftPredicted        time.Duration
+	queued               bool    // the ttft law's accounting ran (queuePrefill)
 	rt                   *Router // set by take: Release gives the load units back through it
 	dry                  bool
 	keys                 []uint64 // the prompt's block keys, for predict-on-route

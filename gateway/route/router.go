@@ -220,5 +220,6 @@ func (rt *Router) queuePrefill(d *Decision) {
 	}
 	d.own = max(d.Blocks-cached, 0) * max(rt.rule.BlockSize, 1)
 	d.aheadAt, d.loadAt = d.Target.Ahead(), d.Target.Load()
+	d.queued = true
 	d.Target.ahead.Add(int64(d.own))
 }

@@ -216,9 +216,10 @@ func (rt *Router) ratesOf(e *Endpoint) Rates {
 // its prompt tokens the engine served from cache (usage cached_tokens; promptTokens the prompt's).
 // The serving endpoint's queued prefill drops by the decision's share (its prefill is over), its
 // estimator learns from the receipt, and the prediction's error is observed. Only the first call
-// counts; a dry decision, or one the ttft law did not make, learns nothing.
+// counts; a dry decision, or one made under another law (which records no queue state to learn
+// against), learns nothing.
 func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
-	if d == nil || d.rt == nil || d.Target == nil || d.received.Swap(true) {
+	if d == nil || d.rt == nil || d.Target == nil || !d.queued || d.received.Swap(true) {
 		return
 	}
 	d.Target.ahead.Add(-int64(d.own))
