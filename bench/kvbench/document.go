@@ -143,7 +143,7 @@ func writeRouting(b *strings.Builder, rep *Report, charts string) {
 			missed++
 		}
 	}
-	fmt.Fprintf(b, "### Targets (default KV-exact: overlap scoring, hard law)\n\n%d met, %d missed, %d not evaluated.\n\n| target | workload | load | result | verdict |\n|---|---|---:|---|---|\n", met, missed, unevaluated)
+	fmt.Fprintf(b, "### Targets (`kv-exact default`: the gateway's default rule)\n\n%d met, %d missed, %d not evaluated.\n\n| target | workload | load | result | verdict |\n|---|---|---:|---|---|\n", met, missed, unevaluated)
 	for _, t := range rep.Targets {
 		verdict := "**missed**"
 		switch {

@@ -57,6 +57,7 @@ type ticket struct {
 	predicted int
 	blocks    int      // in-flight blocks the decision added (Dynamo's active blocks, llm-d's usage)
 	keys      []uint64 // the oracle's in-flight keys
+	job       uint64   // the ttft oracle's id of the request
 }
 
 // chooser is a policy deciding in the client.

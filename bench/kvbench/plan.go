@@ -34,7 +34,7 @@ func DefaultPlan() Plan {
 }
 
 // QuickPlan checks the harness end to end in seconds: one shared-prefix workload, one load, the
-// round-robin baseline, default KV-exact, KV-exact with predict-on-route, one peer strategy
+// round-robin baseline, KV-exact overlap/hard, the gateway's default KV-exact rule, one peer strategy
 // (llm-d estimate: the client-side peer path) and the oracle.
 func QuickPlan() Plan {
 	p := DefaultPlan()
@@ -42,7 +42,7 @@ func QuickPlan() Plan {
 	p.Duration = 1500 * time.Millisecond
 	p.MinRequests, p.MaxRequests = 60, 100
 	p.Workloads = []string{WorkloadSystemPrompt}
-	p.Policies = []Policy{{Name: PolicyRR, Selector: "rr"}, KVExact("overlap", "hard"), KVExactPredict(), Peers()[3], {Name: PolicyOracle, Oracle: true}}
+	p.Policies = []Policy{{Name: PolicyRR, Selector: "rr"}, KVExact("overlap", "hard"), KVExactDefault(), Peers()[3], {Name: PolicyOracle, Oracle: true}}
 	p.LawPolicies, p.LawWorkloads = nil, nil
 	return p
 }

@@ -22,6 +22,8 @@ type Policy struct {
 	Oracle bool `json:"oracle,omitempty"`
 	// CacheFirst: the oracle ignores the load law (OracleCacheFirst).
 	CacheFirst bool `json:"cacheFirst,omitempty"`
+	// TTFT: the oracle picks the lowest true time to first token (PolicyOracleTTFT).
+	TTFT bool `json:"ttft,omitempty"`
 	// Peer names a peer's strategy (peers.go) that routes in the client, like the oracle.
 	Peer string `json:"peer,omitempty"`
 	// Binding is the KV-exact rule's key binding ("": the pool's engine binding).
@@ -33,6 +35,9 @@ type Policy struct {
 	// rule's default), for the law variants.
 	CapFloor int     `json:"capFloor,omitempty"`
 	Epsilon  float64 `json:"epsilon,omitempty"`
+	// Defaults: the KV-exact rule keeps the gateway's defaults for every field the policy does
+	// not name (Predict included), so the policy follows the default when it changes.
+	Defaults bool `json:"defaults,omitempty"`
 }
 
 // clientSide policies decide in the client and send through one listener per engine.
@@ -58,7 +63,26 @@ const (
 	// bound of a cell is the better of the two oracles.
 	PolicyOracleCacheFirst = "oracle cache-first"
 	PolicyKVXDefault       = "kv-exact overlap/hard"
+	// PolicyDefault is the gateway's default KV-exact rule, whatever its defaults are when the
+	// run is made (today's equals PolicyKVXPredict): the row the targets judge, comparable across
+	// changes of the default because its name does not spell them.
+	PolicyDefault = "kv-exact default"
+	// PolicyTTFT is the default rule under the ttft load law (lowest predicted time to first
+	// token, docs/routing.md).
+	PolicyTTFT = "kv-exact ttft"
 )
+
+// KVExactDefault is the gateway's default KV-exact rule (PolicyDefault).
+func KVExactDefault() Policy {
+	return Policy{Name: PolicyDefault, Selector: "least-load", Exact: true, Defaults: true}
+}
+
+// KVExactTTFT is the default rule with the ttft law (PolicyTTFT).
+func KVExactTTFT() Policy {
+	p := KVExactDefault()
+	p.Name, p.Law = PolicyTTFT, "ttft"
+	return p
+}
 
 // KVExact is a KV-exact policy; its fallback on a miss is least-load.
 func KVExact(scoring, law string) Policy {
@@ -99,10 +123,12 @@ func MainPolicies() []Policy {
 		{Name: PolicyRR, Selector: "rr"},
 		{Name: PolicyLeastLoad, Selector: "least-load"},
 		{Name: PolicyCHWBL, Selector: "chwbl"},
+		KVExactDefault(),
+		KVExactTTFT(),
 		KVExact("overlap", "hard"),
 		KVExact("prefix", "hard"),
 		KVExactPredict(),
-	}, PeerPolicies()...), Policy{Name: PolicyOracle, Oracle: true}, Policy{Name: PolicyOracleCacheFirst, Oracle: true, CacheFirst: true})
+	}, PeerPolicies()...), Policy{Name: PolicyOracleTTFT, Oracle: true, TTFT: true}, Policy{Name: PolicyOracle, Oracle: true}, Policy{Name: PolicyOracleCacheFirst, Oracle: true, CacheFirst: true})
 }
 
 // LawPolicies are the other load laws, run on the system-prompt workload, and the hard law's

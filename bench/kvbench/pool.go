@@ -125,8 +125,10 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	if pol.Exact {
 		rule.KVExactMode = rules.KVExactPool
 		rule.Binding = "engine"
-		ttl := rules.OffDuration(pol.Predict)
-		rule.PredictOnRoute = &ttl
+		if !pol.Defaults {
+			ttl := rules.OffDuration(pol.Predict)
+			rule.PredictOnRoute = &ttl
+		}
 		if pol.Binding != "" {
 			rule.Binding = pol.Binding
 		}

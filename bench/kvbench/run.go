@@ -109,6 +109,8 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 	before := pool.HitCounters()
 	var ch chooser
 	switch {
+	case pol.Oracle && pol.TTFT:
+		ch = newTTFTOracle(pool.Sims, w.MaxTokens)
 	case pol.Oracle:
 		o := newOracle(pool.Sims, pool.Law, env.Pool.CapacityBlocks)
 		o.cacheFirst = pol.CacheFirst

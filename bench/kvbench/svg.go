@@ -14,15 +14,15 @@ import (
 
 var policyColors = map[string]string{
 	PolicyRR: "#7f7f7f", PolicyLeastLoad: "#1f77b4", PolicyCHWBL: "#9467bd",
-	PolicyKVXDefault: "#d62728", "kv-exact prefix/hard": "#ff7f0e", PolicyOracle: "#2ca02c", PolicyOracleCacheFirst: "#006400",
+	PolicyKVXDefault: "#d62728", "kv-exact prefix/hard": "#ff7f0e", PolicyOracle: "#2ca02c", PolicyOracleCacheFirst: "#006400", PolicyOracleTTFT: "#00a000",
 	"kv-exact overlap/soft": "#8c564b", "kv-exact overlap/adaptive": "#e377c2", "kv-exact overlap/off": "#bcbd22",
 	"kv-exact prefix/soft": "#17becf", "kv-exact prefix/adaptive": "#aec7e8", "kv-exact prefix/off": "#c49c94",
 	// The peers' strategies.
-	PolicyKVXPredict: "#800000", "Dynamo approx (no KV events)": "#76b900", "SGLang gateway approx tree": "#f4a300",
+	PolicyKVXPredict: "#800000", PolicyDefault: "#1f1f1f", PolicyTTFT: "#e6550d", "Dynamo approx (no KV events)": "#76b900", "SGLang gateway approx tree": "#f4a300",
 	"AIBrix prefix-cache": "#0072b2", "llm-d estimate": "#cc79a7", PolicyLLMDPrecise: "#56b4e9",
 }
 
-var policyDash = map[string]string{PolicyOracle: "6,3", PolicyOracleCacheFirst: "6,3", PolicyRR: "2,3",
+var policyDash = map[string]string{PolicyOracle: "6,3", PolicyOracleTTFT: "6,3", PolicyOracleCacheFirst: "6,3", PolicyRR: "2,3",
 	"Dynamo approx (no KV events)": "4,2", "SGLang gateway approx tree": "4,2", "AIBrix prefix-cache": "4,2", "llm-d estimate": "4,2", PolicyLLMDPrecise: "4,2"}
 
 type series struct {

@@ -31,7 +31,7 @@ func (r *Report) cell(workload, policy string, load float64) *Cell {
 	return nil
 }
 
-// Targets checks the routing targets for the default KV-exact policy on every shared-prefix
+// Targets checks the routing targets for the gateway's default KV-exact rule (PolicyDefault) on every shared-prefix
 // workload: at moderate load ≥ 95 % of the oracle's cached-token ratio and ≥ 2× round-robin's;
 // at and past saturation a TTFT p90 no worse than least-load's.
 func Targets(r *Report) []Target {
@@ -54,7 +54,7 @@ func Targets(r *Report) []Target {
 		if !Sharing(w) {
 			continue
 		}
-		kx, orc, rr := r.cell(w, PolicyKVXDefault, ModerateLoad), r.cell(w, PolicyOracle, ModerateLoad), r.cell(w, PolicyRR, ModerateLoad)
+		kx, orc, rr := r.cell(w, PolicyDefault, ModerateLoad), r.cell(w, PolicyOracle, ModerateLoad), r.cell(w, PolicyRR, ModerateLoad)
 		t := check(Target{Name: "cached ratio ≥ 95% of oracle", Workload: w, Load: ModerateLoad, Want: "≥ 0.95"}, kx, orc)
 		if t.Evaluated {
 			ratio := 0.0
@@ -79,7 +79,7 @@ func Targets(r *Report) []Target {
 			if l < 1 {
 				continue
 			}
-			kx, ll := r.cell(w, PolicyKVXDefault, l), r.cell(w, PolicyLeastLoad, l)
+			kx, ll := r.cell(w, PolicyDefault, l), r.cell(w, PolicyLeastLoad, l)
 			t := check(Target{Name: "TTFT p90 ≤ least-load's", Workload: w, Load: l, Want: "≤ least-load"}, kx, ll)
 			if t.Evaluated {
 				t.Got = fmt.Sprintf("%.0f ms vs %.0f ms", kx.TTFT.P90, ll.TTFT.P90)
@@ -107,7 +107,7 @@ func peerTargets(r *Report) []Target {
 			continue
 		}
 		for _, l := range r.Plan.Loads {
-			kx := r.cell(w, PolicyKVXDefault, l)
+			kx := r.cell(w, PolicyDefault, l)
 			if kx == nil {
 				continue
 			}
@@ -147,7 +147,9 @@ func peerTargets(r *Report) []Target {
 }
 
 // isOracle says whether a cell's policy is one of the oracles.
-func isOracle(name string) bool { return name == PolicyOracle || name == PolicyOracleCacheFirst }
+func isOracle(name string) bool {
+	return name == PolicyOracle || name == PolicyOracleCacheFirst || name == PolicyOracleTTFT
+}
 
 // bestOracle is the valid oracle cell with the highest cached ratio (nil when none is valid).
 func (r *Report) bestOracle(w string, l float64) *Cell {
@@ -170,6 +172,10 @@ func OracleChecks(r *Report) []Target {
 	var out []Target
 	seen := map[string]bool{}
 	for _, c0 := range r.Cells {
+		if c0.Policy == PolicyOracleTTFT {
+			out = append(out, ttftBound(r, c0))
+			continue
+		}
 		if !isOracle(c0.Policy) {
 			continue
 		}
@@ -211,4 +217,31 @@ func OracleChecks(r *Report) []Target {
 		out = append(out, t)
 	}
 	return out
+}
+
+// ttftSlack is how far below the ttft oracle's TTFT p90 a policy may come before the check says
+// the oracle is not a bound: a single cell's p90 moves by about that much between runs.
+const ttftSlack = 0.10
+
+// ttftBound checks that no valid policy's TTFT p90 in o's cell is below the ttft oracle's by more
+// than ttftSlack. The oracle is greedy, so a miss is possible in principle (docs/routing.md).
+func ttftBound(r *Report, o *Cell) Target {
+	t := Target{Name: "oracle ttft bounds TTFT p90", Workload: o.Workload, Load: o.Load, Want: fmt.Sprintf("no policy's TTFT p90 below the oracle's by more than %.0f%%", 100*ttftSlack)}
+	if !o.Valid {
+		t.Note = "oracle ttft cell invalid"
+		return t
+	}
+	t.Evaluated, t.Met = true, true
+	var below []string
+	for _, c := range r.Cells {
+		if c.Workload == o.Workload && c.Load == o.Load && !isOracle(c.Policy) && c.Valid && c.TTFT.P90 < (1-ttftSlack)*o.TTFT.P90 {
+			below = append(below, fmt.Sprintf("%s %.0f ms", c.Policy, c.TTFT.P90))
+		}
+	}
+	t.Got = fmt.Sprintf("oracle ttft %.0f ms", o.TTFT.P90)
+	if len(below) > 0 {
+		t.Met = false
+		t.Got += "; below it: " + strings.Join(below, ", ")
+	}
+	return t
 }

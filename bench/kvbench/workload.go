@@ -27,10 +27,17 @@ const (
 	// (cache_salt): the same prompt of two tenants shares no KV block, so a router that ignores
 	// the salt predicts hits the engine cannot give (false sharing).
 	WorkloadTenants = "tenant-salted"
+	// WorkloadPressure is the system-prompt workload over Shape.PressurePrefixes prompts drawn
+	// uniformly: a working set about 3× the 4-engine pool's GPU KV, so engines evict and a router's
+	// picture of their caches goes stale.
+	WorkloadPressure = "pressure"
+	// WorkloadBurst is the system-prompt workload with bursty arrivals: the mean rate, sent as
+	// bursts at 4× the rate for a quarter of every half second and silence in between.
+	WorkloadBurst = "burst"
 )
 
 // Workloads lists them in report order.
-var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants}
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst}
 
 // Sharing reports whether a workload has shared prefixes (the control has none).
 func Sharing(name string) bool { return name != WorkloadControl }
@@ -87,6 +94,9 @@ type Shape struct {
 	TracePromptTokens  float64
 	TraceReplyTokens   float64
 	Tenants            int // tenant-salted: distinct cache_salt values
+	// PressurePrefixes is the pressure workload's number of distinct system prompts (drawn
+	// uniformly): 96 of ~1000 tokens are ~3× the 32,768 tokens of KV of 4 engines of 512 blocks.
+	PressurePrefixes int
 }
 
 // DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
@@ -94,7 +104,7 @@ func DefaultShape() Shape {
 	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
 		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
 		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6,
-		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4}
+		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96}
 }
 
 // tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
@@ -168,7 +178,15 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 				slots[k] = fresh()
 			}
 		}
-	case WorkloadSystemPrompt:
+	case WorkloadPressure:
+		sys := make([]string, max(sh.PressurePrefixes, 1))
+		for i := range sys {
+			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
+		}
+		for i := 0; i < n; i++ {
+			w.Requests = append(w.Requests, completion(sys[r.IntN(len(sys))]+"\n\nUser: "+text("question", i, sh.UserTokens)+"\nAssistant:"))
+		}
+	case WorkloadSystemPrompt, WorkloadBurst:
 		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.SystemPrompts-1))
 		sys := make([]string, sh.SystemPrompts)
 		for i := range sys {
@@ -262,6 +280,24 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 	for i := range w.Requests {
 		t += ar.ExpFloat64() / rate
 		w.Requests[i].Arrival = time.Duration(t * float64(time.Second))
+		if name == WorkloadBurst {
+			w.Requests[i].Arrival = burstTime(t)
+		}
 	}
 	return w, nil
+}
+
+// burstPeriod and burstOn shape the burst workload: arrivals drawn at the mean rate over "on"
+// time are packed into the first burstOn of every burstPeriod, so the rate in a burst is
+// burstPeriod/burstOn (4×) the mean and the mean is kept.
+const (
+	burstPeriod = 500 * time.Millisecond
+	burstOn     = burstPeriod / 4
+)
+
+// burstTime maps t seconds of Poisson time at the mean rate to its place in the bursts.
+func burstTime(t float64) time.Duration {
+	on := t * float64(time.Second) * float64(burstOn) / float64(burstPeriod)
+	k := math.Floor(on / float64(burstOn))
+	return time.Duration(k*float64(burstPeriod) + (on - k*float64(burstOn)))
 }

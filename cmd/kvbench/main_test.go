@@ -38,7 +38,7 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rep.Cells) != 5 {
-		t.Fatalf("%d cells, want 5 (round-robin, kv-exact, kv-exact +predict, llm-d estimate, oracle)", len(rep.Cells))
+		t.Fatalf("%d cells, want 5 (round-robin, kv-exact, kv-exact default, llm-d estimate, oracle)", len(rep.Cells))
 	}
 	for _, c := range rep.Cells {
 		if !c.Valid {
@@ -72,10 +72,10 @@ func TestQuick(t *testing.T) {
 			if ev.ConfirmedHits == 0 {
 				t.Errorf("oracle: no receipt confirms a hit")
 			}
-		case kvbench.PolicyKVXPredict:
-			// Predicted hits are counted apart; the engine-confirmed ones still need receipts.
+		case kvbench.PolicyDefault:
+			// The default rule predicts on route: predicted hits are counted apart; the engine-confirmed ones still need receipts.
 			if moved == 0 || ev.ConfirmedHits+ev.PredictedConfirmed == 0 || ev.PredictedConfirmed > ev.PredictedHits {
-				t.Errorf("kv-exact +predict: counter moved %v, %d confirmed, %d of %d predicted confirmed", moved, ev.ConfirmedHits, ev.PredictedConfirmed, ev.PredictedHits)
+				t.Errorf("kv-exact default: counter moved %v, %d confirmed, %d of %d predicted confirmed", moved, ev.ConfirmedHits, ev.PredictedConfirmed, ev.PredictedHits)
 			}
 		case "llm-d estimate":
 			// A client-side peer: no KV-exact counter, its own hits under tier "peer", receipts decide.

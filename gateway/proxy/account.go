@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/kvexact/kvexact/engines"
@@ -81,10 +82,18 @@ const usageTail = 8 << 10
 type usageTap struct {
 	io.ReadCloser
 	tail []byte
+	// stream: the answer is an event stream, whose first bytes come with the first token; first
+	// is when they came.
+	stream bool
+	sent   time.Time // when the upstream request was sent
+	first  time.Time
 }
 
 func (t *usageTap) Read(p []byte) (int, error) {
 	n, err := t.ReadCloser.Read(p)
+	if n > 0 && t.stream && t.first.IsZero() {
+		t.first = time.Now()
+	}
 	if n > 0 {
 		if n >= usageTail {
 			t.tail = append(t.tail[:0], p[n-usageTail:n]...)
@@ -100,12 +109,12 @@ func (t *usageTap) Read(p []byte) (int, error) {
 
 // tapUsage wraps resp's body when the proxy reports usage and the answer can carry it (a 200 of a
 // parsed completion or chat request). It returns nil otherwise.
-func (c *call) tapUsage(resp *http.Response) *usageTap {
+func (c *call) tapUsage(resp *http.Response, sent time.Time) *usageTap {
 	if c.p.cfg.Usage == nil || c.in.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
 		return nil
 	}
-	t := &c.resp.tap                     // in the call: one allocation less per request
-	*t = usageTap{ReadCloser: resp.Body} // the tail grows to at most usageTail
+	t := &c.resp.tap                                                                                                          // in the call: one allocation less per request
+	*t = usageTap{ReadCloser: resp.Body, stream: strings.HasPrefix(header(resp.Header, "Content-Type"), "text/event-stream")} // the tail grows to at most usageTail
 	resp.Body = t
 	return t
 }
@@ -115,7 +124,11 @@ func (c *call) reportUsage(t *usageTap) {
 	if t == nil || c.resp.server == nil {
 		return
 	}
-	c.reportUsageOf(c.resp.server, t.tail)
+	prompt, cached, ok := c.reportUsageOf(c.resp.server, t.tail)
+	if ok && !t.first.IsZero() {
+		// The receipt teaches the serving endpoint's rates (the ttft law's, route/ttft.go).
+		c.d.Receipt(t.first.Sub(t.sent), prompt, cached)
+	}
 }
 
 // reportPrefillUsage accounts a P/D request on its prefill endpoint, the one KV-exact chose: the
@@ -135,14 +148,14 @@ func (c *call) reportPrefillUsage(ep *route.Endpoint, a engines.LegAnswer) {
 	}
 }
 
-// reportUsageOf hands the usage at the end of tail, served by ep, to Config.Usage.
-func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
+// reportUsageOf hands the usage at the end of tail, served by ep, to Config.Usage, and returns it.
+func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) (prompt, cached int, ok bool) {
 	if c.d == nil {
-		return
+		return 0, 0, false
 	}
-	prompt, cached, ok := parseUsage(tail)
+	prompt, cached, ok = parseUsage(tail)
 	if !ok {
-		return
+		return 0, 0, false
 	}
 	rep := UsageReport{Rule: c.rule.name, Endpoint: ep.Name, Tier: c.d.Tier, RealizedTokens: cached, PromptTokens: prompt}
 	rep.KVExact = c.d.Tier == route.TierKVExact && c.d.Target == ep
@@ -162,6 +175,7 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) {
 	rep.KVExact = rep.KVExact && confirmed > 0
 	c.resp.realized = cached
 	c.p.cfg.Usage(rep)
+	return prompt, cached, true
 }
 
 var usageKey = []byte(`"usage"`)

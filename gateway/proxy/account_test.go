@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseUsage(t *testing.T) {
@@ -44,6 +45,20 @@ func TestUsageTapKeepsTheTail(t *testing.T) {
 		}
 		if p, c, ok := parseUsage(tap.tail); !ok || p != 5 || c != 4 {
 			t.Fatalf("chunk %d: usage %d %d %v", chunk, p, c, ok)
+		}
+	}
+}
+
+func TestUsageTapTimesAStreamsFirstBytes(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		tap := &usageTap{ReadCloser: io.NopCloser(&chunked{s: "data: {}\n\n", n: 4}), stream: stream}
+		before := time.Now()
+		if _, err := io.ReadAll(tap); err != nil {
+			t.Fatal(err)
+		}
+		// A whole (non-stream) answer's first byte comes after the last token: no receipt.
+		if stream == tap.first.IsZero() || (stream && tap.first.Before(before)) {
+			t.Fatalf("stream %v: first byte at %v", stream, tap.first)
 		}
 	}
 }

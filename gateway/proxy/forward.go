@@ -28,12 +28,13 @@ func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
 	if o.leg.ep != nil {
 		o = new(outbound)
 	}
+	sent := time.Now()
 	resp, l, err := c.sendOn(o, c.ctx, ep, c.in.raw, false)
 	if err != nil {
 		return c.sendFailed(ep, err)
 	}
 	c.resp.server = ep
-	tap := c.tapUsage(resp)
+	tap := c.tapUsage(resp, sent)
 	if c.relayLeg(resp, l, nil, "upstream_died") == relayed {
 		c.reportUsage(tap)
 	}

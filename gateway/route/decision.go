@@ -1,6 +1,9 @@
 package route
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Tier names in decisions.
 const (
@@ -70,10 +73,17 @@ type Decision struct {
 	Predicted bool `json:"predicted,omitempty"`
 
 	released atomic.Bool
-	rt       *Router // set by take: Release gives the load units back through it
-	dry      bool
-	keys     []uint64 // the prompt's block keys, for predict-on-route
-	hit      int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
+	received atomic.Bool // Receipt was called
+	// Under the ttft law: own is the request's uncached prompt tokens on Target (added to its
+	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
+	// prefill and load when routed, ttftPredicted the winner's prediction.
+	own, aheadAt, loadAt int
+	ttftPredicted        time.Duration
+	queued               bool    // the ttft law's accounting ran (queuePrefill)
+	rt                   *Router // set by take: Release gives the load units back through it
+	dry                  bool
+	keys                 []uint64 // the prompt's block keys, for predict-on-route
+	hit                  int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
 	// allocation per request.
@@ -90,6 +100,9 @@ func (d *Decision) Release() {
 		return
 	}
 	d.Target.active.Add(-1)
+	if !d.received.Swap(true) {
+		d.Target.ahead.Add(-int64(d.own))
+	}
 	if d.Decode != nil {
 		d.Decode.active.Add(-1)
 	}

@@ -42,8 +42,13 @@ type Endpoint struct {
 	queued atomic.Int64
 	served atomic.Uint64
 	engine atomic.Pointer[EngineReport] // the engine's last load report (nil: none read)
-	fenced atomic.Pointer[string]       // why KV-exact may not use this endpoint now (nil: it may)
-	url    atomic.Pointer[url.URL]      // Address parsed once, on first use
+	// ahead is the uncached prompt tokens of the requests in flight here that have shown no first
+	// token yet (the ttft law's queued prefill), rates the endpoint's learned rates (nil before
+	// its first receipt).
+	ahead  atomic.Int64
+	rates  atomic.Pointer[estimator]
+	fenced atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
+	url    atomic.Pointer[url.URL] // Address parsed once, on first use
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
@@ -103,6 +108,9 @@ func (e *Endpoint) Load() int {
 
 // Active is the number of requests in flight.
 func (e *Endpoint) Active() int { return int(e.active.Load()) }
+
+// Ahead is the uncached prompt tokens queued ahead of a new request here (ttft.go).
+func (e *Endpoint) Ahead() int { return int(e.ahead.Load()) }
 
 // Served counts requests routed to the endpoint.
 func (e *Endpoint) Served() uint64 { return e.served.Load() }

@@ -27,6 +27,9 @@ type EndpointEvidence struct {
 	// the full-attention groups' prefix alone: what scoring them alone would have predicted.
 	Limit      string `json:"limit,omitempty"`
 	FullPrefix int    `json:"fullPrefix,omitempty"`
+
+	// TTFT, under the ttft law, is the candidate's predicted time to first token with its parts.
+	TTFT *TTFTParts `json:"ttft,omitempty"`
 }
 
 // evidence is e's part of a KV-exact decision: its score, its load, and why it may not compete
@@ -49,13 +52,13 @@ func (rt *Router) evidence(e *Endpoint, s inventory.Score, predicted int, retry,
 
 // noteWinner records on the evidence what the load law decided: whether the winner w needed
 // predicted blocks, and the per-candidate caps the hard laws used (caps[i] is cands[i]'s).
-func (d *Decision) noteWinner(w *Endpoint, cands []*Endpoint, caps []int) {
+func (d *Decision) noteWinner(w *Endpoint, cands []*Endpoint, caps []int, ttft []TTFTParts) {
 	for _, ev := range d.Endpoints {
 		if ev.Name == w.Name && ev.Predicted > 0 {
 			d.Predicted = true
 		}
 	}
-	if caps == nil {
+	if caps == nil && ttft == nil {
 		return
 	}
 	// cands is a subsequence of the evidence, both in endpoint order.
@@ -64,6 +67,11 @@ func (d *Decision) noteWinner(w *Endpoint, cands []*Endpoint, caps []int) {
 		for d.Endpoints[i].Name != c.Name {
 			i++
 		}
-		d.Endpoints[i].Cap = caps[j]
+		if caps != nil {
+			d.Endpoints[i].Cap = caps[j]
+		}
+		if ttft != nil {
+			d.Endpoints[i].TTFT = &ttft[j]
+		}
 	}
 }

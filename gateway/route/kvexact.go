@@ -47,7 +47,7 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 	}
 	w := s.eps[v.Pos]
 	d.Score, d.Spill = s.cands[v.Pos].Score, v.Spill
-	d.noteWinner(w, s.eps, v.Caps)
+	d.noteWinner(w, s.eps, v.Caps, v.TTFT)
 	w = rt.seedCold(w, s.eps, d)
 	if t.amongCands && !contains(c.cands, w) {
 		return pick{}, nil

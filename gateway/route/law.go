@@ -16,6 +16,11 @@ type Scored struct {
 	Load int
 	// Capacity is the endpoint's KV capacity share (blocks × weight), at least 1.
 	Capacity int
+	// Ahead and Rates are what the ttft law needs besides (ttft.go): the uncached prompt tokens
+	// of the gateway's requests in flight there that have not shown a first token, and the
+	// endpoint's learned rates (zero: DefaultRates). The other laws leave them unset.
+	Ahead int
+	Rates Rates
 }
 
 // LawKind names a bounded-load law.
@@ -26,6 +31,7 @@ const (
 	LawHard     LawKind = "hard"     // argmax among under-cap candidates
 	LawSoft     LawKind = "soft"     // lowest uncached·1000 + λ·load cost
 	LawAdaptive LawKind = "adaptive" // hard with ε growing with total load
+	LawTTFT     LawKind = "ttft"     // lowest predicted time to first token (ttft.go)
 )
 
 // Law is a configured bounded-load law.
@@ -45,6 +51,9 @@ type Law struct {
 	// a prefix soaked up every request up to the floor and the deep holders, busy with them,
 	// spilled (docs/routing.md, The load law at pool scale).
 	CapFloor int
+	// BlockSize is the rule's block size in tokens: the ttft law counts prefill in tokens (the
+	// router sets it from the rule; 0 counts one token a block).
+	BlockSize int
 }
 
 // LawOf is the law a normalized rule's loadLaw configures: the router's, and the benchmark
@@ -71,6 +80,8 @@ type Verdict struct {
 	Spill bool
 	// Caps are the per-candidate load caps the hard laws used (nil for off/soft), for evidence.
 	Caps []int
+	// TTFT are the ttft law's per-candidate predictions (nil for the other laws), for evidence.
+	TTFT []TTFTParts
 }
 
 // Pick applies the law. queryBlocks is the prompt's block count (the soft law's "uncached" is
@@ -85,6 +96,8 @@ func (l Law) Pick(cands []Scored, queryBlocks int) Verdict {
 		return Verdict{Pos: best}
 	case LawSoft:
 		return l.soft(cands, queryBlocks, best)
+	case LawTTFT:
+		return l.ttft(cands, queryBlocks, best)
 	case LawAdaptive:
 		total := 0
 		for _, c := range cands {

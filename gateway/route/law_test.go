@@ -35,7 +35,7 @@ func TestLaws(t *testing.T) {
 		{"hard: under-cap best has score 0 → stay with least-loaded positive (no relief)", hard, withIndex(sc(7, 4), sc(0, 0), sc(0, 0), sc(6, 4)), 8, 0, false},
 		{"hard: same with spill relief → least-loaded under cap", hardRelief, withIndex(sc(7, 4), sc(0, 0), sc(0, 0), sc(6, 4)), 8, 1, true},
 		// All over cap: loads 5,5 total 10, cap = ceil(1.75·10/2) = 9 → both under. Use capacity skew.
-		{"hard: capacity share shapes caps", hard, []Scored{{0, 9, 3, 1}, {1, 1, 1, 9}}, 8, 1, true},
+		{"hard: capacity share shapes caps", hard, []Scored{{Index: 0, Score: 9, Load: 3, Capacity: 1}, {Index: 1, Score: 1, Load: 1, Capacity: 9}}, 8, 1, true},
 		{"soft: no load = argmax", Law{Kind: LawSoft, Lambda: 32}, withIndex(sc(3, 0), sc(4, 0)), 8, 1, false},
 		// cost0 = 5·1000 + 32·0 = 5000; cost1 = 4·1000 + 32·40 = 5280 → 0 wins.
 		{"soft: load outweighs one block", Law{Kind: LawSoft, Lambda: 32}, withIndex(sc(3, 0), sc(4, 40)), 8, 0, true},
@@ -94,7 +94,7 @@ func TestHardCapFloor(t *testing.T) {
 		// Ties among holders under the floor: equal score, equal load → the lowest position.
 		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{2, 4, 4, 2}},
 		// Capacity shares still shape caps above the floor.
-		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{0, 9, 12, 3}, {1, 1, 0, 1}}, 0, false, []int{16, 6}},
+		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{Index: 0, Score: 9, Load: 12, Capacity: 3}, {Index: 1, Score: 1, Load: 0, Capacity: 1}}, 0, false, []int{16, 6}},
 	} {
 		v := tc.law.Pick(tc.cands, 8)
 		if v.Pos != tc.pos || v.Spill != tc.spill || !equalInts(v.Caps, tc.wantCaps) {

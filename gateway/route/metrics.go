@@ -1,6 +1,8 @@
 package route
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvexact/kvexact/internal/cowmap"
@@ -29,13 +31,14 @@ func (c *counters) forget(rule string) {
 
 // Metrics are the routing counters, labelled by rule (and endpoint or reason).
 type Metrics struct {
-	decisions *prometheus.CounterVec // rule, tier
-	misses    *prometheus.CounterVec // rule, reason
-	hits      *prometheus.CounterVec // rule, endpoint
-	hitsBy    *prometheus.CounterVec // rule, endpoint, evidence
-	spills    *prometheus.CounterVec // rule, endpoint
-	seeds     *prometheus.CounterVec // rule, endpoint
-	zeroHits  *prometheus.CounterVec // rule
+	decisions *prometheus.CounterVec   // rule, tier
+	misses    *prometheus.CounterVec   // rule, reason
+	hits      *prometheus.CounterVec   // rule, endpoint
+	hitsBy    *prometheus.CounterVec   // rule, endpoint, evidence
+	spills    *prometheus.CounterVec   // rule, endpoint
+	seeds     *prometheus.CounterVec   // rule, endpoint
+	zeroHits  *prometheus.CounterVec   // rule
+	ttftErr   *prometheus.HistogramVec // rule, endpoint
 
 	decisionsC, missesC, hitsC counters
 }
@@ -52,7 +55,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		seeds:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_coldstart_seeds_total", Help: "KV-exact hits diverted to a cold endpoint."}, []string{"rule", "endpoint"}),
 		zeroHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvexact_kv_exact_zero_hit_watchdog_total", Help: "Lookups at or past 50 consecutive zero-overlap results against a non-empty inventory (a parity leg probably differs)."}, []string{"rule"}),
 	}
-	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits)
+	m.ttftErr = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_ttft_prediction_error_ratio",
+		Help:    "The ttft law's predicted time to first token minus the realized one, over the realized one, per serving endpoint (0: exact; -0.5: the prediction was half the realized).",
+		Buckets: []float64{-0.9, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2}}, []string{"rule", "endpoint"})
+	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits, m.ttftErr)
 	m.decisionsC.vec, m.missesC.vec, m.hitsC.vec = m.decisions, m.misses, m.hits
 	return m
 }
@@ -79,6 +85,12 @@ func (m *Metrics) missed(rule string, reason Miss) {
 	m.missesC.get(rule, string(reason)).Inc()
 }
 
+func (m *Metrics) ttftError(rule, endpoint string, realized, predicted time.Duration) {
+	if realized > 0 {
+		m.ttftErr.WithLabelValues(rule, endpoint).Observe(float64(predicted-realized) / float64(realized))
+	}
+}
+
 func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() }
 
 // Forget deletes a rule's series (a deleted rule leaves no ghost series).
@@ -89,4 +101,5 @@ func (m *Metrics) Forget(rule string) {
 	for _, v := range []*prometheus.CounterVec{m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits} {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
+	m.ttftErr.DeletePartialMatch(prometheus.Labels{"rule": rule})
 }

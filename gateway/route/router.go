@@ -84,6 +84,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	rt := &Router{cfg: cfg, rule: r, eps: cfg.Endpoints, minMatch: *r.MinMatchTokens}
 	rt.law = LawOf(r.LoadLaw)
+	rt.law.BlockSize = r.BlockSize
 	rt.predict = newPredictions(r.PredictTTL(), cfg.Now)
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {
@@ -183,6 +184,9 @@ func (rt *Router) take(d *Decision) {
 	if d.dry {
 		return
 	}
+	if rt.law.Kind == LawTTFT {
+		rt.queuePrefill(d)
+	}
 	d.Target.active.Add(1)
 	d.Target.served.Add(1)
 	if d.Decode != nil {
@@ -200,4 +204,22 @@ func (rt *Router) miss(d *Decision, m Miss, reason string) {
 	if rt.cfg.Metrics != nil && !d.dry {
 		rt.cfg.Metrics.missed(rt.rule.Name, m)
 	}
+}
+
+// queuePrefill adds the decision's uncached prompt tokens to its target's queued prefill (the
+// ttft law's "ahead", until the receipt or the release) and keeps what the prediction stood on.
+func (rt *Router) queuePrefill(d *Decision) {
+	cached := 0
+	for _, ev := range d.Endpoints {
+		if ev.Name == d.Target.Name {
+			cached = ev.Prefix
+			if ev.TTFT != nil {
+				d.ttftPredicted = ev.TTFT.total
+			}
+		}
+	}
+	d.own = max(d.Blocks-cached, 0) * max(rt.rule.BlockSize, 1)
+	d.aheadAt, d.loadAt = d.Target.Ahead(), d.Target.Load()
+	d.queued = true
+	d.Target.ahead.Add(int64(d.own))
 }

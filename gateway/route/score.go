@@ -86,7 +86,11 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			out.holderScore, out.holder = score, e
 		}
 		if ev.Eligible {
-			out.cands = append(out.cands, Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1)})
+			c := Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1)}
+			if rt.law.Kind == LawTTFT {
+				c.Ahead, c.Rates = e.Ahead(), rt.ratesOf(e)
+			}
+			out.cands = append(out.cands, c)
 			out.eps = append(out.eps, e)
 			out.best = max(out.best, score)
 		}

@@ -415,7 +415,7 @@ type EngineRef struct {
 
 // LoadLaw is the bounded-load law of KV-exact selection.
 type LoadLaw struct {
-	// Kind: hard (default), soft, adaptive or off.
+	// Kind: hard (default), soft, adaptive, off or ttft (lowest predicted time to first token).
 	Kind string `yaml:"kind" json:"kind"`
 	// Epsilon: hard law headroom over the mean, default 0.75 (cap = (1+ε)·mean share).
 	Epsilon *float64 `yaml:"epsilon" json:"epsilon,omitempty"`
@@ -591,7 +591,7 @@ var (
 	Roles     = []string{"normal", "prefill", "decode"}
 	Bindings  = []string{"auto", "engine", "router"}
 	Scorings  = []string{"overlap", "prefix"}
-	LoadLaws  = []string{"hard", "soft", "adaptive", "off"}
+	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
 	Modes     = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 

@@ -1,0 +1,246 @@
+package route
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
+//
+//	TTFT_i = uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i)
+//
+// ahead_i is the prefill work queued ahead of the request there: the uncached prompt tokens of the
+// requests the gateway has in flight on the endpoint that have not yet shown a first token
+// (Endpoint.ahead; the gateway scrapes no engine queue gauge, so work other clients send an engine
+// directly is not seen). uncached_i is the request's own prefill there: its prompt's blocks past
+// the endpoint's cached prefix (the score), in tokens. load_i · interference_i is decode
+// interference: each request in flight occupies a batch slot and a share of every engine step.
+// queue_i is how much of that work a new request actually waits for: 1 when the engine computes
+// queued prefills one after another, less when it overlaps them (the simulated engines run up to
+// MaxConcurrency requests side by side, so below that nothing waits). prefill_i, interference_i
+// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
+// Ties go to the larger exact hit, then to the lower position.
+
+// Rates are an endpoint's service rates as the ttft law uses them.
+type Rates struct {
+	// Prefill is the time to prefill one uncached prompt token.
+	Prefill time.Duration `json:"prefillPerToken"`
+	// Interference is the time each request in flight adds to a new request's first token.
+	Interference time.Duration `json:"interference"`
+	// Queue is the share of the queued work (queued prefill and interference) a new request
+	// waits for: 1 for an engine that serializes it.
+	Queue float64 `json:"queue"`
+}
+
+// DefaultRates start an endpoint's estimator before any receipt from its model arrived: the
+// simulated engines' prefill (200 µs a token) and a decode step of 10 ms.
+var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+
+// TTFTParts is one candidate's predicted time to first token and its parts, in milliseconds, as
+// /admin/explain shows them.
+type TTFTParts struct {
+	// AheadTokens are the uncached prompt tokens queued ahead there, OwnTokens the request's own.
+	AheadTokens int `json:"aheadTokens"`
+	OwnTokens   int `json:"ownTokens"`
+	// AheadMS, OwnMS and InterferenceMS add up to TotalMS.
+	AheadMS        float64 `json:"aheadMs"`
+	OwnMS          float64 `json:"ownMs"`
+	InterferenceMS float64 `json:"interferenceMs"`
+	TotalMS        float64 `json:"totalMs"`
+	// Rates are the endpoint's rates the prediction used.
+	Rates Rates `json:"rates"`
+	// total is TotalMS in integer time: the law compares it, so equal work ties exactly.
+	total time.Duration
+}
+
+// predictTTFT is c's prediction for a prompt of queryBlocks blocks of bs tokens.
+func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
+	own := max(queryBlocks-c.Score, 0) * max(bs, 1)
+	r := c.Rates
+	if r == (Rates{}) {
+		r = DefaultRates
+	}
+	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, Rates: r}
+	ahead, self, inter := time.Duration(c.Ahead)*r.Prefill, time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
+	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
+	p.total = ahead + self + inter
+	p.AheadMS, p.OwnMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(inter), ms(p.total)
+	return p
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ttft picks the lowest predicted TTFT; ties to the larger score, then the lower position.
+func (l Law) ttft(cands []Scored, queryBlocks, best int) Verdict {
+	parts := make([]TTFTParts, len(cands))
+	pos := -1
+	for i, c := range cands {
+		parts[i] = predictTTFT(c, queryBlocks, l.BlockSize)
+		if pos < 0 || parts[i].total < parts[pos].total ||
+			(parts[i].total == parts[pos].total && c.Score > cands[pos].Score) {
+			pos = i
+		}
+	}
+	return Verdict{Pos: pos, Spill: cands[pos].Score < cands[best].Score, TTFT: parts}
+}
+
+// rateWindow is how many receipts an estimate looks back over.
+const rateWindow = 64
+
+// estimator learns an endpoint's Rates from its receipts: each rate is the median of the last
+// rateWindow per-receipt estimates, so a stalled response or a preempted request moves it by one
+// rank, not by its size. Until a rate has samples it is its seed.
+type estimator struct {
+	mu           sync.Mutex
+	prefill      window
+	interference window
+	queue        window
+	seed         Rates
+	cur          atomic.Pointer[Rates]
+}
+
+// window is a ring of the last rateWindow samples.
+type window struct {
+	v    [rateWindow]float64
+	n    int
+	next int
+}
+
+func (w *window) add(x float64) {
+	w.v[w.next] = x
+	w.next = (w.next + 1) % rateWindow
+	w.n = min(w.n+1, rateWindow)
+}
+
+func (w *window) median() (float64, bool) {
+	if w.n == 0 {
+		return 0, false
+	}
+	s := slices.Clone(w.v[:w.n])
+	slices.Sort(s)
+	if w.n%2 == 1 {
+		return s[w.n/2], true
+	}
+	return (s[w.n/2-1] + s[w.n/2]) / 2, true
+}
+
+func newEstimator(seed Rates) *estimator {
+	e := &estimator{seed: seed}
+	e.cur.Store(&seed)
+	return e
+}
+
+// Rates is the current estimate.
+func (e *estimator) Rates() Rates { return *e.cur.Load() }
+
+// Receipt is what a response says about the endpoint that served it: its time to first token, the
+// prompt tokens it computed (prompt − cached_tokens), the uncached tokens that were queued ahead
+// and the requests in flight there when it was routed.
+type Receipt struct {
+	TTFT     time.Duration
+	Computed int
+	Ahead    int
+	Load     int
+}
+
+// minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: a
+// near-total hit's TTFT is the request's fixed costs (HTTP, scheduling, sampling), and dividing
+// them by a few tokens would say nothing about prefill.
+const minPrefillSample = 256
+
+// observe adds one receipt. A receipt with nothing in flight (Load 0) and enough computed tokens
+// measures the prefill rate: TTFT / computed. One routed behind requests in flight measures, with
+// the own prefill removed, the rest: with nothing queued ahead, the interference per request in
+// flight; with prefill queued ahead, the share of the queued work it waited for.
+func (e *estimator) observe(r Receipt) {
+	if r.TTFT <= 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cur := e.Rates()
+	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0)
+	switch {
+	case r.Load == 0 && r.Computed >= minPrefillSample:
+		e.prefill.add(float64(r.TTFT) / float64(r.Computed))
+	case r.Load > 0 && r.Ahead == 0:
+		e.interference.add(rest / float64(r.Load))
+	case r.Load > 0:
+		e.queue.add(rest / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
+	default:
+		return
+	}
+	next := e.seed
+	if m, ok := e.prefill.median(); ok {
+		next.Prefill = time.Duration(m)
+	}
+	if m, ok := e.interference.median(); ok {
+		next.Interference = time.Duration(m)
+	}
+	if m, ok := e.queue.median(); ok {
+		next.Queue = m
+	}
+	e.cur.Store(&next)
+}
+
+// seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
+// other endpoints (the same model and engine family) learned, or DefaultRates when none has.
+func (rt *Router) seedRates() Rates {
+	var p, q, f []float64
+	for _, e := range rt.eps {
+		if est := e.rates.Load(); est != nil {
+			r := est.Rates()
+			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
+		}
+	}
+	if len(p) == 0 {
+		return DefaultRates
+	}
+	slices.Sort(p)
+	slices.Sort(q)
+	slices.Sort(f)
+	return Rates{Prefill: time.Duration(p[len(p)/2]), Interference: time.Duration(q[len(q)/2]), Queue: f[len(f)/2]}
+}
+
+// ratesOf is e's current estimate (DefaultRates, or its rule's, before its first receipt).
+func (rt *Router) ratesOf(e *Endpoint) Rates {
+	if est := e.rates.Load(); est != nil {
+		return est.Rates()
+	}
+	return rt.seedRates()
+}
+
+// Receipt reports the response to a decision: its realized time to first token and how many of
+// its prompt tokens the engine served from cache (usage cached_tokens; promptTokens the prompt's).
+// The serving endpoint's queued prefill drops by the decision's share (its prefill is over), its
+// estimator learns from the receipt, and the prediction's error is observed. Only the first call
+// counts; a dry decision, or one made under another law (which records no queue state to learn
+// against), learns nothing.
+func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
+	if d == nil || d.rt == nil || d.Target == nil || !d.queued || d.received.Swap(true) {
+		return
+	}
+	d.Target.ahead.Add(-int64(d.own))
+	rt := d.rt
+	est := d.Target.rates.Load()
+	if est == nil {
+		est = newEstimator(rt.seedRates())
+		if !d.Target.rates.CompareAndSwap(nil, est) {
+			est = d.Target.rates.Load()
+		}
+	}
+	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt})
+	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
+		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft, d.ttftPredicted)
+	}
+}
+
+// Rates is the endpoint's learned rates, false before its first receipt.
+func (e *Endpoint) Rates() (Rates, bool) {
+	if est := e.rates.Load(); est != nil {
+		return est.Rates(), true
+	}
+	return Rates{}, false
+}

@@ -1,0 +1,183 @@
+package route
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/kvexact/kvexact/gateway/inventory"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+// tc is a candidate on a constructed queue state.
+func tq(score, load, ahead int, r Rates) Scored {
+	return Scored{Score: score, Load: load, Ahead: ahead, Capacity: 1, Rates: r}
+}
+
+func TestTTFTLawPicksTheHandComputation(t *testing.T) {
+	fast := Rates{Prefill: 100 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+	slow := Rates{Prefill: 400 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+	half := Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 0.5}
+	law := Law{Kind: LawTTFT, BlockSize: 16}
+	for _, tc := range []struct {
+		name  string
+		cands []Scored
+		q     int // prompt blocks
+		pos   int
+		want  []float64 // predicted ms per candidate, computed by hand
+		spill bool
+	}{
+		// 64 blocks = 1024 tokens. a holds 60 (64 own tokens), 2 in flight with 3000 tokens queued:
+		// 3064·0.2 + 2·10 = 632.8 ms. b holds nothing, idle: 1024·0.2 = 204.8 ms → b, a spill.
+		{"deep holder behind a long queue loses to an idle cold endpoint",
+			withIndex(tq(60, 2, 3000, DefaultRates), tq(0, 0, 0, DefaultRates)), 64, 1, []float64{632.8, 204.8}, true},
+		// Same, a's queue 500 tokens: 564·0.2 + 20 = 132.8 ms < 204.8 → a keeps it.
+		{"a short queue keeps the holder",
+			withIndex(tq(60, 2, 500, DefaultRates), tq(0, 0, 0, DefaultRates)), 64, 0, []float64{132.8, 204.8}, false},
+		// Decode interference alone: a holds 32 (512 own) with 30 in flight: 102.4 + 300 = 402.4;
+		// b holds 0, 1 in flight: 204.8 + 10 = 214.8 → b.
+		{"decode interference moves a request",
+			withIndex(tq(32, 30, 0, DefaultRates), tq(0, 1, 0, DefaultRates)), 64, 1, []float64{402.4, 214.8}, true},
+		// Rates differ: a (slow, holds 16: 768 own) 307.2 ms; b (fast, holds 0) 102.4 ms → b.
+		{"the learned rate decides between cold and warm",
+			withIndex(tq(16, 0, 0, slow), tq(0, 0, 0, fast)), 64, 1, []float64{307.2, 102.4}, true},
+		// Equal predictions: a holds 8 (896 own) with none queued, b holds 16 (768 own) with 128
+		// queued → both 896·0.2 + 10 = 189.2 ms; the tie goes to the larger exact hit, b.
+		{"tie to the larger exact hit",
+			withIndex(tq(8, 1, 0, DefaultRates), tq(16, 1, 128, DefaultRates)), 64, 1, []float64{189.2, 189.2}, false},
+		// An engine that overlaps half its queued work: a (queue 0.5) holds 60 with 3000 queued
+		// and 2 in flight: 12.8 + 0.5·(600 + 20) = 322.8 ms; b idle cold 204.8 → b still; with
+		// 1000 queued: 12.8 + 0.5·(200 + 20) = 122.8 → a.
+		{"a learned queue share halves the wait",
+			withIndex(tq(60, 2, 3000, half), tq(0, 0, 0, half)), 64, 1, []float64{322.8, 204.8}, true},
+		{"a learned queue share keeps the holder",
+			withIndex(tq(60, 2, 1000, half), tq(0, 0, 0, half)), 64, 0, []float64{122.8, 204.8}, false},
+		// Zero rates are DefaultRates: one idle candidate holding everything but the last block.
+		{"unset rates default", withIndex(tq(63, 0, 0, Rates{})), 64, 0, []float64{3.2}, false},
+	} {
+		v := law.Pick(tc.cands, tc.q)
+		if v.Pos != tc.pos || v.Spill != tc.spill {
+			t.Errorf("%s: pos %d spill %v, want %d %v (%+v)", tc.name, v.Pos, v.Spill, tc.pos, tc.spill, v.TTFT)
+		}
+		for i, w := range tc.want {
+			p := v.TTFT[i]
+			if math.Abs(p.TotalMS-w) > 1e-9 || math.Abs(p.AheadMS+p.OwnMS+p.InterferenceMS-p.TotalMS) > 1e-6 {
+				t.Errorf("%s: candidate %d predicted %+v, want %.1f ms", tc.name, i, p, w)
+			}
+		}
+	}
+}
+
+func TestEstimatorConvergesAndResistsOutliers(t *testing.T) {
+	// The interference is warm-started at its truth (the family's decode step); the prefill rate
+	// and the queue share are learned.
+	truth := Rates{Prefill: 80 * time.Microsecond, Interference: 25 * time.Millisecond, Queue: 0.3}
+	e := newEstimator(Rates{Prefill: DefaultRates.Prefill, Interference: truth.Interference, Queue: 1})
+	// Synthetic receipts from the model with ±5 % jitter; every 5th an outlier 20× slow (a stall).
+	for i := 0; i < 300; i++ {
+		jit := 0.95 + 0.1*float64(i%11)/10
+		comp := 300 + 37*(i%13)
+		load := i % 4
+		ahead := 100 * load
+		work := float64(time.Duration(comp) * truth.Prefill)
+		work += truth.Queue * float64(time.Duration(ahead)*truth.Prefill+time.Duration(load)*truth.Interference)
+		ttft := time.Duration(jit * work)
+		if i%5 == 4 {
+			ttft *= 20
+		}
+		e.observe(Receipt{TTFT: ttft, Computed: comp, Ahead: ahead, Load: load})
+	}
+	got := e.Rates()
+	within := func(a, b, pct float64) bool { return math.Abs(a-b) <= pct*b }
+	if !within(float64(got.Prefill), float64(truth.Prefill), 0.06) || !within(got.Queue, truth.Queue, 0.2) || got.Interference != truth.Interference {
+		t.Fatalf("estimate %+v, truth %+v", got, truth)
+	}
+	// Before any receipt the seed stands; a receipt with no TTFT, or an idle one with too few
+	// computed tokens to measure prefill, teaches nothing.
+	f := newEstimator(truth)
+	f.observe(Receipt{Computed: 1000})
+	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample - 1})
+	if f.Rates() != truth {
+		t.Fatalf("seed moved: %+v", f.Rates())
+	}
+	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample})
+	if f.Rates().Prefill != time.Second/minPrefillSample {
+		t.Fatalf("a receipt at minPrefillSample taught %+v", f.Rates())
+	}
+}
+
+func TestWindowMedianKeepsTheLastWindow(t *testing.T) {
+	var w window
+	if _, ok := w.median(); ok {
+		t.Fatal("empty window has a median")
+	}
+	for i := 0; i < rateWindow; i++ {
+		w.add(1)
+	}
+	// rateWindow/2 samples of 9 leave the median at the midpoint of 1 and 9; one more tips it.
+	for i := 0; i < rateWindow/2; i++ {
+		w.add(9)
+	}
+	if m, _ := w.median(); m != 5 {
+		t.Fatalf("median %v, want 5", m)
+	}
+	w.add(9)
+	if m, _ := w.median(); m != 9 {
+		t.Fatalf("median %v, want 9", m)
+	}
+}
+
+func TestTTFTRouterQueuesPrefillUntilReceipt(t *testing.T) {
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(0)
+	})
+	bs := f.rt.rule.BlockSize
+	f.inv.Store(f.eps[0].ID, keys[:60])
+	f.inv.Store(f.eps[1].ID, keys[:1])
+	ctx := context.Background()
+	d1, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil || d1.Target != f.eps[0] {
+		t.Fatalf("first: %v %+v", err, d1)
+	}
+	if got := f.eps[0].Ahead(); got != 4*bs {
+		t.Fatalf("a's queued prefill %d, want %d", got, 4*bs)
+	}
+	var ev *EndpointEvidence
+	for i := range d1.Endpoints {
+		if d1.Endpoints[i].Name == "a" {
+			ev = &d1.Endpoints[i]
+		}
+	}
+	if ev == nil || ev.TTFT == nil || ev.TTFT.OwnTokens != 4*bs {
+		t.Fatalf("evidence lacks the prediction: %+v", d1.Endpoints)
+	}
+	// The receipt drains a's queue and teaches a's rate; Release after it drains nothing more.
+	d1.Receipt(50*time.Millisecond, 64*bs, 64*bs-minPrefillSample)
+	if got := f.eps[0].Ahead(); got != 0 {
+		t.Fatalf("after the receipt a's queued prefill is %d", got)
+	}
+	if r := f.eps[0].rates.Load().Rates(); r.Prefill != 50*time.Millisecond/minPrefillSample {
+		t.Fatalf("a's learned prefill %v", r.Prefill)
+	}
+	d1.Release()
+	if got := f.eps[0].Ahead(); got != 0 {
+		t.Fatalf("after release a's queued prefill is %d", got)
+	}
+	// b, with no receipt, is warm-started from a's rates.
+	if f.rt.ratesOf(f.eps[1]) != f.eps[0].rates.Load().Rates() {
+		t.Fatal("b not warm-started from its rule's rates")
+	}
+	// Without a receipt, Release drains the queue.
+	d2, _ := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if f.eps[d2.Target.Index].Ahead() == 0 {
+		t.Fatal("second decision queued nothing")
+	}
+	d2.Release()
+	d2.Release()
+	if f.eps[0].Ahead() != 0 || f.eps[1].Ahead() != 0 {
+		t.Fatalf("queues after release: %d %d", f.eps[0].Ahead(), f.eps[1].Ahead())
+	}
+}
