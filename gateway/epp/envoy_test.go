@@ -208,10 +208,6 @@ func TestSDKThroughEnvoy(t *testing.T) {
 			r.Admission = rules.Admission{Enabled: true, Mode: "shed", MaxInflightPerEndpoint: 1}
 		}})
 	pdBase := startEnvoy(t, pd.conn.Target())
-	held := pd.request(envoyRequest{path: "/v1/completions", body: completionBody("holding the slot")})
-	if held.header == "" {
-		t.Fatalf("the held request got no destination: %+v", held.immediate)
-	}
 	// The typed error classes: the Python SDK's and the Node SDK's names differ only for 413,
 	// which neither SDK has a class of its own for.
 	status413 := map[string]string{"python": "APIStatusError", "node": "APIError"}
@@ -229,13 +225,19 @@ func TestSDKThroughEnvoy(t *testing.T) {
 			}
 			want(c.run(t, base, "error", "model"), "NotFoundError", 404, "model_not_found")
 			want(c.run(t, base, "error", "big"), status413[c.name], 413, "request_too_large")
+			// Held per client: the held stream's own deadline (the harness's 20 s) must not end
+			// it before the SDK's request arrives.
+			held := pd.request(envoyRequest{path: "/v1/completions", body: completionBody("holding the slot")})
+			if held.header == "" {
+				t.Fatalf("the held request got no destination: %+v", held.immediate)
+			}
 			want(c.run(t, pdBase, "error", "any"), "RateLimitError", 429, "overloaded")
+			held.cancel()
 			w.g.SetEndpointState("pool", "e0", "down")
 			defer w.g.SetEndpointState("pool", "e0", "up")
 			want(c.run(t, base, "error", "any"), "InternalServerError", 503, "no_healthy_endpoint")
 		})
 	}
-	held.cancel()
 	pd.noLeak()
 	w.noLeak()
 }

@@ -209,14 +209,15 @@ func TestIdleStreamsEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// Messages at 250 ms intervals keep the stream alive past the limit; then silence ends it.
+	// Messages at 100 ms intervals keep the stream alive past the limit; then silence ends it. (The
+	// interval leaves 300 ms for a sleep that overshoots on a loaded machine.)
 	st := w.openStream(ctx, nil)
 	t0 := time.Now()
 	body := completionBody("idle")
-	for i := 0; i < 3; i++ {
-		time.Sleep(250 * time.Millisecond)
+	for i := 0; i < 6; i++ {
+		time.Sleep(100 * time.Millisecond)
 		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[i : i+1]}}}); err != nil {
-			t.Fatalf("stream ended after %s although a message came every 250 ms: %v", time.Since(t0), err)
+			t.Fatalf("stream ended after %s although a message came every 100 ms: %v", time.Since(t0), err)
 		}
 	}
 	last := time.Now()
