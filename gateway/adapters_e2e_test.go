@@ -237,3 +237,25 @@ func TestE2EAdapterNotProvenIsNotExact(t *testing.T) {
 		t.Fatalf("rule loraName the certificate did not prove: decision %s, want miss %s naming \"sql-v2\"", c.decision, route.MissAdapterUncertified)
 	}
 }
+
+// From vLLM v0.31.0 a LoRA block's key hashes the adapter's path beside its name: the path the
+// endpoint lists as the adapter's root in /v1/models is what the gateway hashes, so a repeated
+// adapter prompt is a KV-exact hit whose predicted cached tokens equal the engine's.
+func TestE2ELoRAPathFromModels(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.31.0", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: time.Hour,
+		simMod:  func(i int, c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} },
+		ruleMod: func(r *rules.Rule) { r.DiscoverAdapters = true }})
+	eventually(t, 15*time.Second, "the gateway to list the discovered adapter", func() bool { return p.listsAdapter("sql-lora") })
+	doc := docs(1)[0]
+	p.direct(1, map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1})
+	lora := map[string]any{"model": "sql-lora", "prompt": doc + " And a follow-up question?", "max_tokens": 2}
+	eventually(t, 15*time.Second, "the adapter's blocks in the inventory", func() bool { return p.explainOverlap("/v1/completions", lora)["e1"] > 0 })
+	c := p.send("/v1/completions", lora)
+	var d struct {
+		Tier  string
+		Score int
+	}
+	if err := json.Unmarshal([]byte(c.decision), &d); err != nil || d.Tier != "kv-exact" || c.endpoint != "e1" || c.cached == 0 || c.cached != d.Score*16 {
+		t.Fatalf("adapter request: on %s, cached %d, decision %s; want KV-exact on e1 predicting the cached tokens", c.endpoint, c.cached, c.decision)
+	}
+}

@@ -370,7 +370,7 @@ func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.End
 		Endpoints: []ctk.Endpoint{{Name: e.Name, Address: e.Address, Role: e.Role,
 			Events: ctk.Events{ZMQ: e.Events.ZMQ, Replay: e.Events.Replay, Topic: e.Events.Topic, Drain: e.Events.Drain}}}}
 	for _, a := range r.Adapters {
-		p.Adapters = append(p.Adapters, ctk.Adapter{Name: a.Name, LoRAName: a.LoRAName})
+		p.Adapters = append(p.Adapters, ctk.Adapter{Name: a.Name, LoRAName: a.LoRAName, LoRAPath: a.LoRAPath})
 	}
 	if err := p.Normalize(); err != nil {
 		return nil, err
