@@ -196,10 +196,13 @@ func (g *Gateway) carryAdapters(old, rt *ruleRuntime) {
 	g.publishAdapters(rt)
 }
 
-// runAdapterDiscovery discovers at once, then every interval until ctx ends.
+// runAdapterDiscovery discovers at once, then every interval (0: never again) until ctx ends.
 func (g *Gateway) runAdapterDiscovery(ctx context.Context, interval time.Duration) {
 	hc := &http.Client{Transport: g.transport()}
 	g.discoverAdapters(ctx, hc)
+	if interval <= 0 {
+		return
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
