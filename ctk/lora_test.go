@@ -34,6 +34,22 @@ var _ = Describe("a pool serving LoRA adapters", func() {
 		Expect(spec(res, "P0", "LoRA adapter").Message).To(ContainSubstring(`adapter "sql-lora"`))
 	})
 
+	It("hashes the root the endpoint lists beside the name on a release with tagged extra keys", func() {
+		e := startSim("vllm", "v0.31.0", withLoRA)
+		res := certify(poolFor(e, "P0", `seed: "0"`, `discoverAdapters: true`), nil)
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(spec(res, "P0", "LoRA adapter").Message).To(ContainSubstring(`block keys equal with LoRA name "sql-lora"`))
+	})
+
+	It("fails the lora leg naming loraPath when a declared adapter's path is not the engine's", func() {
+		e := startSim("vllm", "v0.31.0", withLoRA)
+		res := certify(poolFor(e, "P0", `seed: "0"`, `adapters: [{name: sql-lora, loraPath: /elsewhere}]`), nil)
+		s := spec(res, "P0", "LoRA adapter")
+		Expect(s.State).To(Equal(ctk.Fail))
+		Expect(s.Leg).To(Equal(ctk.LegLoRA))
+		Expect(s.Hint).To(ContainSubstring(`loraPath (now "/elsewhere")`))
+	})
+
 	It("fails the lora leg when the engine hashes another LoRA name than the pool", func() {
 		e := startSim("vllm", "v0.25.1", withLoRA)
 		res := certify(poolFor(e, "P0", `seed: "0"`, `adapters: [{name: sql-lora, loraName: sql-v2}]`), nil)

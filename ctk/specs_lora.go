@@ -29,6 +29,9 @@ type Adapter struct {
 	Name string `yaml:"name" json:"name"`
 	// LoRAName is the name the gateway hashes for it (the rule's loraName). Default: Name.
 	LoRAName string `yaml:"loraName" json:"loraName,omitempty"`
+	// LoRAPath is the adapter's path on the engine (the rule's loraPath), which vLLM v0.31.0+ hashes
+	// beside the name. Discovered adapters take the root their endpoint lists.
+	LoRAPath string `yaml:"loraPath" json:"loraPath,omitempty"`
 }
 
 // maxModelsAnswer bounds the /v1/models answer read to discover adapters.
@@ -60,10 +63,10 @@ const maxProbedAdapters = 8
 // the pool's model as parent (at most maxProbedAdapters). skip says why there is none to probe;
 // fail why the endpoint does not serve a declared one.
 func (r *endpointRun) loraAdapters(ctx context.Context) (as []Adapter, skip, fail string) {
-	listed, parents, err := r.listedAdapters(ctx)
+	listed, roots, err := r.listedAdapters(ctx)
 	if len(r.pool.Adapters) > 0 {
 		for _, a := range r.pool.Adapters {
-			if err == nil && !parents[a.Name] {
+			if _, ok := roots[a.Name]; err == nil && !ok {
 				return nil, "", fmt.Sprintf("the endpoint does not serve adapter %q of %s: its /v1/models lists adapters %v", a.Name, r.pool.Model, listed)
 			}
 		}
@@ -79,13 +82,14 @@ func (r *endpointRun) loraAdapters(ctx context.Context) (as []Adapter, skip, fai
 		return nil, fmt.Sprintf("the endpoint lists no adapter of %s in /v1/models", r.pool.Model), ""
 	}
 	for _, n := range listed[:min(len(listed), maxProbedAdapters)] {
-		as = append(as, Adapter{Name: n, LoRAName: n})
+		as = append(as, Adapter{Name: n, LoRAName: n, LoRAPath: roots[n]})
 	}
 	return as, "", ""
 }
 
-// listedAdapters reads the endpoint's /v1/models: the ids listed with the pool's model as parent.
-func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]bool, error) {
+// listedAdapters reads the endpoint's /v1/models: the ids listed with the pool's model as parent,
+// and each one's root (the adapter's path on the engine).
+func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.ep.Address, "/")+"/v1/models", nil)
@@ -105,20 +109,21 @@ func (r *endpointRun) listedAdapters(ctx context.Context) ([]string, map[string]
 		Data []struct {
 			ID     string  `json:"id"`
 			Parent *string `json:"parent"`
+			Root   string  `json:"root"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, nil, fmt.Errorf("GET /v1/models: %w", err)
 	}
 	var ids []string
-	set := map[string]bool{}
+	roots := map[string]string{}
 	for _, m := range v.Data {
-		if m.Parent != nil && *m.Parent == r.pool.Model && m.ID != "" && !set[m.ID] {
+		if _, dup := roots[m.ID]; m.Parent != nil && *m.Parent == r.pool.Model && m.ID != "" && !dup {
 			ids = append(ids, m.ID)
-			set[m.ID] = true
+			roots[m.ID] = m.Root
 		}
 	}
-	return ids, set, nil
+	return ids, roots, nil
 }
 
 // specLoRA probes every adapter loraAdapters picks; the LoRA names proven go into the endpoint's
@@ -192,10 +197,14 @@ func (r *endpointRun) probeAdapter(t *T, a Adapter) bool {
 	for n := range names {
 		other = n
 	}
-	hint := func(n string) string {
-		return fmt.Sprintf("set loraName: %q for adapter %q in the pool and the rule (%s hashes the served adapter name)", n, a.Name, r.family().Display())
-	}
 	ct := r.st.Contract
+	hint := func(n string) string {
+		h := fmt.Sprintf("set loraName: %q for adapter %q in the pool and the rule (%s hashes the served adapter name)", n, a.Name, r.family().Display())
+		if ct.TaggedExtraKeys() {
+			h += fmt.Sprintf(", and loraPath (now %q) to the path the engine lists as the adapter's root in /v1/models (this release hashes it too)", a.LoRAPath)
+		}
+		return h
+	}
 	seed, seedErr := ct.EngineSeed(r.st.Algorithm, r.st.Seed)
 	if ct.SupportsBinding("engine") && r.st.Binding != "router" && seedErr == nil {
 		keysWith := func(lora string) []uint64 {
@@ -205,7 +214,7 @@ func (r *endpointRun) probeAdapter(t *T, a Adapter) bool {
 			}
 			var ex *hashcore.Extras
 			if lora != "" {
-				ex = &hashcore.Extras{LoRAName: lora}
+				ex = &hashcore.Extras{LoRAName: lora, LoRAPath: a.LoRAPath, Tagged: ct.TaggedExtraKeys()}
 			}
 			k, _ := h.Keys(lp.want, ex, nil)
 			return k

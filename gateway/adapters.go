@@ -16,8 +16,8 @@ import (
 
 // LoRA adapter discovery (rules.Rule.DiscoverAdapters): every endpoint's /v1/models is read at start
 // and on every re-probe; the adapters listed with a parent (vLLM's form: id = the served adapter
-// name, which is also what it hashes, parent = the base model) become the router's discovered
-// adapters. An endpoint that does not answer keeps its last list, so a restart or a network blip does
+// name, which is also what it hashes, parent = the base model, root = the path it was given, which
+// v0.31.0+ hashes too) become the router's discovered adapters. An endpoint that does not answer keeps its last list, so a restart or a network blip does
 // not turn served adapters into 404s; one that answers without an adapter drops it, and requests for
 // a discovered adapter go only to the endpoints that list it.
 
@@ -66,23 +66,30 @@ func (g *Gateway) discoverAdapters(ctx context.Context, hc *http.Client) {
 }
 
 // publishAdapters gives the router the union of the endpoints' lists, sorted by name (the first
-// endpoint listing a name decides its base model), and which endpoints list each.
+// endpoint listing a name decides its base model and path), and which endpoints list each. An
+// endpoint listing the name with another path still serves it, but its blocks carry other keys
+// than the ones the gateway computes (never a false hit, only no hit there): that is logged.
 func (g *Gateway) publishAdapters(rt *ruleRuntime) {
 	rt.lora.mu.Lock()
-	seen := map[string]bool{}
+	seen := map[string]rules.Adapter{}
 	listedBy := map[string][]string{}
 	var out []rules.Adapter
 	for _, e := range rt.eps {
 		for _, a := range rt.lora.byEnd[e.Name] {
-			listedBy[a.Name] = append(listedBy[a.Name], e.Name)
-			if seen[a.Name] {
+			if first, ok := seen[a.Name]; ok {
+				if first != a {
+					g.log.Warn("adapter discovery: endpoints list an adapter differently; KV-exact hashes the first listing, so the other endpoint gets no hit for it",
+						"rule", rt.rule.Name, "adapter", a.Name, "endpoint", e.Name, "base", a.Base, "path", a.LoRAPath, "firstBase", first.Base, "firstPath", first.LoRAPath)
+				}
+				listedBy[a.Name] = append(listedBy[a.Name], e.Name)
 				continue
 			}
 			if len(out) == maxDiscoveredAdapters {
 				g.log.Warn("adapter discovery: too many adapters, the rest ignored", "rule", rt.rule.Name, "limit", maxDiscoveredAdapters)
 				break
 			}
-			seen[a.Name] = true
+			seen[a.Name] = a
+			listedBy[a.Name] = append(listedBy[a.Name], e.Name)
 			out = append(out, a)
 		}
 	}
@@ -139,6 +146,7 @@ func (g *Gateway) endpointAdapters(ctx context.Context, hc *http.Client, r *rule
 		Data []struct {
 			ID     string  `json:"id"`
 			Parent *string `json:"parent"`
+			Root   string  `json:"root"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -149,7 +157,7 @@ func (g *Gateway) endpointAdapters(ctx context.Context, hc *http.Client, r *rule
 		if m.Parent == nil || *m.Parent == "" { // a base model (vLLM: parent null)
 			continue
 		}
-		a, err := r.DiscoveredAdapter(m.ID, *m.Parent)
+		a, err := r.DiscoveredAdapter(m.ID, *m.Parent, m.Root)
 		if err != nil {
 			g.log.Warn("adapter discovery: listed adapter ignored", "rule", r.Name, "endpoint", e.Name, "field", fmt.Sprintf("data[%d]", i), "err", err)
 			continue
@@ -180,7 +188,7 @@ func (g *Gateway) carryAdapters(old, rt *ruleRuntime) {
 			continue
 		}
 		for _, a := range prev[e.Name] {
-			if b, err := rt.rule.DiscoveredAdapter(a.Name, a.Base); err == nil {
+			if b, err := rt.rule.DiscoveredAdapter(a.Name, a.Base, a.LoRAPath); err == nil {
 				rt.lora.byEnd[e.Name] = append(rt.lora.byEnd[e.Name], b)
 			}
 		}
@@ -189,10 +197,13 @@ func (g *Gateway) carryAdapters(old, rt *ruleRuntime) {
 	g.publishAdapters(rt)
 }
 
-// runAdapterDiscovery discovers at once, then every interval until ctx ends.
+// runAdapterDiscovery discovers at once, then every interval (0: never again) until ctx ends.
 func (g *Gateway) runAdapterDiscovery(ctx context.Context, interval time.Duration) {
 	hc := &http.Client{Transport: g.transport()}
 	g.discoverAdapters(ctx, hc)
+	if interval <= 0 {
+		return
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -235,5 +236,46 @@ func TestE2EAdapterNotProvenIsNotExact(t *testing.T) {
 	var dec struct{ Miss, Reason string }
 	if err := json.Unmarshal([]byte(c.decision), &dec); err != nil || dec.Miss != string(route.MissAdapterUncertified) || !strings.Contains(dec.Reason, `"sql-v2"`) {
 		t.Fatalf("rule loraName the certificate did not prove: decision %s, want miss %s naming \"sql-v2\"", c.decision, route.MissAdapterUncertified)
+	}
+}
+
+// From vLLM v0.31.0 a LoRA block's key hashes the adapter's path beside its name: the path the
+// endpoint lists as the adapter's root in /v1/models is what the gateway hashes, so a repeated
+// adapter prompt is a KV-exact hit whose predicted cached tokens equal the engine's.
+func TestE2ELoRAPathFromModels(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.31.0", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: time.Hour,
+		simMod:  func(i int, c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} },
+		ruleMod: func(r *rules.Rule) { r.DiscoverAdapters = true }})
+	eventually(t, 15*time.Second, "the gateway to list the discovered adapter", func() bool { return p.listsAdapter("sql-lora") })
+	doc := docs(1)[0]
+	p.direct(1, map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1})
+	lora := map[string]any{"model": "sql-lora", "prompt": doc + " And a follow-up question?", "max_tokens": 2}
+	eventually(t, 15*time.Second, "the adapter's blocks in the inventory", func() bool { return p.explainOverlap("/v1/completions", lora)["e1"] > 0 })
+	c := p.send("/v1/completions", lora)
+	var d struct {
+		Tier  string
+		Score int
+	}
+	if err := json.Unmarshal([]byte(c.decision), &d); err != nil || d.Tier != "kv-exact" || c.endpoint != "e1" || c.cached == 0 || c.cached != d.Score*16 {
+		t.Fatalf("adapter request: on %s, cached %d, decision %s; want KV-exact on e1 predicting the cached tokens", c.endpoint, c.cached, c.decision)
+	}
+}
+
+// Two endpoints list one adapter name at different paths: the gateway hashes the first listing's
+// path, so the other endpoint's blocks of it (keyed with its own path) are no hit, never a false one.
+func TestE2ELoRAPathsDiffer(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.31.0", n: 2, seed: strp("0"), mode: 3, certify: true, reprobe: time.Hour,
+		simMod:  func(i int, c *sim.Config) { c.LoRAModules = []string{fmt.Sprintf("sql-lora=/adapters/sql%d", i)} },
+		ruleMod: func(r *rules.Rule) { r.DiscoverAdapters = true }})
+	eventually(t, 15*time.Second, "the gateway to list the discovered adapter", func() bool { return p.listsAdapter("sql-lora") })
+	doc := docs(1)[0]
+	lora := map[string]any{"model": "sql-lora", "prompt": doc, "max_tokens": 1}
+	p.direct(0, lora)
+	p.direct(1, lora)
+	eventually(t, 15*time.Second, "both endpoints' adapter blocks in the inventory", func() bool {
+		return p.explainOverlap("/v1/completions", lora)["e0"] > 0 && p.resident("e1") >= p.resident("e0")
+	})
+	if ov := p.explainOverlap("/v1/completions", lora); ov["e1"] != 0 {
+		t.Fatalf("e1 holds the adapter's blocks under another path, yet they match the gateway's keys: %v", ov)
 	}
 }

@@ -367,7 +367,7 @@ func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.End
 		return nil, err
 	}
 	for _, a := range r.Adapters {
-		p.Adapters = append(p.Adapters, ctk.Adapter{Name: a.Name, LoRAName: a.LoRAName})
+		p.Adapters = append(p.Adapters, ctk.Adapter{Name: a.Name, LoRAName: a.LoRAName, LoRAPath: a.LoRAPath})
 	}
 	if err := p.Normalize(); err != nil {
 		return nil, err

@@ -319,6 +319,13 @@ func (g *Gateway) Start(ctx context.Context) error {
 			defer g.wg.Done()
 			g.runAdapterDiscovery(g.ctx, iv)
 		}()
+	} else {
+		// Re-probing off: the adapters are read once, at start.
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.runAdapterDiscovery(g.ctx, 0)
+		}()
 	}
 	g.wg.Add(1)
 	go func() {

@@ -472,7 +472,7 @@ func TestEventSamplesSGLang(t *testing.T) {
 		dir   string
 		n     int
 		event func(*testing.T, any) engines.Event
-	}{{"v0.5.18", 6, evSGLangEvent}, {"v0.5.21", 7, evSGLangMapEvent}} {
+	}{{"v0.5.18", 6, evSGLangEvent}, {"v0.5.21", 7, evSGLangMapEvent}, {"v0.5.23", 6, evSGLangMapEvent}} {
 		t.Run(rel.dir, func(t *testing.T) { evSGLangRelease(t, rel.dir, rel.n, rel.event) })
 	}
 }
@@ -504,6 +504,13 @@ func evSGLangRelease(t *testing.T, release string, n int, event func(*testing.T,
 				t.Fatalf("re-encode: %v\n got %x\nwant %x", err, out, p)
 			}
 			for _, e := range got.Events {
+				if e.Kind == engines.BlockRemoved {
+					for _, k := range e.BlockHashes {
+						if digests[k] == nil {
+							t.Fatalf("removal of %d, which no earlier sample stored", k)
+						}
+					}
+				}
 				if e.Kind != engines.BlockStored {
 					continue
 				}

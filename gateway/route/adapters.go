@@ -8,13 +8,13 @@ import (
 )
 
 // adapt maps a request for one of the rule's LoRA adapters (declared, else discovered) to what the
-// keyer needs: the base model (whose tokenizer and template render the prompt) and the LoRA name the
-// engine hashes. Requests for other models come back unchanged; the caller's Request is never
+// keyer needs: the base model (whose tokenizer and template render the prompt) and the LoRA name and
+// path the engine hashes. Requests for other models come back unchanged; the caller's Request is never
 // modified.
 func (rt *Router) adapt(req *Request) *Request {
 	if a := rt.adapter(req.Model); a != nil {
 		r := *req
-		r.Model, r.LoRAName = a.Base, a.LoRAName
+		r.Model, r.LoRAName, r.LoRAPath = a.Base, a.LoRAName, a.LoRAPath
 		return &r
 	}
 	return req

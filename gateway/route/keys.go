@@ -236,8 +236,8 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 	switch {
 	case ex.LoRAName != "" && !k.BlockExtras:
 		return nil, 0, MissLoRA, "the engine's block keys do not include the LoRA adapter (" + ex.LoRAName + "), so base-model blocks would look like hits"
-	case ex.LoRAName != "" && k.TaggedExtras && k.Hasher != nil:
-		return nil, 0, MissLoRA, "the engine hashes the LoRA adapter's path beside its name (" + ex.LoRAName + "), which the gateway is not given"
+	case ex.LoRAName != "" && k.TaggedExtras && k.Hasher != nil && r.LoRAPath == "":
+		return nil, 0, MissLoRA, "the engine hashes the LoRA adapter's path beside its name (" + ex.LoRAName + "), and the adapter has none: set its loraPath, or discover it from /v1/models"
 	case ex.CacheSalt != "" && !k.BlockExtras && !k.SaltedRoot && !saltedKeys:
 		return nil, 0, MissCacheSalt, "the engine's events do not separate cache_salt namespaces"
 	}
@@ -248,7 +248,7 @@ func (k *PromptKeyer) Keys(_ context.Context, r *Request) ([]uint64, int, Miss, 
 	if k.Hasher != nil {
 		tex := ex
 		if k.TaggedExtras {
-			tex = &hashcore.Extras{CacheSalt: ex.CacheSalt, Tagged: true}
+			tex = &hashcore.Extras{LoRAName: ex.LoRAName, LoRAPath: r.LoRAPath, CacheSalt: ex.CacheSalt, Tagged: true}
 		}
 		keys, err := k.Cache.Keys(k.Hasher, ids, tex)
 		if err != nil {

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvexact/kvexact/gateway/hashcore"
@@ -103,13 +104,37 @@ func TestKeyerExtrasPerFamily(t *testing.T) {
 	}
 }
 
+// vLLM v0.31.0+ (tagged extra keys, engine binding): a LoRA request is keyed with the tagged
+// ("lora", name, path) key; without the adapter's path it is a named lora miss.
+func TestKeyerTaggedLoRAPath(t *testing.T) {
+	pool, tok := llama3(t)
+	prompt := "The quick brown fox jumps over the lazy dog, again and again and again, until the blocks fill up."
+	ids, _ := tok.Encode(prompt, true)
+	seed := "0"
+	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.VLLMSHA256, BlockSize: 4, Seed: &seed}, hashcore.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &PromptKeyer{Pool: pool, Hasher: h, BlockExtras: true, TaggedExtras: true}
+	ctx := context.Background()
+	got, _, m, _ := k.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a", LoRAPath: "/adapters/a"})
+	want, _ := h.Keys(ids, &hashcore.Extras{LoRAName: "a", LoRAPath: "/adapters/a", Tagged: true}, nil)
+	other, _ := h.Keys(ids, &hashcore.Extras{LoRAName: "a", LoRAPath: "/adapters/b", Tagged: true}, nil)
+	if m != MissNone || !slices.Equal(got, want) || slices.Equal(got, other) {
+		t.Fatalf("tagged lora keys: miss %v, equal to the path's keys %v, to another path's %v", m, slices.Equal(got, want), slices.Equal(got, other))
+	}
+	if _, _, m, reason := k.Keys(ctx, &Request{Model: "llama3", Prompt: prompt, LoRAName: "a"}); m != MissLoRA || !strings.Contains(reason, "loraPath") {
+		t.Fatalf("tagged lora without a path: %v %q, want %v naming loraPath", m, reason, MissLoRA)
+	}
+}
+
 // A request for a rule's adapter is keyed as its base model with its LoRA name; the caller's
 // request is left alone.
 func TestRouterAdapt(t *testing.T) {
 	rt := &Router{rule: ruleWithAdapter()}
 	in := &Request{Model: "sql-lora"}
 	out := rt.adapt(in)
-	if out.Model != "llama3" || out.LoRAName != "sql-lora-v2" || in.Model != "sql-lora" || in.LoRAName != "" {
+	if out.Model != "llama3" || out.LoRAName != "sql-lora-v2" || out.LoRAPath != "/adapters/sql" || in.Model != "sql-lora" || in.LoRAName != "" {
 		t.Fatalf("adapt: %+v from %+v", out, in)
 	}
 	if rt.adapt(&Request{Model: "llama3"}).LoRAName != "" {
@@ -118,5 +143,5 @@ func TestRouterAdapt(t *testing.T) {
 }
 
 func ruleWithAdapter() *rules.Rule {
-	return &rules.Rule{Name: "r", Models: []string{"llama3"}, Adapters: []rules.Adapter{{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora-v2"}}}
+	return &rules.Rule{Name: "r", Models: []string{"llama3"}, Adapters: []rules.Adapter{{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora-v2", LoRAPath: "/adapters/sql"}}}
 }

@@ -28,6 +28,9 @@ type Request struct {
 	// LoRAName is set when the requested model is a LoRA adapter the rule serves (vLLM hashes it).
 	// The router sets it from the rule's adapters; Model then names the base model.
 	LoRAName string
+	// LoRAPath is the adapter's path on the engine (rules.Adapter.LoRAPath; "" unknown), which vLLM
+	// v0.31.0+ hashes beside LoRAName.
+	LoRAPath string
 	// ChatRequest is the chat body as the proxy parsed it, once (nil: the keyer parses Body);
 	// ChatError, when set, says why the body is not a chat request the engine accepts.
 	ChatRequest *tokenize.ChatRequest

@@ -42,13 +42,20 @@ func (r *Rule) normalizeAdapters() error {
 		if !utf8.ValidString(a.LoRAName) || len(a.LoRAName) > maxNameLen {
 			return fieldErr(f+".loraName", "must be valid UTF-8 of at most %d bytes", maxNameLen)
 		}
+		if !utf8.ValidString(a.LoRAPath) || len(a.LoRAPath) > maxPathLen {
+			return fieldErr(f+".loraPath", "must be valid UTF-8 of at most %d bytes", maxPathLen)
+		}
 	}
 	return nil
 }
 
-// DiscoveredAdapter checks an adapter an endpoint lists in /v1/models (id, parent) against the rule
-// and returns it as the rule would declare it (vLLM hashes the served name, so LoRAName = id).
-func (r *Rule) DiscoveredAdapter(id, parent string) (Adapter, error) {
+// maxPathLen bounds an adapter's path (hashed only: it reaches no header or label).
+const maxPathLen = 4096
+
+// DiscoveredAdapter checks an adapter an endpoint lists in /v1/models (id, parent, root) against
+// the rule and returns it as the rule would declare it (vLLM hashes the served name and, from
+// v0.31.0, the path it lists as root: LoRAName = id, LoRAPath = root).
+func (r *Rule) DiscoveredAdapter(id, parent, root string) (Adapter, error) {
 	// An adapter name reaches the same headers, log fields and metric labels as a declared one:
 	// the same rule, or the adapter is not served.
 	if err := checkName("id", id); err != nil {
@@ -63,5 +70,8 @@ func (r *Rule) DiscoveredAdapter(id, parent string) (Adapter, error) {
 	if len(r.Models) > 0 && !slices.Contains(r.Models, parent) {
 		return Adapter{}, fmt.Errorf("%q: parent %q is not one of the rule's models %v", id, parent, r.Models)
 	}
-	return Adapter{Name: id, Base: parent, LoRAName: id}, nil
+	if !utf8.ValidString(root) || len(root) > maxPathLen {
+		return Adapter{}, fmt.Errorf("%q: root must be valid UTF-8 of at most %d bytes", id, maxPathLen)
+	}
+	return Adapter{Name: id, Base: parent, LoRAName: id, LoRAPath: root}, nil
 }

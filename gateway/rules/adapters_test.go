@@ -48,16 +48,22 @@ func TestDiscoveredAdapter(t *testing.T) {
 	if !r.DiscoverAdapters {
 		t.Fatal("discoverAdapters not read")
 	}
-	if a, err := r.DiscoveredAdapter("sql-lora", "llama3"); err != nil || a != (Adapter{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora"}) {
+	if a, err := r.DiscoveredAdapter("sql-lora", "llama3", "/adapters/sql"); err != nil || a != (Adapter{Name: "sql-lora", Base: "llama3", LoRAName: "sql-lora", LoRAPath: "/adapters/sql"}) {
 		t.Fatalf("discovered: %+v %v", a, err)
 	}
-	for _, tc := range []struct{ id, parent, want string }{
-		{"sql-lora", "mistral", `parent "mistral" is not one of the rule's models`},
-		{"llama3", "llama3", "is one of the rule's models"},
-		{"a\nb", "llama3", `id: "a\nb": byte 1 (LF) is not allowed`},
-		{"sql-lora", "", `"sql-lora": parent: required`},
+	long := strings.Repeat("p", maxPathLen)
+	if _, err := r.DiscoveredAdapter("sql-lora", "llama3", long); err != nil {
+		t.Fatalf("a root of %d bytes: %v", maxPathLen, err)
+	}
+	for _, tc := range []struct{ id, parent, root, want string }{
+		{"sql-lora", "mistral", "", `parent "mistral" is not one of the rule's models`},
+		{"llama3", "llama3", "", "is one of the rule's models"},
+		{"a\nb", "llama3", "", `id: "a\nb": byte 1 (LF) is not allowed`},
+		{"sql-lora", "", "", `"sql-lora": parent: required`},
+		{"sql-lora", "llama3", long + "p", `"sql-lora": root must be valid UTF-8 of at most 4096 bytes`},
+		{"sql-lora", "llama3", "\xff", `"sql-lora": root must be valid UTF-8`},
 	} {
-		if _, err := r.DiscoveredAdapter(tc.id, tc.parent); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := r.DiscoveredAdapter(tc.id, tc.parent, tc.root); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q/%q: want %q, got %v", tc.id, tc.parent, tc.want, err)
 		}
 	}

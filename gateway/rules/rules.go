@@ -272,7 +272,8 @@ type Rule struct {
 	// DiscoverAdapters also serves the LoRA adapters the endpoints list in /v1/models (vLLM lists
 	// each with its base model as parent), read at start and on every re-probe: an adapter whose
 	// parent is one of models (any parent for a wildcard rule) is served as a declared one with
-	// loraName = its id; one no endpoint lists any more is 404 again. Declared adapters win.
+	// loraName = its id and loraPath = its root; one no endpoint lists any more is 404 again.
+	// Declared adapters win.
 	DiscoverAdapters bool `yaml:"discoverAdapters" json:"discoverAdapters,omitempty"`
 	// Engine names the engine family and release of every endpoint (one contract per rule).
 	Engine EngineRef `yaml:"engine" json:"engine"`
@@ -405,6 +406,11 @@ type Adapter struct {
 	// LoRAName is the name the engine hashes into every block key (vLLM: lora_request.lora_name,
 	// which is the served adapter name). Default: Name.
 	LoRAName string `yaml:"loraName" json:"loraName,omitempty"`
+	// LoRAPath is the adapter's path as the engine was given it (vLLM --lora-modules name=path; its
+	// /v1/models lists it as the adapter's root). vLLM v0.31.0+ hashes it beside the LoRA name, so
+	// on those releases an adapter without a path is routed with miss lora. Discovered adapters
+	// take it from the endpoint's listing.
+	LoRAPath string `yaml:"loraPath" json:"loraPath,omitempty"`
 }
 
 // EngineRef names a contract.

@@ -1,5 +1,5 @@
 // Package vllme2e_test runs the gateway end to end against real vLLM engines (the CPU build in
-// .cache/py/vllm, a tiny llama3 with dummy weights): certified by ctk against the live engines,
+// .cache/py/vllm, a tiny llama3 with dummy weights, serving a dummy LoRA adapter): certified by ctk against the live engines,
 // then KV-exact routing checked against the engines' own usage receipts, and the simulator held to
 // the same engines (simulator_test.go). The engines start once for the package (TestMain) and are
 // stopped by PID when it ends.
@@ -41,6 +41,7 @@ var (
 	env     *vllmpool.Env
 	envErr  error
 	model   string
+	adapter = "tiny-lora" // the dummy LoRA adapter every engine serves (its folder's name)
 	engines []*vllmpool.Engine
 	seed0   = "0"
 	prof    vllmpool.Profile
@@ -79,7 +80,8 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		model = filepath.Join(dir, "llama3")
-		if err := env.TinyModel(model, "llama3", ""); err != nil {
+		lora := filepath.Join(dir, adapter)
+		if err := env.TinyModel(model, "llama3", lora); err != nil {
 			fmt.Println(err)
 			return 1
 		}
@@ -89,7 +91,7 @@ func TestMain(m *testing.M) {
 		var wg sync.WaitGroup
 		for i := range engines {
 			wg.Go(func() {
-				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks}, 5*time.Minute)
+				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, 5*time.Minute)
 			})
 		}
 		wg.Wait()
@@ -210,6 +212,8 @@ func startGateway(t *testing.T) *gw {
 	if !g.a.Runtime.Status().Rules[0].Exact.Enabled {
 		t.Fatalf("KV-exact is not enabled on the certified rule: %+v", g.a.Runtime.Status().Rules[0].Exact)
 	}
+	rt, _ := g.a.Runtime.Router("pool")
+	eventually(t, 10*time.Second, "the gateway to discover the engines' LoRA adapter", func() bool { return rt.ServesAdapter(adapter) })
 	return g
 }
 

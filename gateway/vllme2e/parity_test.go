@@ -52,6 +52,8 @@ func TestPublishedKeysEqualGatewayKeys(t *testing.T) {
 		{"chat-add-special-tokens", "/v1/chat/completions", chat(doc("chat bos "+tag, 10), map[string]any{"add_special_tokens": true}),
 			chat(doc("chat bos "+tag, 10), nil)},
 		{"token-id-prompt", "/v1/completions", map[string]any{"model": g.model, "prompt": ids}, nil},
+		{"completions-lora", "/v1/completions", map[string]any{"model": adapter, "prompt": doc("lora "+tag, 10)},
+			completion(doc("lora "+tag, 10), nil)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := send(t, ep.URL, c.path, clone(c.req), false)

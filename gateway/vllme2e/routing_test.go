@@ -9,27 +9,29 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
-// TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, a prompt extending
-// one the pool served before goes to the engine that holds its prefix, and the cached tokens the
-// gateway predicted (the winner's score in blocks, resting on engine-confirmed blocks) equal the
-// engine's own usage.prompt_tokens_details.cached_tokens.
+// TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, and completions
+// through the LoRA adapter (whose keys hash the path the engine lists for it in /v1/models), a
+// prompt extending one the pool served before goes to the engine that holds its prefix, and the
+// cached tokens the gateway predicted (the winner's score in blocks, resting on engine-confirmed
+// blocks) equal the engine's own usage.prompt_tokens_details.cached_tokens.
 func TestPredictedEqualsCachedTokens(t *testing.T) {
 	g := startGateway(t)
 	for _, c := range []struct {
-		name, path string
-		stream     bool
+		name, path, model string
+		stream            bool
 	}{
-		{"completions", "/v1/completions", false},
-		{"completions-stream", "/v1/completions", true},
-		{"chat", "/v1/chat/completions", false},
-		{"chat-stream", "/v1/chat/completions", true},
+		{"completions", "/v1/completions", g.model, false},
+		{"completions-stream", "/v1/completions", g.model, true},
+		{"chat", "/v1/chat/completions", g.model, false},
+		{"chat-stream", "/v1/chat/completions", g.model, true},
+		{"completions-lora", "/v1/completions", adapter, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := func(text string) map[string]any {
 				if c.path == "/v1/completions" {
-					return map[string]any{"model": g.model, "prompt": text}
+					return map[string]any{"model": c.model, "prompt": text}
 				}
-				return map[string]any{"model": g.model, "messages": []map[string]any{{"role": "user", "content": text}}}
+				return map[string]any{"model": c.model, "messages": []map[string]any{{"role": "user", "content": text}}}
 			}
 			base := doc(c.name+time.Now().Format(time.RFC3339Nano), 12)
 			first := send(t, g.base, c.path, req(base), c.stream)

@@ -55,6 +55,9 @@ func Rule(name string, prof Profile, engines []*Engine) rules.Rule {
 	r := rules.Rule{Name: name, Models: []string{prof.Model}, Engine: rules.EngineRef{Family: "vllm", Release: Release},
 		KVExactMode: 3, BlockSize: prof.BlockSize, HashAlgorithm: prof.HashAlgo, Seed: prof.Seed, Binding: prof.Binding}
 	for _, e := range engines {
+		if e.LoRA != "" {
+			r.DiscoverAdapters = true // the adapter's name and path as the engine lists them
+		}
 		r.Endpoints = append(r.Endpoints, rules.Endpoint{Name: e.Name, Address: e.URL,
 			Events: rules.Events{ZMQ: e.Publish, Replay: e.Replay, Topic: topic(e)}})
 	}

@@ -34,7 +34,7 @@ func TestWriteFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Rules[0]
-	if r.BlockSize != BlockSize || r.KVExactMode != 3 || r.Seed == nil || *r.Seed != "0" || len(r.Endpoints) != 2 || r.Endpoints[0].Events.ZMQ[0] != es[0].Publish[0] || r.Endpoints[0].Name != "e0" {
+	if r.BlockSize != BlockSize || r.KVExactMode != 3 || r.Seed == nil || *r.Seed != "0" || len(r.Endpoints) != 2 || r.Endpoints[0].Events.ZMQ[0] != es[0].Publish[0] || r.Endpoints[0].Name != "e0" || !r.DiscoverAdapters {
 		t.Fatalf("rule %+v", r)
 	}
 }
