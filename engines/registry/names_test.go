@@ -33,6 +33,8 @@ var familyNameExempt = []struct {
 	{dir: "bench/kvbench", strings: true, why: "a benchmark names what it measures, as a test does: its fixture is a vLLM pool, its peers are other projects' routers (SGLang's model gateway), and the document it writes describes that setup"},
 	{dir: "bench/kvbench/peers.go", why: "the peer routers kvbench re-implements to compare against are named after their projects (PeerSGLangTree: SGLang's model gateway's cache-aware tree), not after the engine family"},
 	{dir: "cmd/vllmpool", why: "the command that starts real vLLM engines (engines/vllm/vllmpool) for the tests and the real-engine demo: one engine's processes are its whole job"},
+	{dir: "ctk/eppcheck/envoy.go", strings: true, why: "ctk epp's self-started pool is one simulated engine of a fixed release: the picker under test needs an OpenAI surface behind each address, not a family's behaviour"},
+	{dir: "cmd/ctk/epp.go", strings: true, why: "the usage text says what ctk epp starts (a simulated vLLM endpoint per pool address)"},
 	{dir: "cmd/kvbench/drive.go", strings: true, why: "a flag text says which engine's behaviour the flag works around (vLLM announces a cache reset only at its next step)"},
 	{dir: "gateway/tokenize", strings: true, why: "error texts cite the reference engine's answer to a request the gateway refuses the same way (\"vLLM answers 400\"); the texts users see stay as they are"},
 }
