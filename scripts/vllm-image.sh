@@ -21,8 +21,11 @@ mirror=http://deb.debian.org/debian
 # python3.11: the venv's interpreter (pyvenv.cfg: home = /usr/bin, version 3.11.x), and
 # python3-minimal for /usr/bin/python3, the path the venv's bin/python3 links to; libnuma1,
 # libgomp1, libelf1: what ldd finds outside the venv for its .so files besides libc, libstdc++,
-# libgcc_s and zlib (already in minbase) and libffi (python3.11's own dependency).
-packages=python3.11,python3-minimal,libnuma1,libgomp1,libelf1
+# libgcc_s and zlib (already in minbase) and libffi (python3.11's own dependency). g++ and
+# libpython3.11-dev: the CPU sampler of any request that samples (temperature > 0) is a
+# torch.compile'd function, and inductor builds its C++ kernels (they include Python.h) on first
+# use — without a compiler the engine core dies with "InvalidCxxCompiler: No working C++ compiler".
+packages=python3.11,python3-minimal,libnuma1,libgomp1,libelf1,g++,libpython3.11-dev
 
 digest="$(sha256sum "$0" | cut -c1-16)"
 cache="$repo/.cache/images"
