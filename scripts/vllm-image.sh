@@ -24,8 +24,9 @@ mirror=http://deb.debian.org/debian
 # libgcc_s and zlib (already in minbase) and libffi (python3.11's own dependency). g++ and
 # libpython3.11-dev: the CPU sampler of any request that samples (temperature > 0) is a
 # torch.compile'd function, and inductor builds its C++ kernels (they include Python.h) on first
-# use — without a compiler the engine core dies with "InvalidCxxCompiler: No working C++ compiler".
-packages=python3.11,python3-minimal,libnuma1,libgomp1,libelf1,g++,libpython3.11-dev
+# use — without a compiler the engine core dies with "InvalidCxxCompiler: No working C++ compiler";
+# openssl: inductor checksums its precompiled header with the openssl command.
+packages=python3.11,python3-minimal,libnuma1,libgomp1,libelf1,g++,libpython3.11-dev,openssl
 
 digest="$(sha256sum "$0" | cut -c1-16)"
 cache="$repo/.cache/images"
