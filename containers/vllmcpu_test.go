@@ -180,14 +180,18 @@ func vllmSend(p *pool, text string, maxTokens int) *containers.Completion {
 	return c
 }
 
-// fullyKnown waits until the gateway credits ep with every full block of text (explain's overlap
-// equals its block count): the engine's events for that prompt reached the inventory.
+// fullyKnown waits until the gateway credits ep with exactly what the engine itself reports
+// cached for a repeat of text (explain's overlap × block size = the repeat's cached_tokens, > 0):
+// the engine's events for that prompt reached the inventory. The engine, not our block count, is
+// the reference: it does not count a prompt's last block as a hit when the prompt ends on it.
 func fullyKnown(p *pool, ep, text string) *containers.Decision {
 	p.t.Helper()
 	var d *containers.Decision
-	p.eventually(30*time.Second, "every block of the prompt in "+ep+"'s inventory", func() (bool, string) {
+	p.eventually(30*time.Second, "the engine's cached blocks of the prompt in "+ep+"'s inventory", func() (bool, string) {
 		d = p.explain(text)
-		return d.Blocks > 0 && d.Overlap(ep) == d.Blocks, fmt.Sprintf("overlap %d of %d blocks", d.Overlap(ep), d.Blocks)
+		c := realDirect(p.t, p, ep, text)
+		return c.CachedTokens > 0 && d.Overlap(ep)*vllmpool.BlockSize == c.CachedTokens,
+			fmt.Sprintf("overlap %d of %d blocks, the engine reports %d cached tokens", d.Overlap(ep), d.Blocks, c.CachedTokens)
 	})
 	return d
 }
@@ -282,13 +286,16 @@ func scVLLMCacheReset(p *pool) {
 	if resp.StatusCode != http.StatusOK {
 		p.t.Fatalf("/reset_prefix_cache: status %d", resp.StatusCode)
 	}
-	p.eventually(30*time.Second, "inventory empty after the engine's cache reset", func() (bool, string) {
-		n, c := len(p.inventory("E0")), p.metric("kvexact_ingest_clears_total", lab("E0", "cause", "engine"))
-		return n == 0 && c == c0+1, fmt.Sprintf("%d resident, engine clears %v→%v", n, c0, c)
+	// vLLM publishes the events of a step with the step's output: the AllBlocksCleared of a reset
+	// leaves with the next request's step, so one request follows the reset.
+	after := prompt("vllm-after-reset", 60)
+	realDirect(p.t, p, "E0", after)
+	p.eventually(30*time.Second, "the old blocks gone after the engine's cache reset", func() (bool, string) {
+		c := p.metric("kvexact_ingest_clears_total", lab("E0", "cause", "engine"))
+		old := p.explain(prompt("vllm-learn", 200)).Overlap("E0")
+		return c == c0+1 && old == 0, fmt.Sprintf("engine clears %v→%v, the learned prompt still credited with %d blocks", c0, c, old)
 	})
-	if d := p.explain(prompt("vllm-learn", 200)); d.Overlap("E0") > 0 {
-		p.t.Fatalf("after the reset E0 is still credited with %d blocks", d.Overlap("E0"))
-	}
+	fullyKnown(p, "E0", after)
 }
 
 // scVLLMKilledMidStream: SIGKILL of the engine while it streams. The client's stream ends at once
