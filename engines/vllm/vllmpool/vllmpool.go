@@ -169,7 +169,9 @@ func (env *Env) Start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 	}
 }
 
-func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engine, error) {
+// Filled is s with the defaults of the zero fields (block size, hash algorithm, DP size, served
+// name); ports stay as they are.
+func (s Spec) Filled() Spec {
 	if s.BlockSize == 0 {
 		s.BlockSize = BlockSize
 	}
@@ -182,6 +184,25 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 	if s.ServedModel == "" {
 		s.ServedModel = filepath.Base(s.Model)
 	}
+	return s
+}
+
+// Describe is the engine s (filled, ports chosen) as the pool file and the gateway rule see it —
+// its URL and per-rank event addresses — whoever runs it: Start, or a container of the same
+// command line (containers.StartVLLMCPU).
+func Describe(s Spec) *Engine {
+	e := &Engine{Spec: s, URL: fmt.Sprintf("http://127.0.0.1:%d", s.Port)}
+	if !s.NoEvents {
+		for r := range s.DP {
+			e.Publish = append(e.Publish, fmt.Sprintf("tcp://127.0.0.1:%d", s.EventsPort+r))
+			e.Replay = append(e.Replay, fmt.Sprintf("tcp://127.0.0.1:%d", s.ReplayPort+r))
+		}
+	}
+	return e
+}
+
+func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engine, error) {
+	s = s.Filled()
 	var err error
 	for _, p := range []*int{&s.Port, &s.EventsPort, &s.ReplayPort} {
 		if *p == 0 {
@@ -190,33 +211,9 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 			}
 		}
 	}
-	args := []string{"-m", "vllm.entrypoints.openai.api_server", "--model", s.Model, "--served-model-name", s.ServedModel,
-		"--host", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
-		"--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16", "--block-size", strconv.Itoa(s.BlockSize),
-		"--enable-prefix-caching", "--prefix-caching-hash-algo", s.HashAlgo, "--enable-prompt-tokens-details",
-		"--disable-uvicorn-access-log"}
-	e := &Engine{Spec: s, URL: fmt.Sprintf("http://127.0.0.1:%d", s.Port), done: make(chan struct{})}
-	if !s.NoEvents {
-		// vLLM's publisher binds only a wildcard or ipc endpoint; with a host it connects instead
-		// (the gateway connects too, so nothing would meet). The replay socket always binds.
-		args = append(args, "--kv-events-config", fmt.Sprintf(
-			`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv"}`,
-			s.EventsPort, s.ReplayPort))
-		for r := range s.DP {
-			e.Publish = append(e.Publish, fmt.Sprintf("tcp://127.0.0.1:%d", s.EventsPort+r))
-			e.Replay = append(e.Replay, fmt.Sprintf("tcp://127.0.0.1:%d", s.ReplayPort+r))
-		}
-	}
-	if s.KVBlocks > 0 {
-		args = append(args, "--num-gpu-blocks-override", strconv.Itoa(s.KVBlocks))
-	}
-	if s.LoRA != "" {
-		args = append(args, "--enable-lora", "--max-lora-rank", "8", "--lora-modules", filepath.Base(s.LoRA)+"="+s.LoRA)
-	}
-	if s.DP > 1 {
-		args = append(args, "--data-parallel-size", strconv.Itoa(s.DP))
-	}
-	args = append(args, s.Extra...)
+	e := Describe(s)
+	e.done = make(chan struct{})
+	args := ServerArgs(s)
 	cmd := exec.Command(env.Python, args...)
 	cmd.Env = engineEnv(s.Seed)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -247,6 +244,35 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 	}
 	e.Started = time.Since(start)
 	return e, nil
+}
+
+// ServerArgs is the interpreter's command line of the engine s (after the python executable): the
+// OpenAI server on 127.0.0.1:Port with dummy weights, prefix caching and, unless NoEvents, the KV
+// event publisher and replay socket. Ports, BlockSize, HashAlgo, DP and ServedModel must be set
+// (Start fills them); a container runs the same line (containers.StartVLLMCPU).
+func ServerArgs(s Spec) []string {
+	args := []string{"-m", "vllm.entrypoints.openai.api_server", "--model", s.Model, "--served-model-name", s.ServedModel,
+		"--host", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
+		"--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16", "--block-size", strconv.Itoa(s.BlockSize),
+		"--enable-prefix-caching", "--prefix-caching-hash-algo", s.HashAlgo, "--enable-prompt-tokens-details",
+		"--disable-uvicorn-access-log"}
+	if !s.NoEvents {
+		// vLLM's publisher binds only a wildcard or ipc endpoint; with a host it connects instead
+		// (the gateway connects too, so nothing would meet). The replay socket always binds.
+		args = append(args, "--kv-events-config", fmt.Sprintf(
+			`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv"}`,
+			s.EventsPort, s.ReplayPort))
+	}
+	if s.KVBlocks > 0 {
+		args = append(args, "--num-gpu-blocks-override", strconv.Itoa(s.KVBlocks))
+	}
+	if s.LoRA != "" {
+		args = append(args, "--enable-lora", "--max-lora-rank", "8", "--lora-modules", filepath.Base(s.LoRA)+"="+s.LoRA)
+	}
+	if s.DP > 1 {
+		args = append(args, "--data-parallel-size", strconv.Itoa(s.DP))
+	}
+	return append(args, s.Extra...)
 }
 
 func (e *Engine) waitHealthy(ctx context.Context, timeout time.Duration) error {
@@ -320,9 +346,8 @@ func (e *Engine) Exited() bool {
 	}
 }
 
-// engineEnv is the engine's environment: offline, no telemetry, one core's worth of threads, the
-// small CPU KV cache, dev mode (for /reset_prefix_cache, which ctk's clear spec uses; the gateway
-// never forwards engine admin routes), and PYTHONHASHSEED exactly as asked.
+// engineEnv is the engine's process environment: the caller's, with PYTHONHASHSEED exactly as
+// asked, plus ServerEnv.
 func engineEnv(seed *string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -330,9 +355,16 @@ func engineEnv(seed *string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1",
+	return append(env, ServerEnv(seed)...)
+}
+
+// ServerEnv is what every engine's environment sets: offline, no telemetry, one core's worth of
+// threads, the small CPU KV cache, dev mode (for /reset_prefix_cache, which ctk's clear spec uses;
+// the gateway never forwards engine admin routes), and PYTHONHASHSEED when seed is not nil.
+func ServerEnv(seed *string) []string {
+	env := []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1",
 		"OMP_NUM_THREADS=1", "VLLM_CPU_OMP_THREADS_BIND=nobind", "VLLM_CPU_KVCACHE_SPACE=1", "VLLM_SERVER_DEV_MODE=1",
-		"TOKENIZERS_PARALLELISM=false")
+		"TOKENIZERS_PARALLELISM=false"}
 	if seed != nil {
 		env = append(env, "PYTHONHASHSEED="+*seed)
 	}

@@ -1,0 +1,76 @@
+package containers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+)
+
+// VLLMCPUImage is the local image that runs the real vLLM engine (the CPU build of the pinned
+// environment): a minimal Debian root with the environment's interpreter and shared libraries,
+// made by scripts/vllm-image.sh. The environment and the model are not in it: they are bound
+// read-only at their host paths (see docs/containers.md).
+const VLLMCPUImage = "kvexact/vllm-cpu:dev"
+
+// VLLMCPUImageHint is what a test that needs the image says when it is absent.
+const VLLMCPUImageHint = "image " + VLLMCPUImage + " is missing: run scripts/vllm-image.sh (or make images)"
+
+// StartVLLMCPU runs the engine s in a container of VLLMCPUImage with the command line and
+// environment a vllmpool process gets (vllmpool.ServerArgs, vllmpool.ServerEnv), on the host's
+// network with free ports on 127.0.0.1 for those s leaves 0. The pinned environment and the model
+// folder are bound read-only at their host paths: a venv works only at the path it was made at, and
+// copying its 6 GB into every image would cost minutes and disk per build. It waits at most timeout
+// for the server's startup line. The returned description is the engine as vllmpool.Pool and
+// vllmpool.Rule see it.
+func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, s vllmpool.Spec, timeout time.Duration) (*Engine, *vllmpool.Engine, error) {
+	s = s.Filled()
+	if s.DP != 1 || s.LoRA != "" {
+		return nil, nil, fmt.Errorf("vllm container %s: data-parallel ranks and LoRA adapters are not bound into the container", s.Name)
+	}
+	ports, err := FreePorts(3)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, p := range []*int{&s.Port, &s.EventsPort, &s.ReplayPort} {
+		if *p == 0 {
+			*p = ports[i]
+		}
+	}
+	// The venv's own path, not a symlink to it: its scripts and pyvenv.cfg name the real one.
+	venv, err := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(env.Python)))
+	if err != nil {
+		return nil, nil, err
+	}
+	model, err := filepath.Abs(s.Model)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.Model = model
+	// Unbuffered: vLLM logs to stdout, which in a container is a pipe (block-buffered), so the
+	// engine core's traceback would otherwise stay in the dying process's buffer.
+	vars := map[string]string{"HOME": "/root", "PYTHONUNBUFFERED": "1"}
+	for _, kv := range vllmpool.ServerEnv(s.Seed) {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	c, err := h.Start(ctx, Spec{Role: "vllm", Name: s.Name, Image: VLLMCPUImage,
+		Entrypoint: []string{filepath.Join(venv, "bin", "python")}, Args: vllmpool.ServerArgs(s), Env: vars,
+		Binds: map[string]string{venv: venv, model: model},
+		// uvicorn's line once the OpenAI server accepts requests (the engine core is up by then).
+		Ready: "Application startup complete", ReadyTimeout: timeout, StopGrace: 15 * time.Second, ShmSize: 1 << 30})
+	if err != nil {
+		return nil, nil, err
+	}
+	d := vllmpool.Describe(s)
+	e := &Engine{Container: c, Spec: EngineSimSpec{Endpoint: s.Name, Family: "vllm", Release: vllmpool.Release, Model: s.ServedModel, Replay: !s.NoEvents},
+		HTTPPort: s.Port, http: &http.Client{Timeout: 5 * time.Minute}}
+	if !s.NoEvents {
+		e.ZMQPort, e.ReplayPort = s.EventsPort, s.ReplayPort
+	}
+	return e, d, nil
+}

@@ -1,0 +1,404 @@
+package containers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kvexact/kvexact/containers"
+	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+// EnvContainersLong set to "long" adds the real-engine container scenarios that start the engine
+// again (each start costs minutes on a small machine): make containers-long sets it.
+const envContainersLong = "KVEXACT_CONTAINERS"
+
+// vllmCPUKVBlocks is the engine's KV cache in blocks of 32 tokens: more than one 2048-token
+// request needs, few enough that the scenarios' prompts stay far from eviction.
+const vllmCPUKVBlocks = 256
+
+// runVLLMCPU runs the container fault scenarios against ONE real vLLM engine (the CPU build of the
+// pinned environment in the local image VLLMCPUImage, a tiny llama3 with dummy weights) behind the
+// gateway's container. The engine is certified by ctk first, so the gateway's rule is KV-exact
+// with engine binding. The scenarios run in order; those that start the engine again run only
+// with KVEXACT_CONTAINERS=long (make containers-long).
+func runVLLMCPU(t *testing.T, h *containers.Harness) {
+	env, err := vllmpool.Find()
+	switch {
+	case errors.Is(err, vllmpool.ErrNoEnv):
+		missingPeer(t, vllmpool.MissingEnvHint)
+	case err != nil:
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	if !h.HasImage(ctx, containers.VLLMCPUImage) {
+		missingPeer(t, containers.VLLMCPUImageHint)
+	}
+	unlock, err := env.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const m = "llama3"
+	model := filepath.Join(dir, m)
+	if err := env.TinyModel(model, m, ""); err != nil {
+		t.Fatal(err)
+	}
+	s := seed
+	start := time.Now()
+	e, desc, err := h.StartVLLMCPU(ctx, env, vllmpool.Spec{Name: "E0", Model: model, Seed: &s, KVBlocks: vllmCPUKVBlocks}, 8*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("vLLM container %s serving in %s", e.Name, time.Since(start).Round(time.Second))
+	p := &pool{t: t, h: h, model: m, root: dir, engines: map[string]*containers.Engine{"E0": e}, names: []string{"E0"}, http: &http.Client{Timeout: 5 * time.Minute}}
+	t.Cleanup(p.terminate)
+	// Runs before terminate: the engine core's traceback is far above the tail terminate shows.
+	t.Cleanup(func() { keepEngineLog(t, e) })
+
+	prof := vllmpool.Profile{Model: m, Tokenizer: model, Seed: &s}
+	cp, err := vllmpool.Pool(prof, []*vllmpool.Engine{desc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ctk.Certify(ctx, cp, ctk.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 0 {
+		var b strings.Builder
+		res.WriteText(&b)
+		t.Fatalf("ctk certify refused the containerized engine:\n%s", b.String())
+	}
+	certs := map[string][]byte{}
+	for i, c := range res.Certificates {
+		f := filepath.Join(t.TempDir(), "cert.json")
+		if err := c.Write(f); err != nil {
+			t.Fatal(err)
+		}
+		if certs[fmt.Sprintf("cert%d.json", i)], err = os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports, err := containers.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rules.Config{Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Admin: rules.Admin{Listen: fmt.Sprintf("127.0.0.1:%d", ports[1]), Token: adminToken},
+		DebugHeader: true, Tokenizers: rules.Tokenizers{Root: containers.TokenizersMount}, Rules: []rules.Rule{vllmpool.Rule(ruleName, prof, []*vllmpool.Engine{desc})}}
+	cb, err := yaml.Marshal(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.gw, err = h.StartGateway(ctx, containers.GatewaySpec{Config: cb, AdminToken: adminToken, TokenizerRoot: dir, Models: []string{m}, Certificates: certs}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitConnected("E0", 0)
+
+	scenarios := []struct {
+		name string
+		long bool
+		run  func(*pool)
+	}{
+		{"learn_and_route", false, scVLLMLearnAndRoute},
+		{"gateway_paused_briefly", false, scVLLMGatewayPaused},
+		{"gateway_restart_replays", false, scVLLMGatewayRestart},
+		{"all_blocks_cleared", false, scVLLMCacheReset},
+		{"engine_killed_mid_stream", false, scVLLMKilledMidStream},
+		{"engine_started_after_kill", true, scVLLMStartedAfterKill},
+		{"engine_restart", true, scVLLMRestart},
+	}
+	for _, sc := range scenarios {
+		if sc.long && os.Getenv(envContainersLong) != "long" {
+			t.Logf("%s not run: it starts the engine again (minutes here); %s=long (make containers-long) runs it", sc.name, envContainersLong)
+			continue
+		}
+		ok := t.Run(sc.name, func(t *testing.T) {
+			sp := *p
+			sp.t = t
+			sc.run(&sp)
+		})
+		if !ok {
+			return
+		}
+	}
+}
+
+// keepEngineLog writes the whole log of a failed run's engine container to a file that outlives
+// the test and names it.
+func keepEngineLog(t *testing.T, e *containers.Engine) {
+	if !t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logs, err := e.Logs(ctx)
+	if err != nil {
+		t.Logf("engine log: %v", err)
+		return
+	}
+	f := filepath.Join(os.TempDir(), e.Name+".log")
+	if err := os.WriteFile(f, []byte(logs), 0o644); err == nil {
+		t.Logf("the engine's whole log: %s", f)
+	}
+}
+
+// missingPeer skips naming what is missing and its command, or fails under CI (which installs it).
+func missingPeer(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI: %s", why)
+	}
+	t.Skip(why)
+}
+
+// vllmSend posts a completion through the gateway and requires a 200 with the gateway's receipt.
+func vllmSend(p *pool, text string, maxTokens int) *containers.Completion {
+	p.t.Helper()
+	c, err := containers.Complete(p.ctx(), p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: maxTokens})
+	if err != nil {
+		p.t.Fatalf("gateway completion: %v", err)
+	}
+	if c.Status != http.StatusOK || c.Endpoint == "" {
+		p.t.Fatalf("gateway completion: status %d, receipt %q: %s", c.Status, c.Endpoint, c.Body)
+	}
+	return c
+}
+
+// fullyKnown waits until the gateway credits ep with exactly what the engine itself reports
+// cached for a repeat of text (explain's overlap × block size = the repeat's cached_tokens, > 0):
+// the engine's events for that prompt reached the inventory. The engine, not our block count, is
+// the reference: it does not count a prompt's last block as a hit when the prompt ends on it.
+func fullyKnown(p *pool, ep, text string) *containers.Decision {
+	p.t.Helper()
+	var d *containers.Decision
+	p.eventually(30*time.Second, "the engine's cached blocks of the prompt in "+ep+"'s inventory", func() (bool, string) {
+		d = p.explain(text)
+		c := realDirect(p.t, p, ep, text)
+		return c.CachedTokens > 0 && d.Overlap(ep)*vllmpool.BlockSize == c.CachedTokens,
+			fmt.Sprintf("overlap %d of %d blocks, the engine reports %d cached tokens", d.Overlap(ep), d.Blocks, c.CachedTokens)
+	})
+	return d
+}
+
+// scVLLMLearnAndRoute: a prompt the engine served directly is learned from its own events, routed
+// KV-exact to it, and the engine reports the predicted blocks as cached tokens.
+func scVLLMLearnAndRoute(p *pool) {
+	text := prompt("vllm-learn", 200)
+	first := realDirect(p.t, p, "E0", text)
+	d := fullyKnown(p, "E0", text)
+	if d.Tier != "kv-exact" || d.Target != "E0" {
+		p.t.Fatalf("explain after learning: %+v, want kv-exact to E0", d)
+	}
+	again := vllmSend(p, text, 4)
+	if again.Endpoint != "E0" || d.Score == 0 || again.CachedTokens != d.Score*vllmpool.BlockSize {
+		p.t.Fatalf("repeat: served by %s with %d cached tokens of %d, want E0 with the predicted %d (%d blocks of %d)",
+			again.Endpoint, again.CachedTokens, first.PromptTokens, d.Score*vllmpool.BlockSize, d.Score, vllmpool.BlockSize)
+	}
+}
+
+// scVLLMGatewayPaused: the gateway's container is frozen while the engine serves and publishes; the
+// messages wait in the socket buffers and arrive after the thaw — no gap, every block known.
+func scVLLMGatewayPaused(p *pool) {
+	g0 := p.metric("kvexact_ingest_gaps_total", lab("E0"))
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab("E0"))
+	if err := p.gw.Pause(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			p.gw.Unpause(context.Background())
+		}
+	}()
+	var texts []string
+	for i := range 3 {
+		texts = append(texts, prompt(fmt.Sprintf("vllm-paused-%d", i), 150))
+		realDirect(p.t, p, "E0", texts[i])
+	}
+	if err := p.gw.Unpause(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	paused = false
+	for _, text := range texts {
+		fullyKnown(p, "E0", text)
+	}
+	if g, r := p.metric("kvexact_ingest_gaps_total", lab("E0")), p.metric("kvexact_ingest_reconnects_total", lab("E0")); g != g0 || r != r0 {
+		p.t.Fatalf("a short pause produced gaps %v→%v, reconnects %v→%v", g0, g, r0, r)
+	}
+}
+
+// scVLLMGatewayRestart: a restarted gateway starts empty and rebuilds the same inventory from the
+// engine's replay socket (sequence 0 on).
+func scVLLMGatewayRestart(p *pool) {
+	before := p.inventory("E0")
+	if len(before) == 0 {
+		p.t.Fatal("nothing learned before the gateway restart")
+	}
+	if err := p.gw.Restart(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitConnected("E0", 0)
+	// Every block the old gateway knew comes back (the new gateway's own verification probes may
+	// store more on the engine meanwhile: those are new keys, never missing ones).
+	p.eventually(60*time.Second, "inventory rebuilt from the engine's replay", func() (bool, string) {
+		inv := p.inventory("E0")
+		missing := 0
+		for k, n := range before {
+			if inv[k] != n {
+				missing++
+			}
+		}
+		return missing == 0, fmt.Sprintf("%d of %d keys missing or with another count; %s", missing, len(before), diff(inv, before))
+	})
+	if n := p.metric("kvexact_ingest_replays_total", lab("E0", "outcome", "completed")); n < 1 {
+		p.t.Fatalf("%v completed replays after the restart, want at least one", n)
+	}
+	if d := p.explain(prompt("vllm-learn", 200)); d.Tier != "kv-exact" || d.Target != "E0" {
+		p.t.Fatalf("after replay: %+v, want kv-exact to E0", d)
+	}
+}
+
+// scVLLMCacheReset: the engine's /reset_prefix_cache publishes AllBlocksCleared; the inventory
+// empties and nothing is credited any more.
+func scVLLMCacheReset(p *pool) {
+	c0 := p.metric("kvexact_ingest_clears_total", lab("E0", "cause", "engine"))
+	resp, err := p.http.Post(p.engines["E0"].URL()+"/reset_prefix_cache", "application/json", nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		p.t.Fatalf("/reset_prefix_cache: status %d", resp.StatusCode)
+	}
+	// vLLM publishes the events of a step with the step's output: the AllBlocksCleared of a reset
+	// leaves with the next request's step, so one request follows the reset.
+	after := prompt("vllm-after-reset", 60)
+	realDirect(p.t, p, "E0", after)
+	p.eventually(30*time.Second, "the old blocks gone after the engine's cache reset", func() (bool, string) {
+		c := p.metric("kvexact_ingest_clears_total", lab("E0", "cause", "engine"))
+		old := p.explain(prompt("vllm-learn", 200)).Overlap("E0")
+		return c == c0+1 && old == 0, fmt.Sprintf("engine clears %v→%v, the learned prompt still credited with %d blocks", c0, c, old)
+	})
+	fullyKnown(p, "E0", after)
+}
+
+// scVLLMKilledMidStream: SIGKILL of the engine while it streams. The client's stream ends at once
+// with an SSE error event, never a hang; the gateway loses its event subscription and, with its only
+// endpoint dead, answers the next request with an error status at once.
+func scVLLMKilledMidStream(p *pool) {
+	text := prompt("vllm-stream", 60)
+	realDirect(p.t, p, "E0", text)
+	fullyKnown(p, "E0", text)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := containers.OpenStream(ctx, p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 1500})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Status != http.StatusOK || s.Endpoint != "E0" {
+		p.t.Fatalf("stream: status %d, receipt %q", s.Status, s.Endpoint)
+	}
+	if _, err := s.Next(); err != nil {
+		p.t.Fatalf("first chunk: %v", err)
+	}
+	if err := p.engines["E0"].Kill(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	killed := time.Now()
+	var last string
+	for {
+		d, err := s.Next()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.t.Fatal("stream ended only by the client deadline: a hang")
+			}
+			if errors.Is(err, containers.ErrStreamDone) {
+				p.t.Fatalf("stream completed normally after the kill (the engine finished first?); last %.120q", last)
+			}
+			break
+		}
+		last = d
+	}
+	if !strings.Contains(last, `"error"`) {
+		p.t.Fatalf("stream ended without an error event saying why; last %.120q", last)
+	}
+	p.t.Logf("stream ended %s after the kill: %.100q", time.Since(killed).Round(time.Millisecond), last)
+	p.eventually(30*time.Second, "subscription to the killed engine down", func() (bool, string) {
+		c := p.metric("kvexact_ingest_connected", lab("E0"))
+		return c == 0, fmt.Sprintf("connected=%v", c)
+	})
+	c, err := containers.Complete(p.ctx(), p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 1})
+	if err != nil {
+		p.t.Fatalf("request after the kill: %v (want an error status, not a transport failure)", err)
+	}
+	if c.Status/100 != 5 {
+		p.t.Fatalf("request after the kill: status %d, want 5xx (the only endpoint is dead): %s", c.Status, c.Body)
+	}
+}
+
+// scVLLMStartedAfterKill: the killed engine's container starts again (a new process: empty cache,
+// event sequence from 0). The gateway reconnects, drops every block of the old process once new
+// events arrive, and routes the new prompt KV-exact to it.
+func scVLLMStartedAfterKill(p *pool) {
+	vllmRestarted(p, func(ctx context.Context, e *containers.Engine) error { return e.StartAgain(ctx) })
+}
+
+// scVLLMRestart: the engine's container is stopped (SIGTERM, graceful) and started again; as after
+// the kill, the old process's blocks are dropped and the new ones learned.
+func scVLLMRestart(p *pool) {
+	realDirect(p.t, p, "E0", prompt("vllm-pre-restart", 150))
+	fullyKnown(p, "E0", prompt("vllm-pre-restart", 150))
+	vllmRestarted(p, func(ctx context.Context, e *containers.Engine) error { return e.Restart(ctx) })
+}
+
+func vllmRestarted(p *pool, restart func(context.Context, *containers.Engine) error) {
+	old := p.inventory("E0")
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab("E0"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := restart(ctx, p.engines["E0"]); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("engine serving again after %s", time.Since(start).Round(time.Second))
+	p.waitConnected("E0", r0+1)
+	fresh := prompt(fmt.Sprintf("vllm-after-restart-%v", r0), 150)
+	realDirect(p.t, p, "E0", fresh)
+	p.eventually(60*time.Second, "the old process's blocks gone, the new prompt's learned", func() (bool, string) {
+		inv := p.inventory("E0")
+		stale := 0
+		for k := range old {
+			if inv[k] > 0 {
+				stale++
+			}
+		}
+		d := p.explain(fresh)
+		return stale == 0 && d.Blocks > 0 && d.Overlap("E0") == d.Blocks,
+			fmt.Sprintf("%d stale of %d, new prompt overlap %d of %d", stale, len(old), d.Overlap("E0"), d.Blocks)
+	})
+	p.waitHealthy("E0")
+	p.eventually(60*time.Second, "the new prompt routed kv-exact to the restarted engine", func() (bool, string) {
+		d := p.explain(fresh)
+		return d.Tier == "kv-exact" && d.Target == "E0", fmt.Sprintf("%+v", d)
+	})
+	if c := vllmSend(p, fresh, 2); c.Endpoint != "E0" || c.CachedTokens == 0 {
+		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want E0 with a hit", c.Endpoint, c.CachedTokens)
+	}
+}

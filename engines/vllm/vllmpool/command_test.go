@@ -1,0 +1,41 @@
+package vllmpool
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestServerCommand: the command line and environment a process or a container of the engine gets
+// name the spec's ports, and Describe gives the addresses the gateway dials for the same ports;
+// PYTHONHASHSEED is set exactly when a seed is given, and the host's environment is not in it.
+func TestServerCommand(t *testing.T) {
+	t.Setenv("PYTHONHASHSEED", "7")
+	s := Spec{Name: "e", Model: "/m/llama3", Port: 41000, EventsPort: 41001, ReplayPort: 41002, KVBlocks: 96}.Filled()
+	args := ServerArgs(s)
+	joined := strings.Join(args, " ")
+	for _, want := range []string{"--port 41000", "--served-model-name llama3", "--block-size 32", "--prefix-caching-hash-algo sha256",
+		`"endpoint":"tcp://*:41001"`, `"replay_endpoint":"tcp://127.0.0.1:41002"`, "--num-gpu-blocks-override 96"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("server args lack %q: %s", want, joined)
+		}
+	}
+	d := Describe(s)
+	if d.URL != "http://127.0.0.1:41000" || !slices.Equal(d.Publish, []string{"tcp://127.0.0.1:41001"}) || !slices.Equal(d.Replay, []string{"tcp://127.0.0.1:41002"}) {
+		t.Errorf("describe: %s %v %v", d.URL, d.Publish, d.Replay)
+	}
+	s.NoEvents = true
+	if strings.Contains(strings.Join(ServerArgs(s), " "), "--kv-events-config") || Describe(s).Publish != nil {
+		t.Error("NoEvents still configures the publisher")
+	}
+	if env := ServerEnv(nil); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PYTHONHASHSEED=") }) {
+		t.Errorf("no seed asked, yet the environment sets one: %v", env)
+	}
+	zero := "0"
+	if env := ServerEnv(&zero); !slices.Contains(env, "PYTHONHASHSEED=0") || slices.Contains(env, "PYTHONHASHSEED=7") {
+		t.Errorf("seed 0: %v", env)
+	}
+	if env := engineEnv(nil); slices.Contains(env, "PYTHONHASHSEED=7") {
+		t.Error("a process engine inherits the caller's PYTHONHASHSEED")
+	}
+}
