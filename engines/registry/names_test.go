@@ -32,6 +32,7 @@ var familyNameExempt = []struct {
 	{dir: "cmd/enginesim", strings: true, why: "the command line of engines/sim, the engine simulator: its flag texts mirror each simulated engine's own flags and say which engine each applies to"},
 	{dir: "bench/kvbench", strings: true, why: "a benchmark names what it measures, as a test does: its fixture is a vLLM pool, its peers are other projects' routers (SGLang's model gateway), and the document it writes describes that setup"},
 	{dir: "bench/kvbench/peers.go", why: "the peer routers kvbench re-implements to compare against are named after their projects (PeerSGLangTree: SGLang's model gateway's cache-aware tree), not after the engine family"},
+	{dir: "containers/vllmcpu.go", why: "the real vLLM CPU engine's container (its image and the vllmpool command line it runs): one engine's container is its whole job, as cmd/vllmpool's processes are"},
 	{dir: "cmd/vllmpool", why: "the command that starts real vLLM engines (engines/vllm/vllmpool) for the tests and the real-engine demo: one engine's processes are its whole job"},
 	{dir: "ctk/eppcheck/envoy.go", strings: true, why: "ctk epp's self-started pool is one simulated engine of a fixed release: the picker under test needs an OpenAI surface behind each address, not a family's behaviour"},
 	{dir: "cmd/ctk/epp.go", strings: true, why: "the usage text says what ctk epp starts (a simulated vLLM endpoint per pool address)"},

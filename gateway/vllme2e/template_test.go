@@ -27,9 +27,11 @@ func TestChatTemplateDriftAfterRestart(t *testing.T) {
 	if err := os.WriteFile(tmpl, []byte("{{ messages[-1]['content'] }}\n{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st := endpointStatus(t, g, e1); st.Exact.State != "eligible" {
-		t.Fatalf("e1 before the restart: %+v", st.Exact)
-	}
+	// The gateway's first replay of each engine's events runs while it starts: e1 is eligible once
+	// its stream is synchronized.
+	eventually(t, 60*time.Second, "e1 eligible before the restart", func() bool {
+		return endpointStatus(t, g, e1).Exact.State == "eligible"
+	})
 	restartWith(t, 1, func(s *vllmpool.Spec) { s.Extra = []string{"--chat-template", tmpl} })
 	drifted[1] = true
 
