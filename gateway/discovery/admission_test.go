@@ -293,11 +293,12 @@ func TestKubernetesAdmissionRefusesTensorRTLLM(t *testing.T) {
 				last = e
 			}
 		}
-		if a := last.Admission; a != nil && a.Attempts > 0 {
+		// The verdict is recorded first and the rule re-evaluated with it just after: wait for both.
+		if a := last.Admission; a != nil && a.Attempts > 0 && strings.Contains(last.Certified, "drained over HTTP") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("p1: no admission verdict within 30s: %+v", last)
+			t.Fatalf("p1: no admission verdict applied within 30s: certified %q, %+v", last.Certified, last)
 		}
 	}
 	a := last.Admission
