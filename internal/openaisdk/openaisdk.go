@@ -1,10 +1,12 @@
 // Package openaisdk finds the official OpenAI SDKs the end-to-end and wire tests drive the gateway
 // with: the npm package (installed once, pinned, into .cache/npm/openai-sdk) and the Python one
 // (the pinned tools environment, .cache/py/tools, made by scripts/pyenv.sh). A test that cannot
-// get one skips naming what is missing and the command that installs it; .ci/run installs both.
+// get one skips naming what is missing and the command that installs it; under CI=true (.ci/run
+// sets it and installs both) it fails instead: a missing SDK there is a broken setup, not a skip.
 package openaisdk
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,11 +23,13 @@ const NodePackages = "openai@6.30.1 undici@7.30.2"
 func Node(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node not found: install Node.js ≥ 20.18 and npm (Debian: apt-get install nodejs npm; .ci/run does) for the OpenAI SDK test")
+		missing(t, "node not found: install Node.js ≥ 20.18 and npm (Debian: apt-get install nodejs npm; .ci/run does) for the OpenAI SDK test")
+		return ""
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm not found: install npm (Debian: apt-get install npm; .ci/run does) for the OpenAI SDK test")
+		missing(t, "npm not found: install npm (Debian: apt-get install npm; .ci/run does) for the OpenAI SDK test")
+		return ""
 	}
 	dir := filepath.Join(repoRoot(t), ".cache", "npm", "openai-sdk")
 	stamp := filepath.Join(dir, ".installed")
@@ -37,7 +41,8 @@ func Node(t testing.TB) string {
 	}
 	cmd := exec.Command(npm, append([]string{"install", "--no-audit", "--no-fund", "--no-save", "--prefix", dir}, strings.Fields(NodePackages)...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("npm install %s failed (the npm registry must be reachable): %v\n%s", NodePackages, err, out)
+		missing(t, fmt.Sprintf("npm install %s failed (the npm registry must be reachable): %v\n%s", NodePackages, err, out))
+		return ""
 	}
 	if err := os.WriteFile(stamp, []byte(NodePackages), 0o644); err != nil {
 		t.Fatal(err)
@@ -46,14 +51,29 @@ func Node(t testing.TB) string {
 }
 
 // Python returns the interpreter of the tools environment, which has the pinned `openai` package
-// (scripts/python/tools.txt), or skips t.
+// (scripts/python/tools.txt), or skips t (fails it under CI).
 func Python(t testing.TB) string {
 	t.Helper()
-	py := filepath.Join(repoRoot(t), ".cache", "py", "tools", "bin", "python")
+	return python(t, filepath.Join(repoRoot(t), ".cache", "py", "tools", "bin", "python"))
+}
+
+func python(t testing.TB, py string) string {
+	t.Helper()
 	if err := exec.Command(py, "-c", "import openai").Run(); err != nil {
-		t.Skipf("the OpenAI Python SDK is not installed in %s (%v): run scripts/pyenv.sh tools (.ci/run does)", py, err)
+		missing(t, fmt.Sprintf("the OpenAI Python SDK is not installed in %s (%v): run scripts/pyenv.sh tools (.ci/run does)", py, err))
+		return ""
 	}
 	return py
+}
+
+// missing ends t for a missing SDK: a skip naming what to install, or under CI=true a failure.
+func missing(t testing.TB, hint string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(hint)
+		return
+	}
+	t.Skip(hint)
 }
 
 // repoRoot is the folder holding go.mod, found upwards from the test's working directory.
