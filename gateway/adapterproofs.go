@@ -19,8 +19,9 @@ import (
 // adapters it proved, an adapter an endpoint lists in /v1/models that the entry does not prove is
 // not KV-exact on that endpoint (adapter_uncertified) until the gateway has run ctk's own adapter
 // spec on it (ctk.ProveAdapters) under that certificate's profile. A proven LoRA name joins the
-// endpoint's proven adapters for as long as the endpoint keeps its identity and the rule its
-// profile; a refused one is retried with the admission backoff. A certificate entry without an
+// endpoint's proven adapters for as long as the endpoint keeps its identity, its engine process
+// (a restart seen on the event stream forgets it: the new process is probed again) and the rule
+// its profile; a refused one is retried with the admission backoff. A certificate entry without an
 // adapter list restricts no adapter, so nothing is probed under it.
 
 // maxAdapterProbesPerRound bounds the adapter probes one endpoint gets per discovery round (each
@@ -117,6 +118,23 @@ func (a *adapterProofs) status(rule, name string) []AdapterProbeStatus {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LoRAName < out[j].LoRAName })
 	return out
+}
+
+// restarted forgets what the gateway proved on an endpoint whose engine restarted: the proofs were
+// the old process's, so its adapters are probed again before they count, as the restart's
+// verification proves the rest anew. It reports whether an adapter proven there stops counting.
+func (a *adapterProofs) restarted(rule, name string) bool {
+	if a == nil {
+		return false // a gateway assembled without adapter proofs (unit tests of the event watch)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rec := a.recs[rule][name]
+	if rec == nil {
+		return false
+	}
+	delete(a.recs[rule], name)
+	return len(rec.proved) > 0
 }
 
 func (a *adapterProofs) forget(rule string) {

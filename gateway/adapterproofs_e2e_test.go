@@ -65,7 +65,8 @@ func adapterExclusion(t *testing.T, p *pool, ep string, body map[string]any) (ex
 // adapter spec before KV-exact counts it: while the probe is refused, /admin/status says refused
 // with the reason and the adapter's requests are not KV-exact on e0 (adapter_uncertified); once a
 // probe passes, status says proved, the LoRA name joins e0's proven adapters and the adapter's
-// follow-up is a KV-exact hit on e0. Under a certificate entry without an adapter list nothing is
+// follow-up is a KV-exact hit on e0. After the engine restarts the proof is the old process's: the
+// adapter stops counting until a probe of the new process proves it again. Under a certificate entry without an adapter list nothing is
 // probed and the adapter counts at once, as such certificates always meant.
 func TestE2EDiscoveredAdapterProbedBeforeCounted(t *testing.T) {
 	lora := func(i int, c *sim.Config) { c.LoRAModules = []string{"sql-lora=/adapters/sql"} }
@@ -78,7 +79,7 @@ func TestE2EDiscoveredAdapterProbedBeforeCounted(t *testing.T) {
 	var refuse atomic.Bool
 	var probes atomic.Int64
 	refuse.Store(true)
-	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, reprobe: 100 * time.Millisecond,
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 1, seed: strp("0"), mode: 3, certify: true, reprobe: 100 * time.Millisecond, replay: true,
 		certAdapters: func(int) *[]string { return &[]string{} }, simMod: lora, gwMod: timings,
 		ruleMod: func(r *rules.Rule) {
 			r.DiscoverAdapters = true
@@ -116,6 +117,27 @@ func TestE2EDiscoveredAdapterProbedBeforeCounted(t *testing.T) {
 	if c := p.send("/v1/completions", follow); c.status != 200 || c.endpoint != "e0" || c.cached <= 0 || !strings.Contains(c.decision, `"tier":"kv-exact"`) {
 		t.Fatalf("proven adapter: %d on %s, cached %d, decision %s; want a KV-exact hit on e0", c.status, c.endpoint, c.cached, c.decision)
 	}
+
+	// The engine restarts: what the gateway proved was the old process's. The adapter stops
+	// counting and is probed again (refused while the gate refuses), then proved anew.
+	refuse.Store(true)
+	if err := p.sims[0].RestartPublisher(true); err != nil {
+		t.Fatal(err)
+	}
+	st = waitStatus(t, p, "e0", "the adapter probed again after the restart", 20*time.Second, func(e gateway.EndpointStatus) bool {
+		return len(e.AdapterProbes) == 1 && e.AdapterProbes[0].State == "refused"
+	})
+	if st.Exact == nil || st.Exact.Restarts < 1 || st.ProvenAdapters == nil || slices.Contains(*st.ProvenAdapters, "sql-lora") {
+		t.Fatalf("after the engine restart: exactness %+v, proven adapters %v; want the restart seen and sql-lora no longer proven", st.Exact, st.ProvenAdapters)
+	}
+	refuse.Store(false)
+	waitStatus(t, p, "e0", "the adapter proved again", 20*time.Second, func(e gateway.EndpointStatus) bool {
+		return len(e.AdapterProbes) == 1 && e.AdapterProbes[0].State == "proved" && e.ProvenAdapters != nil && slices.Contains(*e.ProvenAdapters, "sql-lora")
+	})
+	if probeCount("proved") != 2 {
+		t.Fatalf("kvexact_adapter_probes_total{result=proved} %v after the restart, want 2", probeCount("proved"))
+	}
+	eventually(t, 10*time.Second, "e0 eligible again for the re-proven adapter", func() bool { _, ok := adapterExclusion(t, p, "e0", follow); return ok })
 
 	// No adapter list in the certificate entry: no probe, the adapter counts as it always did.
 	var never atomic.Bool

@@ -60,6 +60,15 @@ func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize in
 	}
 	ew.verify = func() {
 		g.adm.restarted(x.rule, x.name, x.now())
+		if g.lproofs.restarted(x.rule, x.name) {
+			// The router stops counting the old process's adapter proofs now; the next discovery
+			// round probes them again.
+			go func() {
+				if err := g.reevaluate(x.rule); err != nil {
+					g.log.Error("gateway: rule could not be re-evaluated after an engine restart dropped its adapter proofs", "rule", x.rule, "err", err)
+				}
+			}()
+		}
 		g.startVerifyProbes(x)
 	}
 	if hasher != nil {
