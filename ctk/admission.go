@@ -24,17 +24,61 @@ func SpecIDs() []string {
 	return out
 }
 
-// AdmissionSpecs is the spec set `ctk certify --admit probe` writes by default: every spec but
-// the cache clear, which would empty the joining endpoint's prefix cache while the gateway's other
-// tiers already route requests to it (the certified endpoints proved the release announces
-// clears; the gateway's own restart detection watches for them).
+// AdmissionSpecs is the spec set `ctk certify --admit probe` writes by default: every spec an
+// admission may run, which is every spec but the cache clear. The clear spec resets the engine's
+// whole prefix cache (vLLM /reset_prefix_cache, SGLang /flush_cache, a pool's clear URL), and
+// the gateway admits a pod that is already Ready, whose cache its selector tiers may already be
+// filling with clients' prompts; no engine offers a clear scoped to the probe's own blocks. What
+// the spec proves — the engine announces a reset on its event stream — is the release's code: the
+// CI gate's ctk certify run proves it for the certified release and profile, and an admission
+// requires the same contract (release spec) and the same profile. On the admitted pod a reset
+// that went unannounced would still not pass silently: the gateway's realized-hit check
+// (predicted against the engine's reported cached tokens) suspends KV-exact on a shortfall.
 func AdmissionSpecs() []string {
 	return slices.DeleteFunc(SpecIDs(), func(id string) bool { return id == idClear })
 }
 
+// AdmissionAddedTokensPerText is how many added tokens an admission's tokenizer specs join into
+// one tokenize call (Options.AddedTokensPerText): Llama 3's 256 take 8 calls per
+// add_special_tokens setting instead of 512, each token still pinned by the ids of its text.
+const AdmissionAddedTokensPerText = 32
+
+// CheckAdmission says whether the gateway's admission probe can run what a certificate's policy
+// requires: an admit value it knows, and for admit probe an explicit spec list (never defaulted
+// by the reader, so a certificate means the same to every gateway) of spec ids this ctk knows,
+// holding every binding spec and not the cache clear, which an admission never runs. The error
+// names the field and the spec.
+func CheckAdmission(a *certificate.Admission) error {
+	if a == nil || a.Admit == certificate.AdmitNone {
+		return nil
+	}
+	if a.Admit != certificate.AdmitProbe {
+		return fmt.Errorf("admission.admit %q is not %q or %q", a.Admit, certificate.AdmitProbe, certificate.AdmitNone)
+	}
+	if len(a.Specs) == 0 {
+		return fmt.Errorf("admission.specs is empty: a certificate that admits by probe lists the specs its probe runs (ctk certify --admit probe writes them)")
+	}
+	all := SpecIDs()
+	for _, id := range a.Specs {
+		switch {
+		case id == idClear:
+			return fmt.Errorf("admission.specs lists %q: an admission probe never runs the cache-clear spec (it would empty the prefix cache of an engine already serving requests); the CI gate's ctk certify run proves it", id)
+		case !slices.Contains(all, id):
+			return fmt.Errorf("admission.specs lists %q, which this gateway's probe does not know (known: %s)", id, strings.Join(all, ", "))
+		}
+	}
+	for _, id := range bindingSpecs {
+		if !slices.Contains(a.Specs, id) {
+			return fmt.Errorf("admission.specs lacks %q, which coverage needs (required: %s)", id, strings.Join(bindingSpecs, ", "))
+		}
+	}
+	return nil
+}
+
 // NewAdmission is the admission policy of a certificate: admit (certificate.AdmitProbe or
 // AdmitNone), the specs a probe runs (nil: AdmissionSpecs; the binding specs are added whatever
-// is listed) and the window an admission lasts (0: until the certificate expires).
+// is listed; the cache clear is refused) and the window an admission lasts (0: until the
+// certificate expires). The specs are written out in full, binding specs included.
 func NewAdmission(admit string, specs []string, validFor time.Duration) (*certificate.Admission, error) {
 	switch admit {
 	case certificate.AdmitNone:
@@ -63,6 +107,9 @@ func NewAdmission(admit string, specs []string, validFor time.Duration) (*certif
 			a.Specs = append(a.Specs, id)
 		}
 	}
+	if err := CheckAdmission(a); err != nil {
+		return nil, fmt.Errorf("admit: %w", err)
+	}
 	return a, nil
 }
 
@@ -78,11 +125,13 @@ func Admit(ctx context.Context, p *Pool, cert *certificate.Certificate, opts Opt
 	if len(p.Endpoints) != 1 {
 		return nil, fmt.Errorf("ctk: an admission probes one endpoint, the pool has %d", len(p.Endpoints))
 	}
-	opts.Only = cert.Admission.Specs
-	if opts.Only == nil {
-		opts.Only = AdmissionSpecs()
+	if err := CheckAdmission(cert.Admission); err != nil {
+		return nil, fmt.Errorf("ctk: the certificate for profile %s: %w", cert.ProfileDigest, err)
 	}
-	opts.Only = append(slices.Clone(opts.Only), bindingSpecs...)
+	opts.Only = slices.Clone(cert.Admission.Specs)
+	if opts.AddedTokensPerText == 0 {
+		opts.AddedTokensPerText = AdmissionAddedTokensPerText
+	}
 	res, err := Certify(ctx, p, opts)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,12 @@ type Options struct {
 	// Admission is the policy written into the certificates for endpoints that join later
 	// (nil: admit none, as certificates written without it mean).
 	Admission *certificate.Admission
+	// AddedTokensPerText, above 1, joins the tokenizer specs' added-token probes (each token alone
+	// and glued to words) into texts of up to that many tokens, one tokenize call each: a text
+	// whose ids equal the gateway's pins each of its tokens (pins); a text that does not pin, or
+	// whose ids differ, is probed token by token, so a failure names the tokens as without it.
+	// 0: one call per probe (ctk certify); an admission uses AdmissionAddedTokensPerText.
+	AddedTokensPerText int
 }
 
 func (o *Options) defaults() {

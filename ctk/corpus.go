@@ -3,6 +3,7 @@ package ctk
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kvexact/kvexact/gateway/tokenize"
@@ -12,26 +13,31 @@ import (
 type Probe struct {
 	Name string
 	Text string
+	// Added are the added tokens the text exercises (none for the fixed texts).
+	Added []tokenize.AddedToken
+	// Parts are the probes a grouped text joins (grouped), probed one by one where the group
+	// cannot stand for them.
+	Parts []Probe
 }
 
 // baseCorpus covers the places tokenizers disagree: pre-tokenizer splits (prose, code, whitespace
 // runs, digit grouping), byte fallback and merges (CJK, emoji with ZWJ and modifiers), Unicode
 // normalization, and text that only looks like a special token.
 var baseCorpus = []Probe{
-	{"prose", "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times."},
-	{"code-go", "func main() {\n\tfmt.Println(\"hello, world\")\n\tfor i := 0; i < 10; i++ {\n\t\tx += i\n\t}\n}\n"},
-	{"code-python", "def f(x):\n    if x:\n        return [y ** 2 for y in range(x)]  # squares\n    return None\n"},
-	{"whitespace-runs", "a  b   c\t\td\n\n\ne    \n  f \u00a0g\r\nh"},
-	{"leading-trailing-space", "   leading and trailing   "},
-	{"digits", "3.14159265358979 1234567890 007 1,000,000 2026-08-22 12:34:56 0x1F 1e-9"},
-	{"cjk", "日本語のテキストと中文文本，还有한국어 문장도 있습니다。"},
-	{"emoji", "🙂👍🏽 family: 👨‍👩‍👧‍👦 flags 🇯🇵🇩🇪 ✈️ ❤️‍🔥"},
-	{"accents-nfc-nfd", "café cafe\u0301 naïve coöperate Ångström ﬁ ligature Straße"},
-	{"special-look-alikes", "< |begin_of_text| > <|not_a_token|> <s > </ s> [INST ] <unk > <|im_start |>"},
-	{"url-and-punctuation", "https://example.com/path?q=1&r=2#frag — e-mail: a.b@c.de; «quotes» “curly” ‘single’…"},
-	{"repeated", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!!!!!!!!!!!!??????"},
-	{"markdown", "# Title\n\n- item one\n- item **two**\n\n```json\n{\"k\": [1, 2, 3]}\n```\n"},
-	{"mixed-scripts", "Привет мир! Γειά σου κόσμε! مرحبا بالعالم! שלום עולם! नमस्ते दुनिया!"},
+	{Name: "prose", Text: "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times."},
+	{Name: "code-go", Text: "func main() {\n\tfmt.Println(\"hello, world\")\n\tfor i := 0; i < 10; i++ {\n\t\tx += i\n\t}\n}\n"},
+	{Name: "code-python", Text: "def f(x):\n    if x:\n        return [y ** 2 for y in range(x)]  # squares\n    return None\n"},
+	{Name: "whitespace-runs", Text: "a  b   c\t\td\n\n\ne    \n  f \u00a0g\r\nh"},
+	{Name: "leading-trailing-space", Text: "   leading and trailing   "},
+	{Name: "digits", Text: "3.14159265358979 1234567890 007 1,000,000 2026-08-22 12:34:56 0x1F 1e-9"},
+	{Name: "cjk", Text: "日本語のテキストと中文文本，还有한국어 문장도 있습니다。"},
+	{Name: "emoji", Text: "🙂👍🏽 family: 👨‍👩‍👧‍👦 flags 🇯🇵🇩🇪 ✈️ ❤️‍🔥"},
+	{Name: "accents-nfc-nfd", Text: "café cafe\u0301 naïve coöperate Ångström ﬁ ligature Straße"},
+	{Name: "special-look-alikes", Text: "< |begin_of_text| > <|not_a_token|> <s > </ s> [INST ] <unk > <|im_start |>"},
+	{Name: "url-and-punctuation", Text: "https://example.com/path?q=1&r=2#frag — e-mail: a.b@c.de; «quotes» “curly” ‘single’…"},
+	{Name: "repeated", Text: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!!!!!!!!!!!!??????"},
+	{Name: "markdown", Text: "# Title\n\n- item one\n- item **two**\n\n```json\n{\"k\": [1, 2, 3]}\n```\n"},
+	{Name: "mixed-scripts", Text: "Привет мир! Γειά σου κόσμε! مرحبا بالعالم! שלום עולם! नमस्ते दुनिया!"},
 }
 
 // Corpus is the tokenizer probe corpus for a staged tokenizer: the base texts, then every added
@@ -41,9 +47,10 @@ var baseCorpus = []Probe{
 func Corpus(tok *tokenize.Tokenizer) []Probe {
 	out := append([]Probe(nil), baseCorpus...)
 	for _, a := range tok.AddedTokens() {
+		at := []tokenize.AddedToken{a}
 		out = append(out,
-			Probe{fmt.Sprintf("added-token %d %q alone", a.ID, a.Content), a.Content},
-			Probe{fmt.Sprintf("added-token %d %q glued", a.ID, a.Content), "word" + a.Content + "next"})
+			Probe{Name: fmt.Sprintf("added-token %d %q alone", a.ID, a.Content), Text: a.Content, Added: at},
+			Probe{Name: fmt.Sprintf("added-token %d %q glued", a.ID, a.Content), Text: "word" + a.Content + "next", Added: at})
 	}
 	cfg := tok.Config()
 	var specials []string
@@ -69,13 +76,14 @@ func Corpus(tok *tokenize.Tokenizer) []Probe {
 			}
 			text += s
 		}
-		out = append(out, Probe{"real-special-tokens", text + " trailing"})
+		out = append(out, Probe{Name: "real-special-tokens", Text: text + " trailing"})
 	}
 	return out
 }
 
-// grouped joins runs of up to n added-token probes into one text (newline-separated), for engines
-// where each probe costs a completion and an event round trip (TensorRT-LLM); other probes stay.
+// grouped joins runs of up to n added-token probes into one text (newline-separated): for engines
+// where each probe costs a completion and an event round trip (TensorRT-LLM), and for an
+// admission, whose probe costs the serving engine requests; other probes stay.
 func grouped(probes []Probe, n int) []Probe {
 	var out []Probe
 	var run []Probe
@@ -84,14 +92,21 @@ func grouped(probes []Probe, n int) []Probe {
 			return
 		}
 		texts := make([]string, len(run))
+		var added []tokenize.AddedToken
 		for i, p := range run {
 			texts[i] = p.Text
+			for _, a := range p.Added {
+				if !slices.Contains(added, a) {
+					added = append(added, a)
+				}
+			}
 		}
-		out = append(out, Probe{fmt.Sprintf("%s … %s (%d added-token probes)", run[0].Name, run[len(run)-1].Name, len(run)), strings.Join(texts, "\n")})
+		out = append(out, Probe{Name: fmt.Sprintf("%s … %s (%d added-token probes)", run[0].Name, run[len(run)-1].Name, len(run)),
+			Text: strings.Join(texts, "\n"), Added: added, Parts: slices.Clone(run)})
 		run = run[:0]
 	}
 	for _, p := range probes {
-		if !strings.HasPrefix(p.Name, "added-token ") {
+		if len(p.Added) == 0 {
 			flush()
 			out = append(out, p)
 			continue
@@ -103,6 +118,46 @@ func grouped(probes []Probe, n int) []Probe {
 	}
 	flush()
 	return out
+}
+
+// pins reports whether a grouped probe's text stands for its parts under tok: each added token
+// comes out of the joined text (without special tokens added) as many times as out of its parts
+// one by one. The group's ids are then its parts' tokens in order, so an engine that lacks,
+// renumbers or splits an added token, or strips the text around it otherwise, gives other ids
+// for the group. A token that merges with the newline between parts (an added token made of
+// whitespace, say) does not pin: its parts are probed alone.
+func pins(tok *tokenize.Tokenizer, p Probe) (bool, error) {
+	count := func(text string) (map[uint32]int, error) {
+		ids, err := tok.Encode(text, false)
+		if err != nil {
+			return nil, err
+		}
+		n := map[uint32]int{}
+		for _, id := range ids {
+			n[id]++
+		}
+		return n, nil
+	}
+	whole, err := count(p.Text)
+	if err != nil {
+		return false, err
+	}
+	want := map[uint32]int{}
+	for _, part := range p.Parts {
+		n, err := count(part.Text)
+		if err != nil {
+			return false, err
+		}
+		for _, a := range part.Added {
+			want[a.ID] += n[a.ID]
+		}
+	}
+	for _, a := range p.Added {
+		if want[a.ID] == 0 || whole[a.ID] != want[a.ID] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // addedTokenConversations puts every added token inside a chat message: one user message per

@@ -156,16 +156,27 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 	ctx := t.Context()
 	var diffs []string
 	corpus := Corpus(r.tok)
-	if r.st.Contract.Drained() {
+	perText := r.opts.AddedTokensPerText
+	switch {
+	case r.st.Contract.Drained():
 		corpus = grouped(corpus, 16) // one completion and event round trip per probe
+		perText = 0                  // each group is read back from events as a whole
+	case perText > 1:
+		corpus = grouped(corpus, 2*perText) // each token alone and glued
+	default:
+		perText = 0
 	}
 	countOnly, events := false, false
 	var tally idTally
-	for _, p := range corpus {
+	probes, calls := 0, 0
+	// compare probes one text and returns its difference ("" when equal); fatal is set when the
+	// spec already failed.
+	compare := func(p Probe) (diff string, fatal bool) {
+		calls++
 		ours, err := r.tok.Encode(p.Text, addSpecial)
 		if err != nil {
 			t.Failf(LegTokenizer, "the staged tokenizer must encode the probe corpus", "probe %s: our tokenizer: %v", p.Name, err)
-			return
+			return "", true
 		}
 		theirs, err := r.pr.Tokenize(ctx, r.pool.Model, p.Text, addSpecial)
 		if engines.IsNotSupported(err) {
@@ -180,30 +191,88 @@ func (r *endpointRun) specTokenizer(t *T, addSpecial bool) {
 			c, cerr := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: p.Text, MaxTokens: 1, AddSpecial: &addSpecial})
 			if cerr != nil {
 				t.Failf(LegTokenizer, "the engine must answer a probe completion", "probe %s: %v (%v)", p.Name, cerr, err)
-				return
+				return "", true
 			}
 			if d := r.compareByEvents(ctx, events, mark, c.PromptTokens, ours, &tally); d != "" {
-				diffs = append(diffs, p.Name+": "+d)
+				return p.Name + ": " + d, false
 			}
-			continue
+			return "", false
 		}
 		if err != nil {
 			t.Failf(LegTokenizer, "the engine's tokenize endpoint must answer", "probe %s: %v", p.Name, err)
-			return
+			return "", true
 		}
 		if i := firstDiff(theirs, ours); i >= 0 {
-			diffs = append(diffs, fmt.Sprintf("%s: first difference at token %d: engine %s, gateway %s", p.Name, i, r.around(theirs, i), r.around(ours, i)))
+			return fmt.Sprintf("%s: first difference at token %d: engine %s, gateway %s", p.Name, i, r.around(theirs, i), r.around(ours, i)), false
+		}
+		return "", false
+	}
+	for _, p := range corpus {
+		if perText == 0 || len(p.Parts) == 0 {
+			probes++
+			d, fatal := compare(p)
+			if fatal {
+				return
+			}
+			if d != "" {
+				diffs = append(diffs, d)
+			}
+			continue
+		}
+		probes += len(p.Parts)
+		ok, err := pins(r.tok, p)
+		if err != nil {
+			t.Failf(LegTokenizer, "the staged tokenizer must encode the probe corpus", "probe %s: our tokenizer: %v", p.Name, err)
+			return
+		}
+		if ok {
+			d, fatal := compare(p)
+			if fatal {
+				return
+			}
+			if d == "" {
+				continue
+			}
+			// The text differs: its parts one by one name the tokens; the text itself is named
+			// only when none differs alone.
+			n := len(diffs)
+			for _, q := range p.Parts {
+				qd, fatal := compare(q)
+				if fatal {
+					return
+				}
+				if qd != "" {
+					diffs = append(diffs, qd)
+				}
+			}
+			if len(diffs) == n {
+				diffs = append(diffs, d)
+			}
+			continue
+		}
+		for _, q := range p.Parts { // the joined text would not pin each token
+			d, fatal := compare(q)
+			if fatal {
+				return
+			}
+			if d != "" {
+				diffs = append(diffs, d)
+			}
 		}
 	}
 	if len(diffs) > 0 {
-		t.Failf(LegTokenizer, tokenizerHint, "%d of %d probes differ: %s", len(diffs), len(corpus), strings.Join(firstN(diffs, 4), "; "))
+		t.Failf(LegTokenizer, tokenizerHint, "%d of %d probes differ: %s", len(diffs), probes, strings.Join(firstN(diffs, 4), "; "))
 		return
 	}
 	if countOnly {
-		t.Passf("%d probes (%s has no tokenize endpoint): %s", len(corpus), r.ep.Family, tally)
+		t.Passf("%d probes (%s has no tokenize endpoint): %s", probes, r.ep.Family, tally)
 		return
 	}
-	t.Passf("%d probes: token ids equal", len(corpus))
+	if calls < probes {
+		t.Passf("%d probes in %d tokenize calls (up to %d added tokens to a text, each pinned by its text's ids): token ids equal", probes, calls, perText)
+		return
+	}
+	t.Passf("%d probes: token ids equal", probes)
 }
 
 func (r *endpointRun) specTemplate(t *T) {

@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
@@ -387,5 +390,40 @@ func TestE2EAdmissionOnConfigReload(t *testing.T) {
 	}
 	if _, ok := p.g.Store().Get("pool"); ok {
 		t.Fatal("a rule the configuration no longer lists must be deleted")
+	}
+}
+
+// TestE2EAdmissionPolicyTheProbeCannotRunRefused: a certificate whose admission policy lists the
+// cache clear, a spec the gateway does not know, or no spec at all is refused on reload naming the
+// file and the spec, and the certificate in force stays; the gateway does not start with one.
+func TestE2EAdmissionPolicyTheProbeCannotRunRefused(t *testing.T) {
+	p := admissionPool(t, admitPolicy)
+	good, err := certificate.Load(p.certPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		specs []string
+		want  string
+	}{
+		{append(slices.Clone(good.Admission.Specs), "clear"), `admission.specs lists \"clear\"`},
+		{append(slices.Clone(good.Admission.Specs), "keyz"), `admission.specs lists \"keyz\"`},
+		{nil, "admission.specs is empty"},
+	} {
+		bad := *good
+		bad.Admission = &certificate.Admission{Admit: certificate.AdmitProbe, Specs: c.specs}
+		if err := bad.Write(p.certPath); err != nil {
+			t.Fatal(err)
+		}
+		code, body := p.adminDo("POST", "/admin/certificates/reload", p.token, "")
+		if code != 422 || !strings.Contains(body, c.want) || !strings.Contains(body, p.certPath) {
+			t.Fatalf("reload of a certificate whose policy lists %v: %d %s; want 422 naming the file and %s", c.specs, code, body, c.want)
+		}
+		if st := p.g.Status(); !st.Rules[0].Exact.Enabled || st.CertificateStatus[0].Admission == nil || !slices.Equal(st.CertificateStatus[0].Admission.Specs, good.Admission.Specs) {
+			t.Fatalf("after the refused reload: %+v; want the certificate in force kept", st.CertificateStatus)
+		}
+		if _, err := gateway.New(gateway.Options{Config: p.opts.Config, Tokenizers: p.opts.Tokenizers, Registry: prometheus.NewRegistry(), Certificates: []*certificate.Certificate{&bad}}); err == nil || !strings.Contains(err.Error(), strings.ReplaceAll(c.want, `\"`, `"`)) {
+			t.Fatalf("a gateway started with a policy listing %v: %v; want an error naming %s", c.specs, err, c.want)
+		}
 	}
 }

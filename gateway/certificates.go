@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -46,6 +47,8 @@ type CertificateStatus struct {
 	Reason       string `json:"reason,omitempty"`
 	Verification string `json:"verification"`
 	Endpoints    int    `json:"endpoints"`
+	// Admission is the certificate's policy for endpoints it does not list (absent: admit none).
+	Admission *certificate.Admission `json:"admission,omitempty"`
 }
 
 func (g *Gateway) certificateStatus() []CertificateStatus {
@@ -56,7 +59,7 @@ func (g *Gateway) certificateStatus() []CertificateStatus {
 	out := make([]CertificateStatus, 0, len(certs))
 	for i, c := range certs {
 		cs := CertificateStatus{ProfileDigest: c.ProfileDigest, IssuedAt: c.IssuedAt, ExpiresAt: c.ExpiresAt,
-			Verification: string(c.Verification()), Endpoints: len(c.Endpoints)}
+			Verification: string(c.Verification()), Endpoints: len(c.Endpoints), Admission: c.Admission}
 		if i < len(paths) {
 			cs.Path = paths[i]
 		}
@@ -78,6 +81,17 @@ func CheckSigned(c *certificate.Certificate, required bool) error {
 	return nil
 }
 
+// CheckAdmission refuses a certificate whose admission policy the gateway's probe cannot run as
+// written (ctk.CheckAdmission: no spec list, the cache clear, a spec this version does not know, a
+// binding spec left out): admitting by less than the certificate requires would widen it, and
+// admitting nothing while it says probe would fail silently.
+func CheckAdmission(c *certificate.Certificate) error {
+	if err := ctk.CheckAdmission(c.Admission); err != nil {
+		return fmt.Errorf("certificate for profile %s: %w", c.ProfileDigest, err)
+	}
+	return nil
+}
+
 // LoadCertificates reads certificate files with the gateway's key and signing policy.
 func LoadCertificates(paths []string, key ed25519.PublicKey, requireSigned bool) ([]*certificate.Certificate, error) {
 	var out []*certificate.Certificate
@@ -87,6 +101,9 @@ func LoadCertificates(paths []string, key ed25519.PublicKey, requireSigned bool)
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		if err := CheckSigned(c, requireSigned); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if err := CheckAdmission(c); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		out = append(out, c)

@@ -261,6 +261,11 @@ func New(opts Options) (*Gateway, error) {
 	if n := opts.Config.Tokenizers.KeyCacheBytes; n != nil {
 		keyBytes = *n
 	}
+	for _, c := range opts.Certificates {
+		if err := CheckAdmission(c); err != nil {
+			return nil, err
+		}
+	}
 	keys := route.NewKeyCache(keyBytes)
 	if err := registerKeyCacheMetrics(opts.Registry, keys); err != nil {
 		return nil, err
@@ -867,7 +872,13 @@ func (g *Gateway) Listeners() []string {
 }
 
 // SetCertificates replaces the loaded certificates and re-evaluates every rule.
+// A certificate whose admission policy the gateway cannot run (CheckAdmission) changes nothing.
 func (g *Gateway) SetCertificates(cs []*certificate.Certificate) error {
+	for _, c := range cs {
+		if err := CheckAdmission(c); err != nil {
+			return err
+		}
+	}
 	g.mu.Lock()
 	g.certs = cs
 	g.mu.Unlock()

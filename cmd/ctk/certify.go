@@ -56,7 +56,9 @@ exits 0 for it as before.
 --admit probe writes the admission policy for endpoints that join later (a new pod, a moved
 one): the gateway runs the same specs on an endpoint of the rule the certificate does not list
 and covers it once they pass for the certified profile. --admit-specs lists the spec ids a probe
-runs (default: all but the cache clear; the binding specs are always run), --admit-valid-for
+runs, written into the certificate in full (default: every spec but the cache clear, which an
+admission never runs: it would empty a serving engine's cache; the binding specs are always
+listed); a gateway refuses a certificate listing a spec its probe cannot run. --admit-valid-for
 bounds each admission (default: until the certificate expires). Without --admit the certificate
 says admit none: only its own endpoints are covered.
 
@@ -80,7 +82,7 @@ func certify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	lenient := fs.Bool("lenient-auto", false, "binding auto: exit 0 for an endpoint covered for one binding even when a leg of the other failed")
 	admit := fs.String("admit", certificate.AdmitNone, "admission policy for endpoints that join later: none or probe")
-	admitSpecs := fs.String("admit-specs", "", "comma-separated spec ids an admission probe runs (default: all but clear)")
+	admitSpecs := fs.String("admit-specs", "", "comma-separated spec ids an admission probe runs, written out in full with the binding specs (default: every spec but clear, which an admission never runs)")
 	admitValid := fs.Duration("admit-valid-for", 0, "how long an admission lasts (0: until the certificate expires)")
 	fromPool := fs.String("from-inferencepool", "", "certify the ready pods of this InferencePool instead of the pool file's endpoints")
 	namespace := fs.String("namespace", "default", "the InferencePool's namespace (and the Secret's)")

@@ -113,6 +113,7 @@ func TestCertifyExitsTwoNamingTheField(t *testing.T) {
 		"bad valid-for":   {args: []string{"--valid-for", "-1h"}, doc: "x", want: "--valid-for"},
 		"missing model":   {doc: "endpoints: [{address: http://127.0.0.1:1}]\n", want: "model: required"},
 		"llama.cpp exact": {doc: "model: m\nengine: {family: llamacpp, release: b10573}\nendpoints: [{address: http://127.0.0.1:1, require: exact}]\n", want: "endpoints[0].require"},
+		"admit clear":     {args: []string{"--admit", "probe", "--admit-specs", "replay,clear"}, doc: "x", want: `"clear": an admission probe never runs the cache-clear spec`},
 		"missing key":     {args: []string{"--sign-key", filepath.Join(dir, "nope.key")}, doc: "model: m\nengine: {family: llamacpp, release: b10573}\nendpoints: [{address: http://127.0.0.1:1}]\n", want: "--sign-key"},
 	} {
 		t.Run(name, func(t *testing.T) {

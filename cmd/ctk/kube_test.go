@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/discovery"
@@ -96,6 +98,9 @@ func TestCertifyFromInferencePool(t *testing.T) {
 	}
 	if len(c.Endpoints) != 1 || c.Endpoints[0].Name != "llm-0" || c.Endpoints[0].Address != e.URL() || !c.AdmitsByProbe() {
 		t.Fatalf("the Secret's certificate: %+v, admission %+v", c.Endpoints, c.Admission)
+	}
+	if err := ctk.CheckAdmission(c.Admission); err != nil || !slices.Equal(c.Admission.Specs, ctk.AdmissionSpecs()) {
+		t.Fatalf("the written admission %+v (%v): want every spec an admission runs listed explicitly: %v", c.Admission, err, ctk.AdmissionSpecs())
 	}
 	pool, _ := os.ReadFile(filepath.Join(dir, "certified-pool.yaml"))
 	if !strings.Contains(string(pool), "name: llm-0") || !strings.Contains(string(pool), e.URL()) {
