@@ -162,6 +162,9 @@ func ProveAdapters(ctx context.Context, p *Pool, cert *certificate.Certificate, 
 		return nil, "", fmt.Errorf("ctk: an adapter probe needs the adapters to probe (adapters)")
 	}
 	opts.Only = append(slices.Clone(bindingSpecs), idLoRA)
+	if opts.AddedTokensPerText == 0 {
+		opts.AddedTokensPerText = AdmissionAddedTokensPerText // a serving engine, as an admission's
+	}
 	res, err := Certify(ctx, p, opts)
 	if err != nil {
 		return nil, "", err
