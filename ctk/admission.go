@@ -26,7 +26,7 @@ func SpecIDs() []string {
 
 // AdmissionSpecs is the spec set `ctk certify --admit probe` writes by default: every spec an
 // admission may run, which is every spec but the cache clear. The clear spec resets the engine's
-// whole prefix cache (vLLM /reset_prefix_cache, SGLang /flush_cache, a pool's clear URL), and
+// whole prefix cache (the family's reset route, or a pool's clear URL), and
 // the gateway admits a pod that is already Ready, whose cache its selector tiers may already be
 // filling with clients' prompts; no engine offers a clear scoped to the probe's own blocks. What
 // the spec proves — the engine announces a reset on its event stream — is the release's code: the
