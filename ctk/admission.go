@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
 )
 
@@ -75,6 +76,26 @@ func CheckAdmission(a *certificate.Admission) error {
 	return nil
 }
 
+// CheckCertificateAdmission is CheckAdmission for a certificate's policy, and refuses admit probe
+// for a profile whose engine's events are drained (Contract.Drained): a drain has one consumer,
+// the gateway's own ingest, so its probe cannot run the event specs every admission requires.
+func CheckCertificateAdmission(c *certificate.Certificate) error {
+	if err := CheckAdmission(c.Admission); err != nil {
+		return err
+	}
+	if !c.AdmitsByProbe() {
+		return nil
+	}
+	if ct, err := contracts.ByID(c.Profile.Contract); err == nil && ct.Drained() {
+		return fmt.Errorf("admission.admit %q: %s", certificate.AdmitProbe, drainedAdmission(c.Profile.Family))
+	}
+	return nil
+}
+
+func drainedAdmission(family string) string {
+	return fmt.Sprintf("%s events are drained over HTTP by one consumer, the gateway's own ingest, so its probe cannot run the event specs an admission requires; certify such endpoints with ctk certify (admit none)", family)
+}
+
 // NewAdmission is the admission policy of a certificate: admit (certificate.AdmitProbe or
 // AdmitNone), the specs a probe runs (nil: AdmissionSpecs; the binding specs are added whatever
 // is listed; the cache clear is refused) and the window an admission lasts (0: until the
@@ -125,7 +146,7 @@ func Admit(ctx context.Context, p *Pool, cert *certificate.Certificate, opts Opt
 	if len(p.Endpoints) != 1 {
 		return nil, fmt.Errorf("ctk: an admission probes one endpoint, the pool has %d", len(p.Endpoints))
 	}
-	if err := CheckAdmission(cert.Admission); err != nil {
+	if err := CheckCertificateAdmission(cert); err != nil {
 		return nil, fmt.Errorf("ctk: the certificate for profile %s: %w", cert.ProfileDigest, err)
 	}
 	opts.Only = slices.Clone(cert.Admission.Specs)

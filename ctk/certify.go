@@ -188,6 +188,13 @@ func Certify(ctx context.Context, p *Pool, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	if opts.Admission != nil && opts.Admission.Admit == certificate.AdmitProbe {
+		for _, ep := range p.Endpoints {
+			if st, _ := p.Staged(ep.Family); st.Contract != nil && st.Contract.Drained() {
+				return nil, fmt.Errorf("ctk: admit probe: endpoint %s: %s", ep.Name, drainedAdmission(ep.Family))
+			}
+		}
+	}
 	res := &Result{Started: opts.Now()}
 	runs := make([]*endpointRun, len(p.Endpoints))
 	sem := make(chan struct{}, opts.Parallel)

@@ -82,11 +82,11 @@ func CheckSigned(c *certificate.Certificate, required bool) error {
 }
 
 // CheckAdmission refuses a certificate whose admission policy the gateway's probe cannot run as
-// written (ctk.CheckAdmission: no spec list, the cache clear, a spec this version does not know, a
-// binding spec left out): admitting by less than the certificate requires would widen it, and
+// written (ctk.CheckCertificateAdmission: no spec list, the cache clear, a spec this version does
+// not know, a binding spec left out, a family whose events are drained): admitting by less than the certificate requires would widen it, and
 // admitting nothing while it says probe would fail silently.
 func CheckAdmission(c *certificate.Certificate) error {
-	if err := ctk.CheckAdmission(c.Admission); err != nil {
+	if err := ctk.CheckCertificateAdmission(c); err != nil {
 		return fmt.Errorf("certificate for profile %s: %w", c.ProfileDigest, err)
 	}
 	return nil

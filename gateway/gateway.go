@@ -217,6 +217,11 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Config == nil {
 		return nil, errors.New("gateway: no configuration")
 	}
+	for _, c := range opts.Certificates {
+		if err := CheckAdmission(c); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
@@ -260,11 +265,6 @@ func New(opts Options) (*Gateway, error) {
 	keyBytes := int64(route.DefaultKeyCacheBytes)
 	if n := opts.Config.Tokenizers.KeyCacheBytes; n != nil {
 		keyBytes = *n
-	}
-	for _, c := range opts.Certificates {
-		if err := CheckAdmission(c); err != nil {
-			return nil, err
-		}
 	}
 	keys := route.NewKeyCache(keyBytes)
 	if err := registerKeyCacheMetrics(opts.Registry, keys); err != nil {

@@ -3,7 +3,6 @@ package discovery_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,11 +213,12 @@ func TestKubernetesAdmission(t *testing.T) {
 	})
 }
 
-// TestKubernetesAdmissionRefusesTensorRTLLM: a TensorRT-LLM certificate that admits by probe, and a
-// pod of the InferencePool that joins. TensorRT-LLM's events are drained over HTTP by one consumer,
-// which is the gateway's own ingest, so the gateway does not probe it: the admission is refused
-// naming that reason and what to do (certify the endpoint with ctk certify), without one probe
-// request reaching the engine, and the endpoint stays uncertified for KV-exact.
+// TestKubernetesAdmissionRefusesTensorRTLLM: TensorRT-LLM's events are drained over HTTP by one
+// consumer, which is the gateway's own ingest, so the gateway's probe cannot run the event specs
+// an admission requires. ctk certify --admit probe refuses such a pool as unusable input, and a
+// gateway refuses a TensorRT-LLM certificate that says admit probe (at start and on reload)
+// naming the drained events and ctk certify, before any pod could be admitted by it; the same
+// certificate without the policy is taken.
 func TestKubernetesAdmissionRefusesTensorRTLLM(t *testing.T) {
 	toks := tokenize.NewPool("")
 	tok, err := toks.Get("llama3")
@@ -227,21 +227,16 @@ func TestKubernetesAdmissionRefusesTensorRTLLM(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var engines []*sim.Engine
-	for _, name := range []string{"ci", "joining"} {
-		e, err := sim.New(sim.Config{Family: "trtllm", Release: "1.2", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3", Endpoint: name, DrainWait: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		engines = append(engines, e)
+	e, err := sim.New(sim.Config{Family: "trtllm", Release: "1.2", Model: "llama3", Tokenizer: tok, ServedModelName: "llama3", Endpoint: "ci", DrainWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The CI gate: ctk certify --admit probe against the first engine.
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
 	pool, err := ctk.ParsePool([]byte(fmt.Sprintf("model: llama3\nengine: {family: trtllm, release: \"1.2\"}\nendpoints:\n  - name: ci-gate\n    address: %s\n    events: {drain: %s}\n",
-		engines[0].URL(), engines[0].URL())))
+		e.URL(), e.URL())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +244,13 @@ func TestKubernetesAdmissionRefusesTensorRTLLM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := ctk.Certify(ctx, pool, ctk.Options{Tokenizer: tok, Admission: adm, EventTimeout: 2 * time.Second, SubscribeTimeout: 3 * time.Second})
-	if err != nil || len(res.Certificates) != 1 || !res.Certificate.AdmitsByProbe() {
+	opts := ctk.Options{Tokenizer: tok, Admission: adm, EventTimeout: 2 * time.Second, SubscribeTimeout: 3 * time.Second}
+	if _, err := ctk.Certify(ctx, pool, opts); err == nil || !strings.Contains(err.Error(), "drained over HTTP by one consumer") {
+		t.Fatalf("ctk certify --admit probe of a TensorRT-LLM pool: %v, want it refused naming the drained events", err)
+	}
+	opts.Admission = nil
+	res, err := ctk.Certify(ctx, pool, opts)
+	if err != nil || len(res.Certificates) != 1 || res.ExitCode != 0 {
 		t.Fatalf("the CI gate's certification: %v %+v", err, res)
 	}
 
@@ -261,55 +261,19 @@ func TestKubernetesAdmissionRefusesTensorRTLLM(t *testing.T) {
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, Tokenizers: toks, Registry: prometheus.NewRegistry(), ProbeInterval: -1, ReprobeInterval: -1,
-		Certificates: res.Certificates, AdmissionBackoff: 200 * time.Millisecond, AdmissionEventTimeout: 2 * time.Second})
+	admitting := *res.Certificates[0]
+	admitting.Admission = adm // the policy is outside the profile: an unsigned file edited so
+	gopts := gateway.Options{Config: cfg, Tokenizers: toks, Registry: prometheus.NewRegistry(), ProbeInterval: -1, ReprobeInterval: -1,
+		Certificates: []*certificate.Certificate{&admitting}}
+	if _, err := gateway.New(gopts); err == nil || !strings.Contains(err.Error(), "drained over HTTP by one consumer") || !strings.Contains(err.Error(), "ctk certify") {
+		t.Fatalf("a gateway started with a TensorRT-LLM certificate that admits by probe: %v, want it refused naming the drained events and ctk certify", err)
+	}
+	gopts.Certificates = res.Certificates
+	g, err := gateway.New(gopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-
-	_, port, _ := strings.Cut(strings.TrimPrefix(engines[1].URL(), "http://"), ":")
-	var n int32
-	fmt.Sscan(port, &n)
-	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(poolObj(n))
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
-	kube := kubefake.NewClientset()
-	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: "llm", Pool: "llama", Kube: kube, Dynamic: dyn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go d.Run(ctx)
-	<-d.Synced()
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, pod("p1", "127.0.0.1", true, map[string]string{"app": "llm"}, nil), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var last gateway.EndpointStatus
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		for _, e := range g.Status().Rules[0].Endpoints {
-			if e.Name == "p1" {
-				last = e
-			}
-		}
-		// The verdict is recorded first and the rule re-evaluated with it just after: wait for both.
-		if a := last.Admission; a != nil && a.Attempts > 0 && strings.Contains(last.Certified, "drained over HTTP") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("p1: no admission verdict applied within 30s: certified %q, %+v", last.Certified, last)
-		}
-	}
-	a := last.Admission
-	r, _ := g.Store().Get("pool")
-	if i := slices.IndexFunc(r.Endpoints, func(e rules.Endpoint) bool { return e.Name == "p1" }); i < 0 || r.Endpoints[i].Events.Drain != engines[1].URL() {
-		t.Fatalf("p1 in the rule: %+v, want its events drained from %s", r.Endpoints, engines[1].URL())
-	}
-	if a.State != "pending" || !strings.Contains(a.Reason, "drained over HTTP by one consumer") || !strings.Contains(a.Reason, "ctk certify") || a.Requests != 0 {
-		t.Fatalf("p1's admission %+v: want refused naming the drained events and ctk certify, with no probe request sent", a)
-	}
-	if last.Exact == nil || last.Exact.State != "uncertified" || !strings.Contains(last.Certified, "drained over HTTP") {
-		t.Fatalf("p1 after the refusal: certified %q, exact %+v; want uncertified naming the reason", last.Certified, last.Exact)
+	if err := g.SetCertificates([]*certificate.Certificate{&admitting}); err == nil || !strings.Contains(err.Error(), "drained over HTTP") {
+		t.Fatalf("a reload to a TensorRT-LLM certificate that admits by probe: %v, want it refused", err)
 	}
 }
