@@ -118,6 +118,12 @@ type Config struct {
 	// continues.
 	ReplayFirst bool
 
+	// Snapshot, when set, is asked once as the source starts for a peer replica's snapshot of the
+	// endpoint (seed.go): loaded only if every rank's replay shows the engine's stream continues
+	// from the snapshot's sequences, else discarded and the endpoint rebuilt from replay. Either
+	// way each rank is synchronized only by its own completed replay. ZeroMQ families only.
+	Snapshot func(context.Context) (*Snapshot, error)
+
 	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string
 
