@@ -31,7 +31,16 @@ import (
 // certificates. It returns a pool view whose requests and dry runs go to the replica.
 func (p *pool) startReplica(t *testing.T) *pool {
 	t.Helper()
+	return p.startReplicaWith(t, nil)
+}
+
+// startReplicaWith is startReplica with mod applied to the replica's options.
+func (p *pool) startReplicaWith(t *testing.T, mod func(o *gateway.Options)) *pool {
+	t.Helper()
 	opts := p.opts
+	if mod != nil {
+		mod(&opts)
+	}
 	cfg := *opts.Config
 	opts.Config = &cfg
 	opts.Registry = prometheus.NewRegistry()
