@@ -44,7 +44,8 @@ func (l *lockedBuffer) String() string {
 // offset), still becomes ready from replay, and holds less.
 func TestE2EReplicaSeedsFromPeerSnapshot(t *testing.T) {
 	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, replay: true,
-		simMod: func(i int, c *sim.Config) { c.ReplayBuffer = 2 }})
+		simMod: func(i int, c *sim.Config) { c.ReplayBuffer = 2 },
+		gwMod:  func(o *gateway.Options) { o.EventReplayTimeout = 500 * time.Millisecond }})
 	ds := docs(6)
 	home := map[int]string{}
 	for i, d := range ds {
@@ -135,5 +136,42 @@ func TestE2EReplicaSeedsFromPeerSnapshot(t *testing.T) {
 	}
 	if same(trunc) {
 		t.Fatal("the replica with a truncated snapshot holds the peer's whole inventory")
+	}
+
+	// A replica serves no snapshot of an endpoint it is not synchronized with itself.
+	on, off := true, false
+	if _, err := p.sims[0].SetFaults(sim.FaultPatch{ReplayOff: &on}); err != nil {
+		t.Fatal(err)
+	}
+	late := p.startReplica(t)
+	var last string
+	get := func(path string) int {
+		req, _ := http.NewRequest(http.MethodGet, late.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer "+p.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		last = string(b)
+		return resp.StatusCode
+	}
+	e0 := p.sims[0].Config().Endpoint
+	if code := get("/admin/snapshot/pool/" + e0); code != http.StatusConflict {
+		t.Fatalf("snapshot of %s from a replica that has not replayed it: %d, want 409", e0, code)
+	}
+	if code := get("/admin/snapshot/pool/nowhere"); code != http.StatusNotFound {
+		t.Fatalf("snapshot of an unknown endpoint: %d, want 404", code)
+	}
+	if _, err := p.sims[0].SetFaults(sim.FaultPatch{ReplayOff: &off}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for get("/admin/snapshot/pool/"+e0) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late replica serves no snapshot of %s once synchronized: %s", e0, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
