@@ -10,7 +10,8 @@
 //	inventory inventory.go (Into: the inventory update and the blocks gauge)
 //
 // pipeline.go holds the per-endpoint state the stages share; source.go validates a Config and
-// picks the source. What differs between families (transport, decoder, binding rules, router
+// picks the source; snapshot.go and seed.go are an endpoint's snapshot and a source's start from a
+// peer's, checked against the engine's replay. What differs between families (transport, decoder, binding rules, router
 // binder, residency rule, drain) comes from the family's engines.Events facet through
 // engines/registry, so this package names no family. docs/ingest.md states every rule and why.
 package ingest
