@@ -108,6 +108,25 @@ func (rk *RankKeys) Put(engineID, key uint64, gpu bool) {
 	rk.m[engineID] = e
 }
 
+// Each calls fn for every entry of the rank, and suppressed for every id suppressed (an
+// inventory snapshot's export).
+func (rk *RankKeys) Each(fn func(engineID uint64, e MappedKey), suppressed func(engineID uint64)) {
+	for id, e := range rk.m {
+		fn(id, e)
+	}
+	for id := range rk.partial {
+		suppressed(id)
+	}
+}
+
+// Load adds the entry of engineID as exported by Each (an inventory snapshot's import).
+func (rk *RankKeys) Load(engineID uint64, e MappedKey) {
+	if _, ok := rk.m[engineID]; !ok {
+		rk.km.mapped++
+	}
+	rk.m[engineID] = e
+}
+
 // Suppress remembers engineID as a block not indexed: its removal is not an unknown block.
 func (rk *RankKeys) Suppress(engineID uint64) { rk.partial[engineID] = struct{}{} }
 

@@ -108,6 +108,10 @@ type Options struct {
 	// and adds what they count beyond this gateway's own in-flight share (other replicas') to the
 	// endpoint's load (0: off; at least engineload.MinInterval).
 	EngineLoadInterval time.Duration
+	// PeerSnapshot, when set, seeds each endpoint's inventory at start from a peer replica's
+	// snapshot where the engine's replay proves it current (nil: off, every endpoint rebuilds
+	// from replay).
+	PeerSnapshot *PeerSnapshot
 }
 
 // DefaultTokenizerRetry is Options.TokenizerRetry's default.
@@ -233,6 +237,13 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.TokenizerRetry <= 0 {
 		opts.TokenizerRetry = DefaultTokenizerRetry
+	}
+	if ps := opts.PeerSnapshot; ps != nil {
+		c := *ps
+		if err := c.check(); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		opts.PeerSnapshot = &c
 	}
 	if opts.Tokenizers == nil {
 		po := []tokenize.PoolOption{tokenize.WithRetryAfter(opts.TokenizerRetry)}
@@ -732,6 +743,7 @@ func hasCoverage(c []certificate.Coverage, binding string) bool {
 
 // source is one endpoint's running event source (and its identity probe).
 type source struct {
+	src    ingest.Source
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -793,7 +805,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ReplayFirst: true, ClearUnreplayed: true,
 			ReplayTimeout: g.opts.EventReplayTimeout,
 			DrainURL:      e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, x, e.Events.Replay, t); ew.trace(t) },
-			Groups: rt.groups.Endpoint(ep.ID),
+			Groups: rt.groups.Endpoint(ep.ID), Snapshot: g.seedFrom(r.Name, e),
 		})
 		if err != nil {
 			cancel()
@@ -803,7 +815,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		if len(rt.ranks.Of(ep.ID)) > 0 {
 			apply = intoRanks(apply, rt.ranks, ep.ID)
 		}
-		s := &source{cancel: cancel, done: make(chan struct{})}
+		s := &source{src: src, cancel: cancel, done: make(chan struct{})}
 		rt.sources[e.Name] = s
 		go func() {
 			defer close(s.done)

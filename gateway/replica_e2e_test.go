@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +32,16 @@ import (
 // certificates. It returns a pool view whose requests and dry runs go to the replica.
 func (p *pool) startReplica(t *testing.T) *pool {
 	t.Helper()
+	return p.startReplicaWith(t, nil)
+}
+
+// startReplicaWith is startReplica with mod applied to the replica's options.
+func (p *pool) startReplicaWith(t *testing.T, mod func(o *gateway.Options)) *pool {
+	t.Helper()
 	opts := p.opts
+	if mod != nil {
+		mod(&opts)
+	}
 	cfg := *opts.Config
 	opts.Config = &cfg
 	opts.Registry = prometheus.NewRegistry()
@@ -362,6 +372,9 @@ func TestE2EReplicaCutFromOneEngineFencesOnlyThere(t *testing.T) {
 			t.Fatalf("%s: explain overlap %d on A, %d on B", ep, a, bb)
 		}
 	}
+	if err := b.g.EndpointSnapshot("pool", "e0", io.Discard); err != nil {
+		t.Fatalf("replica B's snapshot of e0 while synchronized: %v", err)
+	}
 	link.cut()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -373,6 +386,11 @@ func TestE2EReplicaCutFromOneEngineFencesOnlyThere(t *testing.T) {
 			t.Fatalf("replica B did not fence e0: %+v %+v readiness %+v", st, st.Exact, b.g.Readiness())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// Nor does it offer a peer its view of e0 now.
+	var se interface{ StatusCode() int }
+	if err := b.g.EndpointSnapshot("pool", "e0", io.Discard); !errors.As(err, &se) || se.StatusCode() != http.StatusConflict {
+		t.Fatalf("replica B's snapshot of e0 after losing its stream: %v, want a 409", err)
 	}
 	if code, rd := b.readyz(); code != http.StatusOK {
 		t.Fatalf("replica B unready after losing one engine's stream: %+v", rd)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,6 +102,34 @@ func (r *replicaProc) waitReady() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// inventory is the replica's /admin/inventory of one endpoint: its keys with their counts, sorted.
+func (r *replicaProc) inventory(endpoint string) []string {
+	r.t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+r.admin+"/admin/inventory/pool/"+endpoint, nil)
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Blocks []struct {
+			Key   string `json:"key"`
+			Count int    `json:"count"`
+		} `json:"blocks"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &d) != nil {
+		r.t.Fatalf("inventory on %s: %d %s", r.admin, resp.StatusCode, raw)
+	}
+	out := make([]string, len(d.Blocks))
+	for i, b := range d.Blocks {
+		out[i] = fmt.Sprintf("%s:%d", b.Key, b.Count)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // explain is the replica's /admin/explain for prompt: each endpoint's overlap score.
@@ -289,12 +319,14 @@ http {
 	lap("killed")
 	wg.Wait()
 	lap("run done")
-	var failed, afterKill int
+	var failed, afterKill, servedAfter int
 	for _, r := range results {
 		ok := r.err == nil && r.status == 200
 		if r.start.After(killedAt) {
 			afterKill++
-			if !ok {
+			if ok {
+				servedAfter++
+			} else {
 				t.Errorf("a request sent after the kill failed: %d %q %v", r.status, r.upstream, r.err)
 			}
 			continue
@@ -312,7 +344,7 @@ http {
 	if afterKill == 0 {
 		t.Fatal("no request was sent after the kill")
 	}
-	t.Logf("kill: %d requests in flight on the killed replica failed; %d sent after it all served", failed, afterKill)
+	t.Logf("kill: %d requests in flight on the killed replica failed; of %d sent after it, %d served", failed, afterKill, servedAfter)
 
 	// Restart while e0 cannot replay: not ready, naming e0.
 	on, off := true, false
@@ -330,6 +362,20 @@ http {
 	}
 	reps[1].waitReady()
 	lap("restarted replica ready")
+	// The same inventory on every replica, key by key (the scores below read only the documents'
+	// prefixes).
+	for _, s := range p.sims {
+		ep := s.Config().Endpoint
+		want := reps[0].inventory(ep)
+		if len(want) == 0 {
+			t.Fatalf("%s: empty inventory on %s after the run", ep, reps[0].client)
+		}
+		for _, r := range reps[1:] {
+			if got := r.inventory(ep); !slices.Equal(got, want) {
+				t.Fatalf("%s: replica %s holds %d keys, replica %s %d, not the same", ep, reps[0].client, len(want), r.client, len(got))
+			}
+		}
+	}
 	for i, d := range ds {
 		prompt := d + " One more question?"
 		want := reps[0].explain("llama3", prompt)

@@ -209,6 +209,9 @@ func (a *adminBackend) Registry() *prometheus.Registry   { return a.g.reg }
 func (a *adminBackend) Inventory(rule, ep string) ([]inventory.KeyCount, bool) {
 	return a.g.Inventory(rule, ep)
 }
+func (a *adminBackend) EndpointSnapshot(rule, ep string, w io.Writer) error {
+	return a.g.EndpointSnapshot(rule, ep, w)
+}
 func (a *adminBackend) SetEndpointState(rule, ep, state string) bool {
 	return a.g.SetEndpointState(rule, ep, state)
 }

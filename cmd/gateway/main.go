@@ -69,6 +69,10 @@ func run(args []string) int {
 	metricsListen := fs.String("metrics-listen", "", "serve GET /metrics alone, without the admin token, on this address (overrides admin.metricsListen; default off)")
 	engineLoad := fs.Duration("engine-load-interval", 0, "scrape each engine's own running/waiting request gauges this often and add what they count beyond this gateway's share (other replicas') to its load (0: off; minimum 50ms; use with several replicas)")
 	replayTimeout := fs.Duration("event-replay-timeout", 15*time.Second, "bound on one replay exchange with an engine's replay socket; a failed first replay redials and asks again, and the endpoint holds the gateway unready meanwhile")
+	peerSnap := fs.String("peer-snapshot", "", "at start, seed each endpoint's inventory from this peer replica's admin API (http(s)://host:port) where the engine's replay proves the snapshot current; anything else rebuilds from replay (default off)")
+	peerSnapToken := fs.String("peer-snapshot-token-file", "", "file holding the peer's admin token (required with --peer-snapshot)")
+	peerSnapMax := fs.Int64("peer-snapshot-max-bytes", gateway.DefaultPeerSnapshotMaxBytes, "largest snapshot of one endpoint accepted from the peer")
+	peerSnapTimeout := fs.Duration("peer-snapshot-timeout", gateway.DefaultPeerSnapshotTimeout, "bound on fetching one endpoint's snapshot from the peer")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -119,6 +123,18 @@ func run(args []string) int {
 	opts.TokenizerRetry = *tokRetry
 	opts.EngineLoadInterval = *engineLoad
 	opts.EventReplayTimeout = *replayTimeout
+	if *peerSnap != "" {
+		if *peerSnapToken == "" {
+			fmt.Fprintln(os.Stderr, "gateway: --peer-snapshot needs --peer-snapshot-token-file (the peer's admin token)")
+			return 2
+		}
+		tok, err := os.ReadFile(*peerSnapToken)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gateway: --peer-snapshot-token-file: %v\n", err)
+			return 2
+		}
+		opts.PeerSnapshot = &gateway.PeerSnapshot{URL: *peerSnap, Token: strings.TrimSpace(string(tok)), MaxBytes: *peerSnapMax, Timeout: *peerSnapTimeout}
+	}
 	opts.ParityCheckFirst, opts.ParitySampleEvery, opts.ResumeAfterBlocks, opts.ShortfallHits = *parityFirst, *paritySample, *resumeAfter, *shortfall
 	if *reprobe == 0 {
 		opts.ReprobeInterval = -1

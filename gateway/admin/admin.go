@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -150,6 +151,25 @@ func Handler(b Backend, token string) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"certificates": st})
 		})
 	}
+	if sn, ok := b.(EndpointSnapshotter); ok {
+		// A peer replica starting fetches an endpoint's inventory snapshot (docs/replicas.md).
+		mux.HandleFunc("GET /admin/snapshot/{rule}/{endpoint}", func(w http.ResponseWriter, r *http.Request) {
+			var buf bytes.Buffer
+			if err := sn.EndpointSnapshot(r.PathValue("rule"), r.PathValue("endpoint"), &buf); err != nil {
+				var se interface{ StatusCode() int }
+				code := http.StatusInternalServerError
+				if errors.As(err, &se) {
+					code = se.StatusCode()
+				}
+				fail(w, code, err.Error())
+				return
+			}
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+			w.Header().Set("Cache-Control", "no-store")
+			w.Write(buf.Bytes())
+		})
+	}
 	if hc, ok := b.(ExactHoldClearer); ok {
 		mux.HandleFunc("POST /admin/rules/{rule}/endpoints/{endpoint}/exact/clear", func(w http.ResponseWriter, r *http.Request) {
 			st, err := hc.ClearExactHold(r.PathValue("rule"), r.PathValue("endpoint"), r.URL.Query().Get("hold"))
@@ -174,6 +194,14 @@ func Handler(b Backend, token string) http.Handler {
 // status (404 for an unknown endpoint, 400 for a hold that only evidence lifts).
 type ExactHoldClearer interface {
 	ClearExactHold(rule, endpoint, hold string) (any, error)
+}
+
+// EndpointSnapshotter is a Backend that can write an endpoint's inventory snapshot (GET
+// /admin/snapshot/{rule}/{endpoint}, the body in package ingest's snapshot layout) for a peer
+// replica to start from. An error with StatusCode() sets the answer's status (404 unknown, 409 not
+// synchronized or not snapshot-able).
+type EndpointSnapshotter interface {
+	EndpointSnapshot(rule, endpoint string, w io.Writer) error
 }
 
 // CertificateReloader is a Backend that can re-read its certificate files (POST

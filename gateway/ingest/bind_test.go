@@ -76,27 +76,27 @@ func TestRouterBindingSGLangSamples(t *testing.T) {
 	for seq, name := range []string{"startup_all_blocks_cleared", "stored_root_prompt_coalesced",
 		"stored_continuation_and_unrelated", "stored_salted_with_metadata"} {
 		b := dec(name)
-		s.batch(0, uint64(seq), &b)
+		s.batch(0, uint64(seq), 0, &b)
 	}
 	want := setOf(append(append(append(append([]uint64{}, rootKeys...), contKeys...), unrelKeys...), saltKeys...)...)
 	if got := snap(); !equalCounts(got, want) {
 		t.Fatalf("after stores: got %s, want %s", fmtCounts(got), fmtCounts(want))
 	}
 	b := dec("removed_coalesced_eviction")
-	s.batch(0, 4, &b)
+	s.batch(0, 4, 0, &b)
 	want = setOf(append(append([]uint64{}, unrelKeys...), saltKeys...)...)
 	if got := snap(); !equalCounts(got, want) {
 		t.Fatalf("after removal: got %s, want %s", fmtCounts(got), fmtCounts(want))
 	}
 	b = dec("stored_bigram_eagle_dp1")
-	s.batch(1, 0, &b)
+	s.batch(1, 0, 0, &b)
 	if skips["bigram"] != 1 || !equalCounts(snap(), want) {
 		t.Errorf("bigram pages: skips %v, inventory %s", skips, fmtCounts(snap()))
 	}
 	// A store whose parent the map never saw cannot be chained: dropped, counted.
 	orphan := cont
 	orphan.Events = orphan.Events[:1]
-	s.batch(0, 5, &orphan)
+	s.batch(0, 5, 0, &orphan)
 	if skips["unknown_parent"] != 1 {
 		t.Errorf("unknown parents: %d, want 1", skips["unknown_parent"])
 	}
@@ -117,7 +117,7 @@ func TestVLLMGroupsAndMedia(t *testing.T) {
 			full = ev.BlockHashes
 		}
 	}
-	s.batch(1, 0, &b)
+	s.batch(1, 0, 0, &b)
 	if got := snap(); !equalCounts(got, setOf(full...)) {
 		t.Fatalf("got %s, want the full-attention group's blocks once each %v", fmtCounts(got), full)
 	}
@@ -129,7 +129,7 @@ func TestVLLMGroupsAndMedia(t *testing.T) {
 		{Kind: engines.BlockStored, BlockHashes: full[:1], Medium: "GPU", HasGroupIdx: true, SpecKind: "full_attention", TokenIDs: make([]uint32, 32), BlockSize: 32},
 		{Kind: engines.BlockRemoved, BlockHashes: full[:1], Medium: "CPU"},
 	}}
-	s.batch(1, 1, &cpu)
+	s.batch(1, 1, 0, &cpu)
 	want := setOf(full...)
 	want[full[0]] = 2
 	if got := snap(); !equalCounts(got, want) || skips["medium"] != 2 {

@@ -91,9 +91,11 @@ type goPub struct {
 	router zmq4.Socket
 	buf    []rec
 	gate   chan struct{} // when set, replay answers wait for it to close
-	served int           // replay requests answered
-	wg     sync.WaitGroup
-	cancel context.CancelFunc
+	// gateFrom: the gate holds only requests after the first gateFrom answered.
+	gateFrom int
+	served   int // replay requests answered
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
 }
 
 type rec struct {
@@ -164,6 +166,9 @@ func (p *goPub) serve(ctx context.Context, router zmq4.Socket) {
 		}
 		p.mu.Lock()
 		gate := p.gate
+		if p.served < p.gateFrom {
+			gate = nil
+		}
 		p.mu.Unlock()
 		if gate != nil {
 			select {
@@ -249,6 +254,20 @@ func (p *goPub) drop(seq uint64, payload []byte) {
 	p.mu.Unlock()
 }
 
+// keep leaves in the replay buffer only the messages keep accepts: an engine whose buffer has
+// moved on, or lost a message.
+func (p *goPub) keep(keep func(seq uint64) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.buf[:0]
+	for _, r := range p.buf {
+		if keep(r.seq) {
+			out = append(out, r)
+		}
+	}
+	p.buf = out
+}
+
 func (p *goPub) servedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -292,6 +311,7 @@ type harness struct {
 	m      *Metrics
 	cancel context.CancelFunc
 	done   chan error
+	src    Source
 
 	mu     sync.Mutex
 	traces []Trace
@@ -328,6 +348,7 @@ func startSource(t *testing.T, cfg Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.src = src
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- src.Run(ctx, Into(h.idx, h.ep, h.m, cfg.Rule, "ep0", nil)) }()

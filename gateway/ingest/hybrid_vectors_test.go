@@ -112,7 +112,7 @@ func hybridDecision(t *testing.T, algo string, seed *string, ph vectors.PrefixHi
 	cfg.defaults()
 	fam, _ := registry.Lookup("vllm")
 	p := newPipeline(cfg, fam, Into(idx, ep, nil, "r", "ep", nil))
-	p.batch(b.DPRank, 0, b)
+	p.batch(b.DPRank, 0, 0, b)
 
 	h, err := hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(algo), BlockSize: ph.HashBlockSize, Seed: seed}, hashcore.Default())
 	if err != nil {

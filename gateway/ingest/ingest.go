@@ -10,7 +10,8 @@
 //	inventory inventory.go (Into: the inventory update and the blocks gauge)
 //
 // pipeline.go holds the per-endpoint state the stages share; source.go validates a Config and
-// picks the source. What differs between families (transport, decoder, binding rules, router
+// picks the source; snapshot.go and seed.go are an endpoint's snapshot and a source's start from a
+// peer's, checked against the engine's replay. What differs between families (transport, decoder, binding rules, router
 // binder, residency rule, drain) comes from the family's engines.Events facet through
 // engines/registry, so this package names no family. docs/ingest.md states every rule and why.
 package ingest
@@ -117,6 +118,12 @@ type Config struct {
 	// the engine would miss everything stored before). Off, a failed replay fails open: live
 	// continues.
 	ReplayFirst bool
+
+	// Snapshot, when set, is asked once as the source starts for a peer replica's snapshot of the
+	// endpoint (seed.go): loaded only if every rank's replay shows the engine's stream continues
+	// from the snapshot's sequences, else discarded and the endpoint rebuilt from replay. Either
+	// way each rank is synchronized only by its own completed replay. ZeroMQ families only.
+	Snapshot func(context.Context) (*Snapshot, error)
 
 	// HTTP drain families: the server's base URL; the family's drain names the path it polls.
 	DrainURL string

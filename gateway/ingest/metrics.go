@@ -22,6 +22,7 @@ type Metrics struct {
 	lag        *prometheus.HistogramVec // rule, endpoint, rank
 	queueFull  *prometheus.CounterVec   // rule, endpoint, rank
 	queueDepth *prometheus.GaugeVec     // rule, endpoint, rank
+	snapshots  *prometheus.CounterVec   // rule, endpoint, outcome
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -77,8 +78,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kvexact_ingest_queue_depth",
 			Help: "Messages waiting in the rank's queue between socket and pipeline.",
 		}, rer),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvexact_ingest_snapshots_total",
+			Help: "Peer snapshots asked for at start, by outcome (accepted; unavailable: not fetched; mismatch: another rule, engine, binding or rank count; unverified: the replay did not answer; gap, stale, publisher: the engine's stream does not continue from the snapshot's sequence).",
+		}, []string{"rule", "endpoint", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth} {
+	for _, c := range []prometheus.Collector{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth, m.snapshots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -122,6 +127,11 @@ func (l labels) clear(cause string) {
 func (l labels) replay(r int, outcome string) {
 	if l.m != nil {
 		l.m.replays.WithLabelValues(l.rule, l.endpoint, l.rank(r), outcome).Inc()
+	}
+}
+func (l labels) snapshot(outcome string) {
+	if l.m != nil {
+		l.m.snapshots.WithLabelValues(l.rule, l.endpoint, outcome).Inc()
 	}
 }
 func (l labels) reconnect(r int) {
@@ -170,7 +180,7 @@ func (m *Metrics) Forget(rule, endpoint string) {
 	match := prometheus.Labels{"rule": rule, "endpoint": endpoint}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth} {
+	}{m.applied, m.rejects, m.skips, m.gaps, m.clears, m.replays, m.reconnects, m.connected, m.blocks, m.lag, m.queueFull, m.queueDepth, m.snapshots} {
 		v.DeletePartialMatch(match)
 	}
 }

@@ -21,6 +21,15 @@ type pipeline struct {
 	seed maphash.Seed // payload digests for the window
 	mu   sync.Mutex
 	b    *binder
+	// applied is, per rank, the last message whose batch reached the binder (under mu, so it
+	// names exactly what the inventory holds): what a snapshot says it continues from.
+	applied []appliedSeq
+}
+
+// appliedSeq is a rank's last applied message.
+type appliedSeq struct {
+	RankSeq
+	ok bool
 }
 
 // newPipeline builds the pipeline of cfg, whose family is fam, writing into apply.
@@ -30,6 +39,7 @@ func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 		lab:  labels{m: cfg.Metrics, rule: cfg.Rule, endpoint: cfg.Endpoint},
 		seed: maphash.MakeSeed(),
 	}
+	p.applied = make([]appliedSeq, max(len(cfg.Publish), 1))
 	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap(),
 		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{}}
 	if cfg.Binding == BindingRouter {
@@ -86,14 +96,17 @@ func (p *pipeline) reject(rank int, seq uint64, hasSeq bool, err error) {
 		"reason", reason, "err", err)
 }
 
-// batch binds one decoded batch of rank.
-func (p *pipeline) batch(rank int, seq uint64, b *engines.Batch) {
+// batch binds one decoded batch of rank; digest is the xxh3 of its payload.
+func (p *pipeline) batch(rank int, seq, digest uint64, b *engines.Batch) {
 	now := time.Now()
 	if b.Timestamp > 0 {
 		p.lab.lag(rank, float64(now.UnixNano())/1e9-b.Timestamp)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if rank < len(p.applied) {
+		p.applied[rank] = appliedSeq{RankSeq{Seq: seq, Digest: digest}, true}
+	}
 	for i := range b.Events {
 		ev := &b.Events[i]
 		p.trace(Trace{Type: "event", Rank: rank, Seq: seq, HasSeq: true, Event: ev, Wall: now,

@@ -36,7 +36,7 @@ func TestPresenceResidency(t *testing.T) {
 		s, snap, _ := streamInto(t, Config{Family: "vllm", Release: release})
 		for i := range stream {
 			b := engines.Batch{Events: stream[i : i+1]}
-			s.batch(0, uint64(i), &b)
+			s.batch(0, uint64(i), 0, &b)
 		}
 		return snap()
 	}
@@ -49,13 +49,13 @@ func TestPresenceResidency(t *testing.T) {
 
 	s, snap, _ := streamInto(t, Config{Family: "vllm", Release: "v0.30.0"})
 	b := engines.Batch{Events: []engines.Event{storedIn(0, 9), {Kind: engines.AllBlocksCleared}, storedIn(0, 9)}}
-	s.batch(0, 0, &b)
+	s.batch(0, 0, 0, &b)
 	if got := snap(); !equalCounts(got, map[uint64]int{9: 1}) {
 		t.Errorf("after a clear the re-stored key must count once: %s", fmtCounts(got))
 	}
 	// Ranks are separate engines: each holds its own copy.
 	r1 := engines.Batch{Events: []engines.Event{storedIn(0, 9)}}
-	s.batch(1, 0, &r1)
+	s.batch(1, 0, 0, &r1)
 	if got := snap(); !equalCounts(got, map[uint64]int{9: 2}) {
 		t.Errorf("two ranks: %s", fmtCounts(got))
 	}
@@ -66,7 +66,7 @@ func TestPresenceResidency(t *testing.T) {
 func TestPresenceOverflowClears(t *testing.T) {
 	s, snap, _ := streamInto(t, Config{Family: "vllm", Release: "v0.28.0", MaxMapped: 3})
 	b := engines.Batch{Events: []engines.Event{storedIn(0, 1, 2, 3), storedIn(0, 4)}}
-	s.batch(0, 0, &b)
+	s.batch(0, 0, 0, &b)
 	if got := snap(); len(got) != 0 {
 		t.Errorf("overflow must clear the endpoint: %s", fmtCounts(got))
 	}
@@ -87,7 +87,7 @@ func TestV028SamplesResidency(t *testing.T) {
 		if i == 0 {
 			keys = b.Events[0].BlockHashes
 		}
-		s.batch(b.DPRank, uint64(i), &b)
+		s.batch(b.DPRank, uint64(i), 0, &b)
 	}
 	want := map[uint64]int{}
 	for _, k := range keys {
@@ -114,7 +114,7 @@ func TestV028SamplesGroupResidency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.batch(b.DPRank, 0, &b)
+	s.batch(b.DPRank, 0, 0, &b)
 	keys := b.Events[0].BlockHashes
 	if got := snap(); !equalCounts(got, setOf(keys...)) {
 		t.Errorf("inventory %s, want the full-attention group's two blocks", fmtCounts(got))
@@ -130,7 +130,7 @@ func TestV028SamplesGroupResidency(t *testing.T) {
 		t.Errorf("hit %+v ok %v, want 0 limited by the sliding group", r, ok)
 	}
 	// An engine clear empties the groups too.
-	s.batch(b.DPRank, 1, &engines.Batch{Events: []engines.Event{{Kind: engines.AllBlocksCleared}}})
+	s.batch(b.DPRank, 1, 0, &engines.Batch{Events: []engines.Event{{Kind: engines.AllBlocksCleared}}})
 	if side.Len() != 0 {
 		t.Errorf("after AllBlocksCleared: %d group entries", side.Len())
 	}
@@ -148,7 +148,7 @@ func TestGroupResidencyRouterBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.batch(b.DPRank, 0, &b)
+	s.batch(b.DPRank, 0, 0, &b)
 	if skips["group_kind"] != 0 || skips["unknown_block"] != 0 || side.Len() != 1 {
 		t.Errorf("skips %v, group entries %d: want no skip and block 1 of the sliding group", skips, side.Len())
 	}

@@ -8,9 +8,11 @@ import (
 	"io"
 	"log"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zeebo/xxh3"
 
 	"github.com/kvexact/kvexact/engines"
 )
@@ -24,6 +26,7 @@ type zmqSource struct {
 	cfg    Config
 	fam    engines.Family
 	decode engines.Decoder
+	p      atomic.Pointer[pipeline] // while Run runs: what Snapshot reads
 }
 
 func newZMQSource(cfg Config, fam engines.Family, decode engines.Decoder) *zmqSource {
@@ -36,12 +39,20 @@ func newZMQSource(cfg Config, fam engines.Family, decode engines.Decoder) *zmqSo
 func (z *zmqSource) Run(ctx context.Context, apply func(Update)) error {
 	p := newPipeline(z.cfg, z.fam, apply)
 	p.clear(0, "start")
-	var wg sync.WaitGroup
+	rrs := make([]*rankRun, len(z.cfg.Publish))
 	for r := range z.cfg.Publish {
-		rr := &rankRun{p: p, rank: r, pub: z.cfg.Publish[r], dec: decoder{decode: z.decode}}
+		rrs[r] = &rankRun{p: p, rank: r, pub: z.cfg.Publish[r], dec: decoder{decode: z.decode}}
 		if r < len(z.cfg.Replay) {
-			rr.replay = z.cfg.Replay[r]
+			rrs[r].replay = z.cfg.Replay[r]
 		}
+	}
+	if z.cfg.Snapshot != nil {
+		seed(ctx, p, rrs, z.cfg.Snapshot)
+	}
+	z.p.Store(p)
+	defer z.p.Store(nil)
+	var wg sync.WaitGroup
+	for _, rr := range rrs {
 		wg.Go(func() { rr.run(ctx) })
 	}
 	wg.Wait()
@@ -60,6 +71,9 @@ type rankRun struct {
 	// sequence among them.
 	replayAny bool
 	replayTop uint64
+	// seeded: the window starts from a verified snapshot rather than empty; until the rank's first
+	// replay completes it is held back like a fresh rank (Config.ReplayFirst).
+	seeded bool
 }
 
 func (rr *rankRun) log() []any { return []any{"endpoint", rr.p.cfg.Endpoint, "rank", rr.rank} }
@@ -145,9 +159,10 @@ func (rr *rankRun) receive(ctx context.Context, q *msgQueue) error {
 	if rr.replay != "" {
 		last, had := rr.w.last, rr.w.has
 		ok, cleared := rr.resync(ctx, rr.w.ResumeFrom())
-		if !ok && !had && rr.p.cfg.ReplayFirst {
+		if !ok && (!had || rr.seeded) && rr.p.cfg.ReplayFirst {
 			return errFirstReplay
 		}
+		rr.seeded = rr.seeded && !ok
 		if ok && !cleared && had && rr.p.cfg.ClearUnreplayed && (!rr.replayAny || rr.replayTop < last) {
 			// The publisher no longer holds the last message it sent this rank: it restarted
 			// while the subscription was down (and maybe wiped its cache without a word), and
@@ -203,7 +218,7 @@ func (rr *rankRun) live(ctx context.Context, seq uint64, payload []byte) {
 // apply decodes an admitted message and binds its batch.
 func (rr *rankRun) apply(seq uint64, payload []byte) {
 	if b, ok := rr.dec.run(rr.p, rr.rank, seq, payload); ok {
-		rr.p.batch(rr.rank, seq, b)
+		rr.p.batch(rr.rank, seq, xxh3.Hash(payload), b)
 	}
 }
 

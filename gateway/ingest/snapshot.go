@@ -1,0 +1,450 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/zeebo/xxh3"
+)
+
+// A Snapshot is one endpoint's event state as a replica holds it at one instant: the inventory's
+// keys with their copy counts, the binder's state that later events are read against (the KV-cache
+// groups learned, the presence rule's groups per key, the router binding's engine-id map), and,
+// per rank, the sequence of the last message applied with a digest of its payload. A replica
+// starting may load a peer's snapshot instead of replaying from 0, but only once the engine's own
+// replay shows that its stream continues from those sequences (seed.go): the snapshot is a
+// speed-up, never the source of truth.
+type Snapshot struct {
+	Rule, Endpoint string
+	Family         string
+	Release        string
+	Binding        Binding
+	BlockSize      int
+	Ranks          []RankSeq
+	Groups         []GroupIndexed
+	Keys           []SnapshotKey // strictly increasing Key
+	Presence       []PresenceKey // rank 0's presence rule state; strictly increasing Key
+	Mapped         []MappedEntry // router binding, rank 0; strictly increasing EngineID
+	Suppressed     []uint64      // router binding, rank 0: engine ids not indexed; strictly increasing
+}
+
+// RankSeq is the last message a rank applied: its sequence and the xxh3 of its payload. The digest
+// names the publisher's epoch: a restarted publisher reusing the sequence sends another payload.
+type RankSeq struct {
+	Seq    uint64
+	Digest uint64
+}
+
+// GroupIndexed is one KV-cache group the binder has seen stored, and whether it is indexed.
+type GroupIndexed struct {
+	Group   int
+	Indexed bool
+}
+
+// SnapshotKey is one resident key and its stored-copy count (at least 1).
+type SnapshotKey struct {
+	Key   uint64
+	Count uint32
+}
+
+// PresenceKey is one key under the presence rule and the bit set of the groups holding it (not 0).
+type PresenceKey struct {
+	Key    uint64
+	Groups uint64
+}
+
+// MappedEntry is one engine block the router binding knows.
+type MappedEntry struct {
+	EngineID, Key uint64
+	Refs          uint32
+	GPU           bool
+}
+
+// snapshotMagic opens every encoded snapshot; snapshotVersion is the layout below.
+const (
+	snapshotMagic   = "kvexact-inventory-snapshot"
+	snapshotVersion = 1
+	// Bounds on the decoded counts (the byte size is bounded by the caller: SnapshotLimits).
+	maxSnapshotRanks  = 1024
+	maxSnapshotGroups = 4096
+	maxSnapshotName   = 1024
+	maxSnapshotCount  = 1 << 16 // copies of one key: far above groups × ranks of any engine
+)
+
+// Record sizes of the snapshot's binary columns (little-endian).
+const (
+	keyRecord      = 12 // key u64, count u32
+	presenceRecord = 16 // key u64, groups u64
+	mappedRecord   = 21 // engine id u64, key u64, refs u32, gpu u8
+	idRecord       = 8  // engine id u64
+)
+
+// The encoded layout is one MessagePack array of 15 elements (the encoding the engines' own events
+// use, so no new format): magic, version, rule, endpoint, family, release, binding, block size,
+// ranks [[seq, digest]…], groups [[group, indexed]…], then four bin columns of fixed-size records
+// (keys, presence, mapped, suppressed), and last the xxh3 of every byte before it, so a corrupt
+// column is refused as a whole rather than loaded as wrong keys.
+var snapshotFields = [...]string{"magic", "version", "rule", "endpoint", "family", "release", "binding",
+	"block_size", "ranks", "groups", "keys", "presence", "mapped", "suppressed", "checksum"}
+
+// Encode writes s in the snapshot layout. The columns are sorted here, so the decoder can refuse a
+// duplicate with one comparison per record.
+func (s *Snapshot) Encode(w io.Writer) error {
+	slices.SortFunc(s.Keys, func(a, b SnapshotKey) int { return cmpU64(a.Key, b.Key) })
+	slices.SortFunc(s.Presence, func(a, b PresenceKey) int { return cmpU64(a.Key, b.Key) })
+	slices.SortFunc(s.Mapped, func(a, b MappedEntry) int { return cmpU64(a.EngineID, b.EngineID) })
+	slices.Sort(s.Suppressed)
+	var buf bytes.Buffer
+	buf.Grow(64 + len(s.Keys)*keyRecord + len(s.Presence)*presenceRecord + len(s.Mapped)*mappedRecord + len(s.Suppressed)*idRecord)
+	e := msgpack.NewEncoder(&buf)
+	try := func(err error) {
+		if err != nil {
+			panic(err) // bytes.Buffer writes do not fail; only a programming error gets here
+		}
+	}
+	try(e.EncodeArrayLen(len(snapshotFields)))
+	try(e.EncodeString(snapshotMagic))
+	try(e.EncodeUint(snapshotVersion))
+	for _, str := range []string{s.Rule, s.Endpoint, s.Family, s.Release, string(s.Binding)} {
+		try(e.EncodeString(str))
+	}
+	try(e.EncodeInt(int64(s.BlockSize)))
+	try(e.EncodeArrayLen(len(s.Ranks)))
+	for _, r := range s.Ranks {
+		try(e.EncodeArrayLen(2))
+		try(e.EncodeUint(r.Seq))
+		try(e.EncodeUint(r.Digest))
+	}
+	try(e.EncodeArrayLen(len(s.Groups)))
+	for _, g := range s.Groups {
+		try(e.EncodeArrayLen(2))
+		try(e.EncodeInt(int64(g.Group)))
+		try(e.EncodeBool(g.Indexed))
+	}
+	col := make([]byte, 0, max(len(s.Keys)*keyRecord, len(s.Presence)*presenceRecord, len(s.Mapped)*mappedRecord, len(s.Suppressed)*idRecord))
+	col = col[:0]
+	for _, k := range s.Keys {
+		col = binary.LittleEndian.AppendUint64(col, k.Key)
+		col = binary.LittleEndian.AppendUint32(col, k.Count)
+	}
+	try(e.EncodeBytes(col))
+	col = col[:0]
+	for _, p := range s.Presence {
+		col = binary.LittleEndian.AppendUint64(col, p.Key)
+		col = binary.LittleEndian.AppendUint64(col, p.Groups)
+	}
+	try(e.EncodeBytes(col))
+	col = col[:0]
+	for _, m := range s.Mapped {
+		col = binary.LittleEndian.AppendUint64(col, m.EngineID)
+		col = binary.LittleEndian.AppendUint64(col, m.Key)
+		col = binary.LittleEndian.AppendUint32(col, m.Refs)
+		g := byte(0)
+		if m.GPU {
+			g = 1
+		}
+		col = append(col, g)
+	}
+	try(e.EncodeBytes(col))
+	col = col[:0]
+	for _, id := range s.Suppressed {
+		col = binary.LittleEndian.AppendUint64(col, id)
+	}
+	try(e.EncodeBytes(col))
+	try(e.EncodeUint(xxh3.Hash(buf.Bytes())))
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ErrSnapshot wraps every decoding error; the message names the field and the byte offset.
+var ErrSnapshot = errors.New("ingest: bad snapshot")
+
+// SnapshotError is a decoding error: the field being read and the byte offset where it starts
+// (or, in a column, where the offending record starts).
+type SnapshotError struct {
+	Field  string
+	Offset int
+	Err    error
+}
+
+func (e *SnapshotError) Error() string {
+	return fmt.Sprintf("%v: field %s at byte %d: %v", ErrSnapshot, e.Field, e.Offset, e.Err)
+}
+func (e *SnapshotError) Unwrap() []error { return []error{ErrSnapshot, e.Err} }
+
+// snapReader reads the layout from a bytes.Reader, which msgpack reads without buffering, so the
+// offset of every field is exact.
+type snapReader struct {
+	data  []byte
+	r     *bytes.Reader
+	d     *msgpack.Decoder
+	field string
+	at    int
+}
+
+func (sr *snapReader) off() int { return len(sr.data) - sr.r.Len() }
+
+func (sr *snapReader) begin(field string) { sr.field, sr.at = field, sr.off() }
+
+func (sr *snapReader) fail(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return &SnapshotError{Field: sr.field, Offset: sr.at, Err: err}
+}
+
+func (sr *snapReader) failAt(field string, off int, format string, args ...any) error {
+	return &SnapshotError{Field: field, Offset: off, Err: fmt.Errorf(format, args...)}
+}
+
+func (sr *snapReader) str(field string) (string, error) {
+	sr.begin(field)
+	n, err := sr.d.DecodeBytesLen()
+	if err != nil {
+		return "", sr.fail(err)
+	}
+	if n < 0 || n > maxSnapshotName {
+		return "", sr.fail(fmt.Errorf("string of %d bytes, want at most %d", n, maxSnapshotName))
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(sr.r, b); err != nil {
+		return "", sr.fail(err)
+	}
+	return string(b), nil
+}
+
+func (sr *snapReader) uint(field string) (uint64, error) {
+	sr.begin(field)
+	v, err := sr.d.DecodeUint64()
+	if err != nil {
+		return 0, sr.fail(err)
+	}
+	return v, nil
+}
+
+func (sr *snapReader) arrayLen(field string, limit int) (int, error) {
+	sr.begin(field)
+	n, err := sr.d.DecodeArrayLen()
+	if err != nil {
+		return 0, sr.fail(err)
+	}
+	if n < 0 || n > limit {
+		return 0, sr.fail(fmt.Errorf("%d elements, want at most %d", n, limit))
+	}
+	return n, nil
+}
+
+// column reads a bin column of records of size rec without copying it, and returns it with the
+// offset of its first byte.
+func (sr *snapReader) column(field string, rec int) ([]byte, int, error) {
+	sr.begin(field)
+	n, err := sr.d.DecodeBytesLen()
+	if err != nil {
+		return nil, 0, sr.fail(err)
+	}
+	if n < 0 || n > sr.r.Len() {
+		return nil, 0, sr.fail(fmt.Errorf("announces %d bytes, %d remain: truncated", n, sr.r.Len()))
+	}
+	if n%rec != 0 {
+		return nil, 0, sr.fail(fmt.Errorf("%d bytes is not a whole number of %d-byte records", n, rec))
+	}
+	start := sr.off()
+	col := sr.data[start : start+n]
+	if _, err := sr.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, 0, sr.fail(err)
+	}
+	return col, start, nil
+}
+
+// DecodeSnapshot reads one snapshot. Any flaw (truncation, a wrong type, a count over its bound, a
+// zero count, a duplicate or unsorted record, trailing bytes, a checksum that does not match) is
+// an error naming the field and the byte offset; nothing of a flawed snapshot is returned.
+func DecodeSnapshot(data []byte) (*Snapshot, error) {
+	sr := &snapReader{data: data, r: bytes.NewReader(data)}
+	sr.d = msgpack.NewDecoder(sr.r)
+	n, err := sr.arrayLen("snapshot", 64)
+	if err != nil {
+		return nil, err
+	}
+	if n != len(snapshotFields) {
+		return nil, sr.fail(fmt.Errorf("array of %d elements, want %d", n, len(snapshotFields)))
+	}
+	magic, err := sr.str("magic")
+	if err != nil {
+		return nil, err
+	}
+	if magic != snapshotMagic {
+		return nil, sr.fail(fmt.Errorf("%q, want %q", magic, snapshotMagic))
+	}
+	v, err := sr.uint("version")
+	if err != nil {
+		return nil, err
+	}
+	if v != snapshotVersion {
+		return nil, sr.fail(fmt.Errorf("%d, want %d", v, snapshotVersion))
+	}
+	s := &Snapshot{}
+	names := []*string{&s.Rule, &s.Endpoint, &s.Family, &s.Release, nil}
+	for i, p := range names {
+		str, err := sr.str(snapshotFields[2+i])
+		if err != nil {
+			return nil, err
+		}
+		if p == nil {
+			s.Binding = Binding(str)
+		} else {
+			*p = str
+		}
+	}
+	sr.begin("block_size")
+	bs, err := sr.d.DecodeInt64()
+	if err != nil {
+		return nil, sr.fail(err)
+	}
+	if bs < 0 || bs > 1<<20 {
+		return nil, sr.fail(fmt.Errorf("%d, want 0..%d", bs, 1<<20))
+	}
+	s.BlockSize = int(bs)
+	nr, err := sr.arrayLen("ranks", maxSnapshotRanks)
+	if err != nil {
+		return nil, err
+	}
+	if nr == 0 {
+		return nil, sr.fail(errors.New("no rank"))
+	}
+	for i := range nr {
+		f := fmt.Sprintf("ranks[%d]", i)
+		if m, err := sr.arrayLen(f, 2); err != nil {
+			return nil, err
+		} else if m != 2 {
+			return nil, sr.fail(fmt.Errorf("%d elements, want 2 [seq, digest]", m))
+		}
+		seq, err := sr.uint(f + ".seq")
+		if err != nil {
+			return nil, err
+		}
+		dg, err := sr.uint(f + ".digest")
+		if err != nil {
+			return nil, err
+		}
+		s.Ranks = append(s.Ranks, RankSeq{Seq: seq, Digest: dg})
+	}
+	ng, err := sr.arrayLen("groups", maxSnapshotGroups)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ng {
+		f := fmt.Sprintf("groups[%d]", i)
+		if m, err := sr.arrayLen(f, 2); err != nil {
+			return nil, err
+		} else if m != 2 {
+			return nil, sr.fail(fmt.Errorf("%d elements, want 2 [group, indexed]", m))
+		}
+		sr.begin(f + ".group")
+		g, err := sr.d.DecodeInt64()
+		if err != nil {
+			return nil, sr.fail(err)
+		}
+		if g < 0 || g > 1<<20 {
+			return nil, sr.fail(fmt.Errorf("%d, want 0..%d", g, 1<<20))
+		}
+		sr.begin(f + ".indexed")
+		ix, err := sr.d.DecodeBool()
+		if err != nil {
+			return nil, sr.fail(err)
+		}
+		s.Groups = append(s.Groups, GroupIndexed{Group: int(g), Indexed: ix})
+	}
+	col, at, err := sr.column("keys", keyRecord)
+	if err != nil {
+		return nil, err
+	}
+	s.Keys = make([]SnapshotKey, len(col)/keyRecord)
+	for i := range s.Keys {
+		r := col[i*keyRecord:]
+		k := SnapshotKey{Key: binary.LittleEndian.Uint64(r), Count: binary.LittleEndian.Uint32(r[8:])}
+		off := at + i*keyRecord
+		if k.Count == 0 || k.Count > maxSnapshotCount {
+			return nil, sr.failAt(fmt.Sprintf("keys[%d].count", i), off+8, "%d, want 1..%d", k.Count, maxSnapshotCount)
+		}
+		if i > 0 && k.Key <= s.Keys[i-1].Key {
+			return nil, sr.failAt(fmt.Sprintf("keys[%d].key", i), off, "%d after %d: keys must strictly increase", k.Key, s.Keys[i-1].Key)
+		}
+		s.Keys[i] = k
+	}
+	if col, at, err = sr.column("presence", presenceRecord); err != nil {
+		return nil, err
+	}
+	s.Presence = make([]PresenceKey, len(col)/presenceRecord)
+	for i := range s.Presence {
+		r := col[i*presenceRecord:]
+		p := PresenceKey{Key: binary.LittleEndian.Uint64(r), Groups: binary.LittleEndian.Uint64(r[8:])}
+		off := at + i*presenceRecord
+		if p.Groups == 0 {
+			return nil, sr.failAt(fmt.Sprintf("presence[%d].groups", i), off+8, "0, want at least one group")
+		}
+		if i > 0 && p.Key <= s.Presence[i-1].Key {
+			return nil, sr.failAt(fmt.Sprintf("presence[%d].key", i), off, "%d after %d: keys must strictly increase", p.Key, s.Presence[i-1].Key)
+		}
+		s.Presence[i] = p
+	}
+	if col, at, err = sr.column("mapped", mappedRecord); err != nil {
+		return nil, err
+	}
+	s.Mapped = make([]MappedEntry, len(col)/mappedRecord)
+	for i := range s.Mapped {
+		r := col[i*mappedRecord:]
+		m := MappedEntry{EngineID: binary.LittleEndian.Uint64(r), Key: binary.LittleEndian.Uint64(r[8:]),
+			Refs: binary.LittleEndian.Uint32(r[16:])}
+		off := at + i*mappedRecord
+		switch r[20] {
+		case 0:
+		case 1:
+			m.GPU = true
+		default:
+			return nil, sr.failAt(fmt.Sprintf("mapped[%d].gpu", i), off+20, "%d, want 0 or 1", r[20])
+		}
+		if i > 0 && m.EngineID <= s.Mapped[i-1].EngineID {
+			return nil, sr.failAt(fmt.Sprintf("mapped[%d].engine_id", i), off, "%d after %d: ids must strictly increase", m.EngineID, s.Mapped[i-1].EngineID)
+		}
+		s.Mapped[i] = m
+	}
+	if col, at, err = sr.column("suppressed", idRecord); err != nil {
+		return nil, err
+	}
+	s.Suppressed = make([]uint64, len(col)/idRecord)
+	for i := range s.Suppressed {
+		id := binary.LittleEndian.Uint64(col[i*idRecord:])
+		if i > 0 && id <= s.Suppressed[i-1] {
+			return nil, sr.failAt(fmt.Sprintf("suppressed[%d]", i), at+i*idRecord, "%d after %d: ids must strictly increase", id, s.Suppressed[i-1])
+		}
+		s.Suppressed[i] = id
+	}
+	body := sr.off()
+	sum, err := sr.uint("checksum")
+	if err != nil {
+		return nil, err
+	}
+	if want := xxh3.Hash(data[:body]); sum != want {
+		return nil, sr.failAt("checksum", body, "%#x, the %d bytes before it hash to %#x: corrupt", sum, body, want)
+	}
+	if sr.r.Len() != 0 {
+		return nil, sr.failAt("snapshot", sr.off(), "%d bytes after the checksum", sr.r.Len())
+	}
+	return s, nil
+}
