@@ -18,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/envoytest"
 	"github.com/kvexact/kvexact/internal/openaisdk"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 func envoyBinary(t *testing.T) string { return envoytest.Binary(t) }
@@ -81,6 +82,40 @@ func TestThroughEnvoy(t *testing.T) {
 		if r.receipt != ep {
 			t.Fatalf("request %d: the picker behind Envoy chose %q, the standalone gateway %q", i, r.receipt, ep)
 		}
+	}
+
+	// The cached-token account through Envoy: the picker reads the usage from the response body as
+	// the override in its response-headers answer asked for it (a JSON answer in one message, a
+	// stream chunk by chunk), so the realized counter grows by each hit's cached tokens. The
+	// standalone proxy's own reports land first.
+	realized := func() (n float64) {
+		for ep := range 3 {
+			n += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)})
+		}
+		return n
+	}
+	r0 := realized()
+	eventually(t, 5*time.Second, "the standalone proxy's usage reports to settle", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		r1 := realized()
+		settled := r1 == r0
+		r0 = r1
+		return settled
+	})
+	hit := strings.Repeat("Envoy differential 0: the cached document. ", 20)
+	for _, stream := range []bool{false, true} {
+		req := map[string]any{"model": "llama3", "prompt": hit + fmt.Sprintf(" Accounted, streamed %v?", stream), "max_tokens": 2}
+		if stream {
+			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+		}
+		b, _ := json.Marshal(req)
+		before := realized()
+		if r := post(t, base+"/v1/completions", b); r.status != 200 || !strings.Contains(string(r.body), `"cached_tokens"`) {
+			t.Fatalf("accounted request (streamed %v): %d %s", stream, r.status, r.body)
+		}
+		eventually(t, 5*time.Second, fmt.Sprintf("the cached tokens of a hit through Envoy (streamed %v) accounted", stream), func() bool {
+			return realized() > before
+		})
 	}
 
 	// Streaming completion and chat.

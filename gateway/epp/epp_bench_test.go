@@ -153,7 +153,7 @@ func BenchmarkPaced1000(b *testing.B) {
 
 // BenchmarkStream is one small request's whole ext_proc stream as Envoy runs it with the deployed
 // processing modes: request headers and body in, destination and body back, then response headers
-// (with the served address) and the response body (carrying the usage) in and given back, then the
+// (with the served address) and the response body (carrying the usage) in and let through, then the
 // end. The response is canned, so the figure is the picker's per-request cost: gRPC framing,
 // protobuf, the stream's goroutines and the decision for a prompt shorter than a block.
 func BenchmarkStream(b *testing.B) {

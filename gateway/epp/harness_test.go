@@ -347,7 +347,8 @@ func (w *world) forward(res *envoyResult, path string, served string) (receipt s
 			receipt = string(h.Header.RawValue)
 		}
 	}
-	// Two chunks, as a stream would come.
+	// Two chunks, as a stream would come (response_body_mode STREAMED): each answer lets the chunk
+	// through as it is (no mutation), which is what reaches the client.
 	half := len(raw) / 2
 	for i, part := range [][]byte{raw[:half], raw[half:]} {
 		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: part, EndOfStream: i == 1}}}); err != nil {
@@ -357,7 +358,10 @@ func (w *world) forward(res *envoyResult, path string, served string) (receipt s
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		body = append(body, br.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+		if br.GetResponseBody() == nil || br.GetResponseBody().GetResponse().GetBodyMutation() != nil {
+			w.t.Fatalf("a response body chunk should be answered without a mutation, got %v", br)
+		}
+		body = append(body, part...)
 	}
 	st.CloseSend()
 	if _, err := st.Recv(); err != io.EOF {

@@ -537,8 +537,9 @@ func report(h *kvhealth.Endpoint, o kvhealth.Outcome, code int) {
 	h.Breaker.Report(o, code)
 }
 
-// responseBody gives each chunk back at once (streams are not delayed) and keeps the tail, where the
-// usage object is.
+// responseBody keeps the body's tail, where the usage object is, and lets the chunk through
+// unchanged at once (STREAMED: the answer carries no mutation, so no body bytes travel back, and a
+// stream is not delayed).
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	st.tail = append(st.tail, b.Body...)
 	if len(st.tail) > maxUsageScan {
@@ -547,9 +548,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if b.EndOfStream {
 		st.account()
 	}
-	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}},
-	}}}})
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}})
 }
 
 // account records, once per request, the served response: the picker's request count, and the
