@@ -276,3 +276,44 @@ func TestSDKThroughEnvoy(t *testing.T) {
 	pd.noLeak()
 	w.noLeak()
 }
+
+// TestEnvoyHoldsStreamsPastItsDefaultBreaker: every request in flight holds an ext_proc stream to
+// the picker, and Envoy's default circuit breaker on a cluster is 1,024 requests. With 1,100
+// requests held open mid-body (each stream waiting for the rest of its body), one more request is
+// still served: deploy/envoy's picker and pool clusters carry explicit, larger bounds. With the
+// defaults that request fails with 500 (the picker cluster's upstream_rq_active_overflow).
+func TestEnvoyHoldsStreamsPastItsDefaultBreaker(t *testing.T) {
+	const held = 1100 // past Envoy's default max_requests of 1,024
+	w := startWorld(t, worldSpec{n: 2})
+	base := startEnvoy(t, w.conn.Target())
+	addr := strings.TrimPrefix(base, "http://")
+	body := completionBody("held open")
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := 0; i < held; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:len(body)/2])
+	}
+	open := func() float64 { return promtest.Value(t, w.reg, "kvexact_epp_streams_active", nil) }
+	for deadline := time.Now().Add(30 * time.Second); open() < held; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %v of %d held requests opened a stream at the picker: Envoy refused the rest (a circuit breaker of its picker cluster?)", open(), held)
+		}
+	}
+	if r := post(t, base+"/v1/completions", completionBody("one more")); r.status != 200 || r.receipt == "" {
+		t.Fatalf("with %d requests in flight, one more: status %d receipt %q: %s", held, r.status, r.receipt, r.body)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	w.noLeak()
+}
