@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/deploy"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/envoytest"
@@ -315,5 +316,42 @@ func TestEnvoyHoldsStreamsPastItsDefaultBreaker(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
+	w.noLeak()
+}
+
+// TestThroughEnvoyWithFullDuplexResponse: deploy/envoy with the response body FULL_DUPLEX_STREAMED
+// (as other gateways configure the picker) instead of STREAMED. Envoy then needs every chunk back
+// in a streamed body response (anything else it answers 500), and the picker reads that from the
+// stream's protocol_config: JSON and streamed answers arrive whole, with the receipt, and their
+// cached tokens are accounted.
+func TestThroughEnvoyWithFullDuplexResponse(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 2})
+	duplex := strings.Replace(deploy.EnvoyTemplate, "response_body_mode: STREAMED", "response_body_mode: FULL_DUPLEX_STREAMED", 1)
+	if duplex == deploy.EnvoyTemplate {
+		t.Fatal("deploy/envoy has no response_body_mode: STREAMED to replace")
+	}
+	base := envoytest.StartTemplate(t, w.conn.Target(), duplex)
+	realized := func() (n float64) {
+		for ep := range 2 {
+			n += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)})
+		}
+		return n
+	}
+	hit := strings.Repeat("Full duplex: the cached document. ", 20)
+	post(t, base+"/v1/completions", completionBody(hit)) // its blocks land on the endpoint
+	time.Sleep(100 * time.Millisecond)
+	for _, stream := range []bool{false, true} {
+		req := map[string]any{"model": "llama3", "prompt": hit + fmt.Sprintf(" Streamed %v?", stream), "max_tokens": 2}
+		if stream {
+			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+		}
+		b, _ := json.Marshal(req)
+		before := realized()
+		r := post(t, base+"/v1/completions", b)
+		if r.status != 200 || r.receipt == "" || !strings.Contains(string(r.body), `"cached_tokens"`) || stream && !strings.Contains(string(r.body), "data: [DONE]") {
+			t.Fatalf("streamed %v through a full-duplex response path: %d receipt %q: %s", stream, r.status, r.receipt, r.body)
+		}
+		eventually(t, 5*time.Second, fmt.Sprintf("the cached tokens (streamed %v) accounted", stream), func() bool { return realized() > before })
+	}
 	w.noLeak()
 }
