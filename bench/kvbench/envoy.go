@@ -109,7 +109,7 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 		if pk := pickers[name]; pk != nil {
 			pgids = append(pgids, pk.pgid)
 		}
-		targets[name] = proxyTarget{url: fmt.Sprintf("http://127.0.0.1:%d", listen), pgids: pgids}
+		targets[name] = proxyTarget{url: fmt.Sprintf("http://127.0.0.1:%d", listen), pgids: pgids, admin: fmt.Sprintf("http://127.0.0.1:%d", admin)}
 		return nil
 	}
 	ports := make([]int, 4)
@@ -154,6 +154,15 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 	}
 	if listen, err = freePort(); err != nil {
 		return err
+	}
+	if o.BaselineEnvoyTemplate != "" {
+		src, err := os.ReadFile(o.BaselineEnvoyTemplate)
+		if err != nil {
+			return err
+		}
+		if tmpl, err = template.New("envoy-baseline").Option("missingkey=error").Parse(string(src)); err != nil {
+			return fmt.Errorf("baseline Envoy template %s: %w", o.BaselineEnvoyTemplate, err)
+		}
 	}
 	b.Reset()
 	if err := tmpl.Execute(&b, map[string]any{"AdminPort": admin, "ListenAddress": "127.0.0.1", "ListenPort": listen, "PickerAddress": "127.0.0.1", "PickerPort": bport}); err != nil {

@@ -1,9 +1,12 @@
 package kvbench
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -23,6 +26,8 @@ type LatencyFigure struct {
 	Requests int     `json:"requests"`
 	Errors   int     `json:"errors,omitempty"`
 	CPUus    float64 `json:"cpuUsPerRequest,omitempty"`
+	// Failures counts the failed requests by cause: "status 503", or the client's error.
+	Failures map[string]int `json:"failures,omitempty"`
 }
 
 // LatencyRound measures every target back to back under the same load, the order rotating.
@@ -88,6 +93,7 @@ func fixedRate(ctx context.Context, url string, rate int, d time.Duration) Laten
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
 	ok := make([]bool, n)
+	why := make([]string, n)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := 0; i < n && ctx.Err() == nil; i++ {
@@ -100,11 +106,18 @@ func fixedRate(ctx context.Context, url string, rate int, d time.Duration) Laten
 			defer wg.Done()
 			resp, err := client.Post(url, "application/json", strings.NewReader(smallRequest))
 			if err != nil {
+				why[i] = failure(err)
 				return
 			}
 			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			lat[i], ok[i] = time.Since(due), err == nil && resp.StatusCode == 200
+			switch {
+			case err != nil:
+				why[i] = failure(err)
+			case resp.StatusCode != 200:
+				why[i] = fmt.Sprintf("status %d", resp.StatusCode)
+			}
 		}()
 	}
 	wg.Wait()
@@ -115,6 +128,10 @@ func fixedRate(ctx context.Context, url string, rate int, d time.Duration) Laten
 			good = append(good, lat[i])
 		} else {
 			f.Errors++
+			if f.Failures == nil {
+				f.Failures = map[string]int{}
+			}
+			f.Failures[cmp.Or(why[i], "not sent")]++
 		}
 	}
 	f.Requests = len(good)
@@ -191,4 +208,16 @@ func parseWrkLatency(out []byte) (p50, p99 float64) {
 		}
 	}
 	return p50, p99
+}
+
+// failure names a client error without what differs between requests (ports, addresses).
+func failure(err error) string {
+	var ne *net.OpError
+	if errors.As(err, &ne) {
+		return ne.Op + ": " + ne.Err.Error()
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "connection closed before the response ended"
+	}
+	return err.Error()
 }

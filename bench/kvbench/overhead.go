@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,7 +298,11 @@ type ProxyOptions struct {
 	// front of the gateway's Endpoint Picker, rule rr over the same upstreams), charged with
 	// Envoy's CPU and, for the second, the picker process's too.
 	Envoy string
-	Log   io.Writer
+	// BaselineEnvoyTemplate, when set, is the Envoy template (deploy/envoy/envoy.yaml.tmpl's
+	// shape) the baseline's picker runs behind: a previous build's own, when the shipped one
+	// changed with the picker.
+	BaselineEnvoyTemplate string
+	Log                   io.Writer
 }
 
 // MissingTool names a program the proxy comparison needs and how to install it.
@@ -329,7 +334,26 @@ func CheckProxyTools(nginx, wrk string) error {
 // time the run is charged with.
 type proxyTarget struct {
 	url   string
-	pgids []int // the process groups charged with its CPU time; none: not accounted (direct)
+	pgids []int  // the process groups charged with its CPU time; none: not accounted (direct)
+	admin string // Envoy's admin URL, for the counters that explain failed requests
+}
+
+// envoyCounters are the nonzero counters of the Envoy at admin that say why requests failed:
+// circuit-breaker overflows, ext_proc stream failures and timeouts, resets and 5xx answers.
+func envoyCounters(admin string) string {
+	resp, err := http.Get(admin + "/stats?filter=" + url.QueryEscape(`overflow|ext_proc\.|rq_5xx|rq_timeout|_reset|cx_destroy_with_active_rq|local_rq`))
+	if err != nil {
+		return "Envoy's counters not read: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok && v != "0" && !strings.Contains(k, "histogram") {
+			out = append(out, k+"="+v)
+		}
+	}
+	return "Envoy's counters: " + strings.Join(out, ", ")
 }
 
 // groupsCPU is the CPU time of every process in the groups.
@@ -534,6 +558,9 @@ http {
 		}
 		res, err := runWrk(ctx, o, script, t.url+"/v1/completions", d)
 		if err != nil {
+			if t.admin != "" {
+				err = fmt.Errorf("%w; %s", err, envoyCounters(t.admin))
+			}
 			return proxyRun{}, err
 		}
 		run := proxyRun{wrkResult: res}
@@ -563,7 +590,11 @@ http {
 			fig.CPUus = cpuPerRequest(after-before, int64(fig.Requests))
 		}
 		if fig.Errors > 0 {
-			return fig, fmt.Errorf("%s: %d failed requests: the run is invalid", name, fig.Errors)
+			why := fmt.Sprint(fig.Failures)
+			if t.admin != "" {
+				why += "; " + envoyCounters(t.admin)
+			}
+			return fig, fmt.Errorf("%s: %d failed requests (%s): the run is invalid", name, fig.Errors, why)
 		}
 		return fig, nil
 	}

@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/deploy"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/envoytest"
 	"github.com/kvexact/kvexact/internal/openaisdk"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 func envoyBinary(t *testing.T) string { return envoytest.Binary(t) }
@@ -81,6 +83,40 @@ func TestThroughEnvoy(t *testing.T) {
 		if r.receipt != ep {
 			t.Fatalf("request %d: the picker behind Envoy chose %q, the standalone gateway %q", i, r.receipt, ep)
 		}
+	}
+
+	// The cached-token account through Envoy: the picker reads the usage from the response body as
+	// the override in its response-headers answer asked for it (a JSON answer in one message, a
+	// stream chunk by chunk), so the realized counter grows by each hit's cached tokens. The
+	// standalone proxy's own reports land first.
+	realized := func() (n float64) {
+		for ep := range 3 {
+			n += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)})
+		}
+		return n
+	}
+	r0 := realized()
+	eventually(t, 5*time.Second, "the standalone proxy's usage reports to settle", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		r1 := realized()
+		settled := r1 == r0
+		r0 = r1
+		return settled
+	})
+	hit := strings.Repeat("Envoy differential 0: the cached document. ", 20)
+	for _, stream := range []bool{false, true} {
+		req := map[string]any{"model": "llama3", "prompt": hit + fmt.Sprintf(" Accounted, streamed %v?", stream), "max_tokens": 2}
+		if stream {
+			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+		}
+		b, _ := json.Marshal(req)
+		before := realized()
+		if r := post(t, base+"/v1/completions", b); r.status != 200 || !strings.Contains(string(r.body), `"cached_tokens"`) {
+			t.Fatalf("accounted request (streamed %v): %d %s", stream, r.status, r.body)
+		}
+		eventually(t, 5*time.Second, fmt.Sprintf("the cached tokens of a hit through Envoy (streamed %v) accounted", stream), func() bool {
+			return realized() > before
+		})
 	}
 
 	// Streaming completion and chat.
@@ -239,5 +275,83 @@ func TestSDKThroughEnvoy(t *testing.T) {
 		})
 	}
 	pd.noLeak()
+	w.noLeak()
+}
+
+// TestEnvoyHoldsStreamsPastItsDefaultBreaker: every request in flight holds an ext_proc stream to
+// the picker, and Envoy's default circuit breaker on a cluster is 1,024 requests. With 1,100
+// requests held open mid-body (each stream waiting for the rest of its body), one more request is
+// still served: deploy/envoy's picker and pool clusters carry explicit, larger bounds. With the
+// defaults that request fails with 500 (the picker cluster's upstream_rq_active_overflow).
+func TestEnvoyHoldsStreamsPastItsDefaultBreaker(t *testing.T) {
+	const held = 1100 // past Envoy's default max_requests of 1,024
+	w := startWorld(t, worldSpec{n: 2})
+	base := startEnvoy(t, w.conn.Target())
+	addr := strings.TrimPrefix(base, "http://")
+	body := completionBody("held open")
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := 0; i < held; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:len(body)/2])
+	}
+	open := func() float64 { return promtest.Value(t, w.reg, "kvexact_epp_streams_active", nil) }
+	for deadline := time.Now().Add(30 * time.Second); open() < held; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %v of %d held requests opened a stream at the picker: Envoy refused the rest (a circuit breaker of its picker cluster?)", open(), held)
+		}
+	}
+	if r := post(t, base+"/v1/completions", completionBody("one more")); r.status != 200 || r.receipt == "" {
+		t.Fatalf("with %d requests in flight, one more: status %d receipt %q: %s", held, r.status, r.receipt, r.body)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	w.noLeak()
+}
+
+// TestThroughEnvoyWithFullDuplexResponse: deploy/envoy with the response body FULL_DUPLEX_STREAMED
+// (as other gateways configure the picker) instead of STREAMED. Envoy then needs every chunk back
+// in a streamed body response (anything else it answers 500), and the picker reads that from the
+// stream's protocol_config: JSON and streamed answers arrive whole, with the receipt, and their
+// cached tokens are accounted.
+func TestThroughEnvoyWithFullDuplexResponse(t *testing.T) {
+	w := startWorld(t, worldSpec{n: 2})
+	duplex := strings.Replace(deploy.EnvoyTemplate, "response_body_mode: STREAMED", "response_body_mode: FULL_DUPLEX_STREAMED", 1)
+	if duplex == deploy.EnvoyTemplate {
+		t.Fatal("deploy/envoy has no response_body_mode: STREAMED to replace")
+	}
+	base := envoytest.StartTemplate(t, w.conn.Target(), duplex)
+	realized := func() (n float64) {
+		for ep := range 2 {
+			n += promtest.Value(t, w.reg, "kvexact_realized_cached_tokens_total", map[string]string{"rule": "pool", "endpoint": fmt.Sprintf("e%d", ep)})
+		}
+		return n
+	}
+	hit := strings.Repeat("Full duplex: the cached document. ", 20)
+	post(t, base+"/v1/completions", completionBody(hit)) // its blocks land on the endpoint
+	time.Sleep(100 * time.Millisecond)
+	for _, stream := range []bool{false, true} {
+		req := map[string]any{"model": "llama3", "prompt": hit + fmt.Sprintf(" Streamed %v?", stream), "max_tokens": 2}
+		if stream {
+			req["stream"], req["stream_options"] = true, map[string]any{"include_usage": true}
+		}
+		b, _ := json.Marshal(req)
+		before := realized()
+		r := post(t, base+"/v1/completions", b)
+		if r.status != 200 || r.receipt == "" || !strings.Contains(string(r.body), `"cached_tokens"`) || stream && !strings.Contains(string(r.body), "data: [DONE]") {
+			t.Fatalf("streamed %v through a full-duplex response path: %d receipt %q: %s", stream, r.status, r.receipt, r.body)
+		}
+		eventually(t, 5*time.Second, fmt.Sprintf("the cached tokens (streamed %v) accounted", stream), func() bool { return realized() > before })
+	}
 	w.noLeak()
 }

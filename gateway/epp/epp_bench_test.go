@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -153,11 +154,20 @@ func BenchmarkPaced1000(b *testing.B) {
 
 // BenchmarkStream is one small request's whole ext_proc stream as Envoy runs it with the deployed
 // processing modes: request headers and body in, destination and body back, then response headers
-// (with the served address) and the response body (carrying the usage) in and given back, then the
+// (with the served address) and the response body (carrying the usage) in and let through, then the
 // end. The response is canned, so the figure is the picker's per-request cost: gRPC framing,
 // protobuf, the stream's goroutines and the decision for a prompt shorter than a block.
 func BenchmarkStream(b *testing.B) {
 	w := startWorld(b, worldSpec{n: 4})
+	// streamed is deploy/envoy's response body mode (each chunk answered without a mutation),
+	// duplex the full-duplex one (each chunk given back).
+	for _, mode := range []filterv3.ProcessingMode_BodySendMode{filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED} {
+		name := map[filterv3.ProcessingMode_BodySendMode]string{filterv3.ProcessingMode_STREAMED: "streamed", filterv3.ProcessingMode_FULL_DUPLEX_STREAMED: "duplex"}[mode]
+		b.Run(name, func(b *testing.B) { benchmarkStream(b, w, mode) })
+	}
+}
+
+func benchmarkStream(b *testing.B, w *world, respMode filterv3.ProcessingMode_BodySendMode) {
 	body := completionBody("Say hello.")
 	answer := []byte(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hello","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}`)
 	one := func() {
@@ -168,7 +178,8 @@ func BenchmarkStream(b *testing.B) {
 			b.Fatal(err)
 		}
 		st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: hdrs(":method", "POST", ":path", "/v1/completions", ":authority", "127.0.0.1", "content-type", "application/json", "user-agent", "wrk")}}})
+			Headers: hdrs(":method", "POST", ":path", "/v1/completions", ":authority", "127.0.0.1", "content-type", "application/json", "user-agent", "wrk")}},
+			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: respMode}})
 		st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}})
 		hr, err := st.Recv()
 		if err != nil || hr.GetRequestHeaders() == nil {

@@ -63,7 +63,9 @@ func TestPickerDecidesAsTheGateway(t *testing.T) {
 	for i := 0; i < 24; i++ {
 		body := completionBody(groups[i%len(groups)] + fmt.Sprintf(" question %d?", i))
 		wantEp, wantTier := w.proxied(body)
-		res := w.request(envoyRequest{path: "/v1/completions", body: body, chunk: 700})
+		// Every other request as an Envoy whose response body is full duplex (each chunk given
+		// back), the rest as deploy/envoy's (STREAMED, answered without a mutation).
+		res := w.request(envoyRequest{path: "/v1/completions", body: body, chunk: 700, duplexResponse: i%2 == 1})
 		if res.immediate != nil {
 			t.Fatalf("request %d: immediate response %v", i, res.immediate)
 		}

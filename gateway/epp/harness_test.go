@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -215,6 +216,9 @@ type envoyRequest struct {
 	// contentType defaults to application/json.
 	contentType string
 	headers     []string // more request headers, key, value, …
+	// duplexResponse: the first message's protocol_config says the response body comes
+	// FULL_DUPLEX_STREAMED (each chunk given back); otherwise STREAMED, as deploy/envoy has it.
+	duplexResponse bool
 }
 
 // envoyResult is what the picker answered.
@@ -228,6 +232,7 @@ type envoyResult struct {
 	body      []byte // the request body as given back
 	immediate *extprocv3.ImmediateResponse
 	mutation  *extprocv3.HeaderMutation // the request headers' mutation
+	duplex    bool                      // envoyRequest.duplexResponse
 }
 
 func hdrs(kv ...string) *corev3.HeaderMap {
@@ -248,12 +253,16 @@ func (w *world) request(r envoyRequest) *envoyResult {
 		cancel()
 		w.t.Fatal(err)
 	}
-	res := &envoyResult{stream: st, cancel: cancel}
+	res := &envoyResult{stream: st, cancel: cancel, duplex: r.duplexResponse}
 	w.t.Cleanup(cancel)
+	respMode := filterv3.ProcessingMode_STREAMED
+	if r.duplexResponse {
+		respMode = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	}
 	hm := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers:     hdrs(append([]string{":method", "POST", ":path", r.path, ":authority", "gw", "content-type", cmp.Or(r.contentType, "application/json")}, r.headers...)...),
 		EndOfStream: r.body == nil,
-	}}}
+	}}, ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: respMode}}
 	if r.subset != nil || r.hint {
 		var vals []any
 		for _, s := range r.subset {
@@ -347,17 +356,29 @@ func (w *world) forward(res *envoyResult, path string, served string) (receipt s
 			receipt = string(h.Header.RawValue)
 		}
 	}
-	// Two chunks, as a stream would come.
+	// Two chunks, as a stream would come. In STREAMED mode (deploy/envoy's) each answer lets the
+	// chunk through as it is (no mutation); in full duplex each gives it back; what reaches the
+	// client is body.
 	half := len(raw) / 2
 	for i, part := range [][]byte{raw[:half], raw[half:]} {
 		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: part, EndOfStream: i == 1}}}); err != nil {
 			w.t.Fatal(err)
 		}
 		br, err := st.Recv()
-		if err != nil {
-			w.t.Fatal(err)
+		if err != nil || br.GetResponseBody() == nil {
+			w.t.Fatalf("response body chunk %d: %v %v", i, br, err)
 		}
-		body = append(body, br.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+		m := br.GetResponseBody().GetResponse().GetBodyMutation()
+		switch {
+		case res.duplex && m.GetStreamedResponse() == nil:
+			w.t.Fatalf("full duplex: response body chunk %d should be given back, got %v", i, br)
+		case res.duplex:
+			body = append(body, m.GetStreamedResponse().GetBody()...)
+		case m != nil:
+			w.t.Fatalf("STREAMED: response body chunk %d should be answered without a mutation, got %v", i, br)
+		default:
+			body = append(body, part...)
+		}
 	}
 	st.CloseSend()
 	if _, err := st.Recv(); err != io.EOF {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
@@ -90,7 +91,7 @@ func (s *Server) Shutdown() {
 // stream ends with InvalidArgument naming the message; whatever the end, the decision's load units
 // are given back.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{s: s, srv: srv, start: time.Now()}
+	st := &stream{s: s, srv: srv, start: time.Now(), echo: true}
 	s.cfg.Metrics.streamStarted()
 	defer func() {
 		st.finish()
@@ -171,8 +172,12 @@ type stream struct {
 	p          *pick
 	respStatus int
 	served     string // "ip:port" Envoy reports
-	tail       []byte // the response body's last bytes, for its usage
-	accounted  bool
+	// echo: the response body comes full duplex (FULL_DUPLEX_STREAMED, as the first message's
+	// protocol_config says, or without one), so each chunk is given back; otherwise (STREAMED,
+	// deploy/envoy's) it is answered without a mutation and no bytes travel back.
+	echo      bool
+	tail      []byte // the response body's last bytes, for its usage
+	accounted bool
 }
 
 func malformed(format string, args ...any) error {
@@ -182,6 +187,9 @@ func malformed(format string, args ...any) error {
 // handle processes one message; done means the stream has nothing more to do (an immediate
 // response was sent).
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) (done bool, err error) {
+	if pc := msg.ProtocolConfig; pc != nil {
+		st.echo = pc.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	}
 	switch m := msg.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		if st.hr != nil {
@@ -537,8 +545,9 @@ func report(h *kvhealth.Endpoint, o kvhealth.Outcome, code int) {
 	h.Breaker.Report(o, code)
 }
 
-// responseBody gives each chunk back at once (streams are not delayed) and keeps the tail, where the
-// usage object is.
+// responseBody keeps the body's tail, where the usage object is, and lets the chunk through
+// unchanged at once, so a stream is not delayed: given back in full duplex, answered without a
+// mutation otherwise (no body bytes travel back).
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	st.tail = append(st.tail, b.Body...)
 	if len(st.tail) > maxUsageScan {
@@ -547,9 +556,11 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	if b.EndOfStream {
 		st.account()
 	}
-	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}},
-	}}}})
+	answer := &extprocv3.CommonResponse{}
+	if st.echo {
+		answer.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.Body, EndOfStream: b.EndOfStream}}}
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: answer}}})
 }
 
 // account records, once per request, the served response: the picker's request count, and the

@@ -61,8 +61,15 @@ func freePort(t testing.TB) int {
 // returns the base URL of its listener once Envoy is ready. Envoy's log is printed if t failed.
 func Start(t testing.TB, picker string) string {
 	t.Helper()
+	return StartTemplate(t, picker, deploy.EnvoyTemplate)
+}
+
+// StartTemplate is Start with another template of deploy/envoy's shape (a variant of it a test
+// derives, say).
+func StartTemplate(t testing.TB, picker, text string) string {
+	t.Helper()
 	bin := Binary(t)
-	tmpl, err := template.New("envoy").Option("missingkey=error").Parse(deploy.EnvoyTemplate)
+	tmpl, err := template.New("envoy").Option("missingkey=error").Parse(text)
 	if err != nil {
 		t.Fatal(err)
 	}
