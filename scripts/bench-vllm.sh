@@ -7,7 +7,7 @@
 # (kvbench drive --peer), each run on the same seeded shared-prefix workload with the caches reset
 # before it, every policy once a round in an order rotated each round. Prints the machine load
 # before, at each round and after. BENCH_REQUESTS (default 60), BENCH_CONCURRENCY (default 2) and
-# BENCH_ROUNDS (default 3) size the run; BENCH_OUT, when set, names a folder that keeps every
+# BENCH_ROUNDS (default 3) size the run, BENCH_ENGINE_TIMEOUT (default 15m) bounds the engines' start; BENCH_OUT, when set, names a folder that keeps every
 # request's record (with the gateway's decision header), the gateway's log, /admin/status and
 # its metrics after the run. The real engines hold the machine-wide engine lock while they run.
 set -euo pipefail
@@ -36,7 +36,7 @@ for _ in $(seq 1 50); do
 done
 RR=$((BASE + 5)) LL=$((BASE + 6)) KV=$((BASE + 7)) ADMIN=$((BASE + 8)) TT=$((BASE + 9))
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
-"$BIN/vllmpool" up -dir "$WORK/pool" -n 3 -seeds 0 -kv-blocks 96 -binding engine -port "$BASE"
+"$BIN/vllmpool" up -dir "$WORK/pool" -n 3 -seeds 0 -kv-blocks 96 -binding engine -port "$BASE" -timeout "${BENCH_ENGINE_TIMEOUT:-15m}"
 "$BIN/ctk" certify --pool "$WORK/pool/pool.yaml" --out "$WORK/cert" >"$WORK/certify.out" 2>&1 || {
   echo "bench-vllm: the pool is not certified" >&2; cat "$WORK/certify.out" >&2; exit 1; }
 python3 - "$WORK/pool/engines.json" "$WORK/gateway.yaml" "$MODEL" "$RR" "$LL" "$KV" "$ADMIN" "$WORK/pool" "$TT" <<'EOF'
