@@ -342,7 +342,10 @@ func (s *decisionSummary) note(d decisionHeader, ttft time.Duration) {
 	for _, e := range d.Endpoints {
 		switch {
 		case e.Excluded != "":
-			s.ineligible[e.Name+": "+e.Excluded]++
+			// The reason up to its first instant ("fenced: unverified since restart at …"), so
+			// one cause counts as one line however often it was raised.
+			why, _, _ := strings.Cut(e.Excluded, " at ")
+			s.ineligible[e.Name+": "+why]++
 		case !e.Eligible:
 			s.ineligible[e.Name+": not certified"]++
 		}

@@ -13,8 +13,9 @@ import (
 func TestDecisionSummary(t *testing.T) {
 	var s decisionSummary
 	for _, h := range []string{
-		`{"target":"e0","tier":"kv-exact","score":3,"endpoints":[{"name":"e0","eligible":true,"ttft":{"totalMs":30}},{"name":"e1","eligible":false},{"name":"e2","excluded":"unhealthy"}]}`,
+		`{"target":"e0","tier":"kv-exact","score":3,"endpoints":[{"name":"e0","eligible":true,"ttft":{"totalMs":30}},{"name":"e1","eligible":false},{"name":"e2","excluded":"fenced: unverified since restart at 2026-12-02T04:47:21Z: the engine cleared its cache"}]}`,
 		`{"target":"e2","tier":"selector:least-load","miss":"no_worker","endpoints":[{"name":"e0","eligible":true,"ttft":{"totalMs":99}},{"name":"e1","eligible":true},{"name":"e2","eligible":true,"ttft":{"totalMs":10}}]}`,
+		`{"target":"e0","tier":"kv-exact","endpoints":[{"name":"e0","eligible":true},{"name":"e2","excluded":"fenced: unverified since restart at 2026-12-02T04:47:25Z: the engine cleared its cache"}]}`,
 	} {
 		var d decisionHeader
 		if err := json.Unmarshal([]byte(h), &d); err != nil {
@@ -23,13 +24,13 @@ func TestDecisionSummary(t *testing.T) {
 		s.note(d, 20*time.Millisecond)
 	}
 	s.note(decisionHeader{}, time.Millisecond) // no header: not counted
-	if s.n != 2 {
-		t.Fatalf("n = %d, want 2", s.n)
+	if s.n != 3 {
+		t.Fatalf("n = %d, want 3", s.n)
 	}
-	if got := s.tiers.String(); got != "kv-exact 1, selector:least-load (kv-exact missed: no_worker) 1" {
+	if got := s.tiers.String(); got != "kv-exact 2, selector:least-load (kv-exact missed: no_worker) 1" {
 		t.Fatalf("tiers %q", got)
 	}
-	if got := s.ineligible.String(); got != "e1: not certified 1, e2: unhealthy 1" {
+	if got := s.ineligible.String(); got != "e2: fenced: unverified since restart 2, e1: not certified 1" {
 		t.Fatalf("ineligible %q", got)
 	}
 	// e0 won the first (30 ms predicted, 20 realized: +0.5), e2 the second (10 ms: -0.5).
