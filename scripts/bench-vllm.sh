@@ -14,13 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/bin}
 MODEL=llama3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvexact-bench-vllm.XXXXXX")
 GW_PID=
 LOCK=$PWD/.cache/py/.engines.lock
 if [ -z "${BENCH_VLLM_LOCKED:-}" ]; then
   echo "bench-vllm: waiting for the engine lock ($LOCK)"
   exec env BENCH_VLLM_LOCKED=1 flock "$LOCK" "$0" "$@"
 fi
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvexact-bench-vllm.XXXXXX")
 cleanup() {
   [ -n "$GW_PID" ] && { kill "$GW_PID" 2>/dev/null || true; wait "$GW_PID" 2>/dev/null || true; }
   [ -f "$WORK/pool/pids" ] && "$BIN/vllmpool" down -dir "$WORK/pool" || true
