@@ -18,7 +18,7 @@ GW_PID=
 LOCK=$PWD/.cache/py/.engines.lock
 if [ -z "${BENCH_VLLM_LOCKED:-}" ]; then
   echo "bench-vllm: waiting for the engine lock ($LOCK)"
-  exec env BENCH_VLLM_LOCKED=1 flock "$LOCK" "$0" "$@"
+  exec env BENCH_VLLM_LOCKED=1 flock "$LOCK" "$PWD/scripts/$(basename "$0")" "$@"
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvexact-bench-vllm.XXXXXX")
 cleanup() {
