@@ -7,14 +7,14 @@
 # (docs/BENCHMARKS.md, 1b). BIN names the folder with vllmpool, ctk and kvbench. The real engines
 # hold the machine-wide engine lock while they run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 [ $# = 2 ] || { echo "usage: $0 GATEWAY_A GATEWAY_B" >&2; exit 2; }
 A=$(realpath "$1") B=$(realpath "$2")
+cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/bin}
 LOCK=$PWD/.cache/py/.engines.lock
 if [ -z "${BENCH_VLLM_LOCKED:-}" ]; then
   echo "bench-vllm-fence: waiting for the engine lock ($LOCK)"
-  exec env BENCH_VLLM_LOCKED=1 flock "$LOCK" "$PWD/scripts/$(basename "$0")" "$@"
+  exec env BENCH_VLLM_LOCKED=1 flock "$LOCK" "$PWD/scripts/$(basename "$0")" "$A" "$B"
 fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvexact-bench-fence.XXXXXX")
 GW=
