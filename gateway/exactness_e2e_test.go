@@ -599,3 +599,35 @@ func TestE2EPublisherRestartSeenOnReconnect(t *testing.T) {
 		t.Fatalf("e0's restart not seen: %+v", st.Exact)
 	}
 }
+
+// TestE2ECacheClearVerifiedWithoutTraffic: after an engine clears its cache, the endpoint is
+// fenced until its verification completes; KV-exact sends a fenced endpoint no hit, so the gateway
+// must complete the verification itself — here the parity watch needs more blocks (40) than the
+// completion and chat probes hold, and no client request reaches e1: its own probes must bring the
+// count there, and e1 is eligible again without traffic.
+func TestE2ECacheClearVerifiedWithoutTraffic(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true,
+		gwMod: func(o *gateway.Options) { o.ResumeAfterBlocks = 40 }})
+	doc := docs(1)[0]
+	direct(t, p.sims[1], doc)
+	eventually(t, 5*time.Second, "e1's inventory to hold the prompt", func() bool { return p.overlap(doc, "e1") > 0 })
+	if err := p.sims[1].ClearCache(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "e1 unverified since its cache clear", func() bool { return endpointStatus(t, p, "e1").Exact.Restarts > 0 })
+	var e1 gateway.EndpointStatus
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		e1 = endpointStatus(t, p, "e1")
+		if e1.Exact.State == "eligible" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e1 still %s 20 s after its cache clear with no client traffic: %+v", e1.Exact.State, e1.Exact)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e1.Exact.Parity.Mismatches != 0 || e1.Exact.Probes.Reproduced < 3 {
+		t.Fatalf("e1 eligible with %+v", e1.Exact)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -21,6 +22,11 @@ func TestE2ETTFTLawLearnsFromStreamedReceipts(t *testing.T) {
 	learned := 0
 	for _, e := range rt.Endpoints() {
 		if r, ok := e.Rates(); ok && r.Prefill > 0 {
+			// A receipt's TTFT runs from the upstream send to the first streamed bytes: no request
+			// of this test takes a second, so no token can have taken one to prefill.
+			if r.Prefill >= time.Second {
+				t.Fatalf("%s learned a prefill rate of %v a token: the receipts' TTFT is not timed from the upstream send", e.Name, r.Prefill)
+			}
 			learned++
 		}
 		if e.Ahead() != 0 {
@@ -49,6 +55,9 @@ func TestE2ETTFTLawLearnsFromStreamedReceipts(t *testing.T) {
 		}
 		if ev.TTFT.TotalMS > 0 {
 			positive++
+		}
+		if ev.TTFT.TotalMS >= 60_000 {
+			t.Fatalf("%s: predicted %v ms to a first token", ev.Name, ev.TTFT.TotalMS)
 		}
 	}
 	if positive == 0 {

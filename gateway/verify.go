@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,7 +168,38 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 		}
 		pending = left
 	}
+	g.probeForParity(ctx, hc, rt, x, kinds, grace)
 }
+
+// probeForParity sends completion probes (each with its own nonce) while the restart
+// verification lacks only the parity watch's blocks. The kinds' probes hold a few blocks each,
+// fewer than the watch may need; the rest would have to come from client traffic, and KV-exact
+// sends a fenced endpoint none — an endpoint that no miss happens to reach would stay fenced.
+// At most enough probes for the count (each holds at least probeBlocks full blocks), plus one.
+func (g *Gateway) probeForParity(ctx context.Context, hc *http.Client, rt *ruleRuntime, x *endpointExact, kinds []exactness.Kind, grace time.Duration) {
+	kind := kinds[0]
+	if slices.Contains(kinds, exactness.Completion) {
+		kind = exactness.Completion
+	}
+	for i := 0; ; i++ {
+		x.mu.Lock()
+		v, verifying := x.sm.Verification()
+		short := verifying && v.ParityBlocks < v.ParityNeeded && len(x.sm.Holds()) == 1
+		x.mu.Unlock()
+		if !short || i > v.ParityNeeded/probeBlocks || ctx.Err() != nil {
+			return
+		}
+		ev, conclusive := g.probeKind(ctx, hc, rt, x, kind, grace)
+		if !conclusive || ev.Type != exactness.ProbeReproduced {
+			return // a missing block is the kinds' round's to judge, not this count's
+		}
+		x.apply(ev)
+	}
+}
+
+// probeBlocks is the fewest full blocks a verification probe holds: its text is 6 × block size
+// words, each at least one token.
+const probeBlocks = 6
 
 // probeKind sends one probe of kind and waits up to grace for its deepest full block; it returns
 // the evidence and whether it is conclusive.

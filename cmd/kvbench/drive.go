@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -42,6 +43,8 @@ func drive(args []string) int {
 	peerCap := fs.Int("capacity-blocks", 96, "each engine's KV blocks, as the peer strategies assume it")
 	peerConc := fs.Int("max-num-seqs", 16, "each engine's running-request limit, as the peer strategies assume it")
 	slo := fs.Duration("slo", 500*time.Millisecond, "TTFT bound of goodput (requests per second answered within it)")
+	rounds := fs.Int("rounds", 1, "rounds: each runs every policy once, the order rotated by one policy a round, the caches reset before each run; with more than one, a summary gives each policy's mean and range over the rounds")
+	record := fs.String("record", "", "file to write one JSON line per request to (policy, round, endpoint, cached and prompt tokens, TTFT, and the gateway's decision header when it sends one)")
 	checkBS := fs.Int("check-predicted", 0, "block size: compare, per KV-exact response whose prediction rests on engine-confirmed blocks, the cached tokens the decision header predicts (score × block size) with the engine's usage, print \"predicted = realized on N of M requests\" per run and fail when they differ (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,24 +53,25 @@ func drive(args []string) int {
 		fmt.Fprintln(os.Stderr, "kvbench drive: --run LABEL=URL or --peer LABEL=STRATEGY is required")
 		return 2
 	}
+	if *rounds < 1 {
+		fmt.Fprintf(os.Stderr, "kvbench drive: --rounds %d: at least one\n", *rounds)
+		return 2
+	}
 	if len(peers) > 0 && len(engineURLs) == 0 {
 		fmt.Fprintln(os.Stderr, "kvbench drive: --peer needs the pool's --engine URLs")
 		return 2
 	}
 	reqs := sharedPrefixWorkload(*n, *prefixes, *seed)
 	var rows []driveResult
-	type run struct {
-		label string
-		route router
-	}
-	var plan []run
+	var plan []policyRun
 	for _, r := range runs {
 		label, url, ok := strings.Cut(r, "=")
 		if !ok {
 			fmt.Fprintf(os.Stderr, "kvbench drive: --run %q: want LABEL=URL\n", r)
 			return 2
 		}
-		plan = append(plan, run{label, func(string) (string, string, func(), error) { return url, "", func() {}, nil }})
+		to := func(string) (string, string, func(), error) { return url, "", func() {}, nil }
+		plan = append(plan, policyRun{label, func() (router, error) { return to, nil }})
 	}
 	for _, p := range peers {
 		label, strategy, ok := strings.Cut(p, "=")
@@ -75,41 +79,111 @@ func drive(args []string) int {
 			fmt.Fprintf(os.Stderr, "kvbench drive: --peer %q: want LABEL=STRATEGY\n", p)
 			return 2
 		}
-		pr, err := kvbench.NewPeerRouter(strategy, len(engineURLs), *peerBS, *peerCap, *peerConc, 8, *model)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "kvbench drive: --peer %q: %v\n", p, err)
+		// A new chooser for every run: the engines' caches are reset before it, and a peer's
+		// approximate state would otherwise remember the previous run's prefixes.
+		newPeer := func() (router, error) {
+			pr, err := kvbench.NewPeerRouter(strategy, len(engineURLs), *peerBS, *peerCap, *peerConc, 8, *model)
+			if err != nil {
+				return nil, fmt.Errorf("--peer %q: %v", p, err)
+			}
+			return peerRoute(pr, engineURLs, *model), nil
+		}
+		if _, err := newPeer(); err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench drive: %v\n", err)
 			return 2
 		}
-		plan = append(plan, run{label, peerRoute(pr, engineURLs, *model)})
+		plan = append(plan, policyRun{label, newPeer})
 	}
+	var rec *json.Encoder
+	if *record != "" {
+		f, err := os.Create(*record)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench drive: --record: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		rec = json.NewEncoder(f)
+	}
+	for round := range *rounds {
+		fmt.Printf("round %d of %d: load average %s\n", round+1, *rounds, loadAverage())
+		for k := range plan {
+			r := plan[(k+round)%len(plan)]
+			route, err := r.route()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kvbench drive: %v\n", err)
+				return 1
+			}
+			res, err := runOnce(r.label, route, clears, flushes, *model, reqs, *conc, *checkBS)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "kvbench drive: %v\n", err)
+				return 1
+			}
+			res.round = round + 1
+			rows = append(rows, res)
+			if rec != nil {
+				for _, one := range res.log {
+					one.Policy, one.Round = res.label, res.round
+					if err := rec.Encode(one); err != nil {
+						fmt.Fprintf(os.Stderr, "kvbench drive: --record: %v\n", err)
+						return 1
+					}
+				}
+			}
+		}
+	}
+	fmt.Printf("load average at the end: %s\n", loadAverage())
+	var labels []string
 	for _, r := range plan {
-		label := r.label
-		for _, c := range clears {
-			resp, err := http.Post(c, "application/json", nil)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "kvbench drive: --clear %s: %v\n", c, err)
-				return 1
-			}
-			resp.Body.Close()
-		}
-		for _, f := range flushes {
-			body, _ := json.Marshal(map[string]any{"model": *model, "prompt": "Hi", "max_tokens": 1})
-			resp, err := http.Post(strings.TrimRight(f, "/")+"/v1/completions", "application/json", bytes.NewReader(body))
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "kvbench drive: --flush %s: %v\n", f, err)
-				return 1
-			}
-			resp.Body.Close()
-		}
-		if len(flushes) > 0 {
-			time.Sleep(time.Second) // the clear events reach the gateway
-		}
-		res := runWorkload(r.route, *model, reqs, *conc, *checkBS)
-		res.label = label
-		rows = append(rows, res)
+		labels = append(labels, r.label)
 	}
+	return report(rows, labels, *rounds, *checkBS, *slo)
+}
+
+// runOnce empties the engines' caches (the clears, then one flushing completion each) and drives
+// the workload once through route.
+func runOnce(label string, route router, clears, flushes []string, model string, reqs []string, conc, checkBS int) (driveResult, error) {
+	for _, c := range clears {
+		resp, err := http.Post(c, "application/json", nil)
+		if err != nil {
+			return driveResult{}, fmt.Errorf("--clear %s: %v", c, err)
+		}
+		resp.Body.Close()
+	}
+	for _, f := range flushes {
+		body, _ := json.Marshal(map[string]any{"model": model, "prompt": "Hi", "max_tokens": 1})
+		resp, err := http.Post(strings.TrimRight(f, "/")+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return driveResult{}, fmt.Errorf("--flush %s: %v", f, err)
+		}
+		resp.Body.Close()
+	}
+	if len(flushes) > 0 {
+		time.Sleep(time.Second) // the clear events reach the gateway
+	}
+	res := runWorkload(route, model, reqs, conc, checkBS)
+	res.label = label
+	return res, nil
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// report prints every run's row, and with several rounds each policy's mean and range, what the
+// gateway's decisions said (tiers, misses, endpoints not eligible) and, under the ttft law, the
+// error of its predictions; it returns the exit code.
+func report(rows []driveResult, labels []string, rounds, checkBS int, slo time.Duration) int {
 	failed := false
-	if *checkBS > 0 {
+	if checkBS > 0 {
 		for _, r := range rows {
 			if r.confirmed == 0 {
 				continue
@@ -121,22 +195,57 @@ func drive(args []string) int {
 			failed = failed || r.equal != r.confirmed
 		}
 	}
-	fmt.Printf("\n%-12s %8s %8s %14s %10s %10s %14s %s\n", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "goodput", "served by")
+	fmt.Printf("\n%-5s %-14s %8s %8s %14s %10s %10s %14s %s\n", "round", "policy", "requests", "errors", "cached tokens", "TTFT p50", "TTFT p90", "goodput", "served by")
 	for _, r := range rows {
-		ratio := 0.0
-		if r.prompt > 0 {
-			ratio = float64(r.cached) / float64(r.prompt)
+		fmt.Printf("%-5d %-14s %8d %8d %13.1f%% %10s %10s %10.2f r/s %s\n", r.round, r.label, r.requests, r.errors, 100*r.ratio(),
+			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), r.goodput(slo), r.spread())
+	}
+	fmt.Printf("goodput: requests per second whose TTFT was within %v, over each run's wall time\n", slo)
+	if rounds > 1 {
+		fmt.Printf("\nover %d rounds: mean [min – max]\n%-14s %22s %22s %22s %26s %s\n", rounds, "policy", "cached tokens", "TTFT p50 ms", "TTFT p90 ms", "goodput r/s", "served by (all rounds)")
+		for _, l := range labels {
+			var cached, p50, p90, good []float64
+			served := map[string]int{}
+			for _, r := range rows {
+				if r.label != l {
+					continue
+				}
+				cached = append(cached, 100*r.ratio())
+				p50 = append(p50, ms(pct(r.ttft, 50)))
+				p90 = append(p90, ms(pct(r.ttft, 90)))
+				good = append(good, r.goodput(slo))
+				for e, n := range r.served {
+					served[e] += n
+				}
+			}
+			fmt.Printf("%-14s %22s %22s %22s %26s %s\n", l, spreadOf(cached, "%.1f%%"), spreadOf(p50, "%.0f"), spreadOf(p90, "%.0f"), spreadOf(good, "%.2f"),
+				driveResult{served: served}.spread())
 		}
-		good := 0
-		for _, d := range r.ttft {
-			if d <= *slo {
-				good++
+	}
+	// What the gateway's decision headers said, summed over the rounds.
+	for _, l := range labels {
+		var sum decisionSummary
+		for _, r := range rows {
+			if r.label == l {
+				sum.add(r.decisions)
 			}
 		}
-		fmt.Printf("%-12s %8d %8d %13.1f%% %10s %10s %10.2f r/s %s\n", r.label, r.requests, r.errors, 100*ratio,
-			pct(r.ttft, 50).Round(time.Millisecond), pct(r.ttft, 90).Round(time.Millisecond), float64(good)/r.wall.Seconds(), r.spread())
+		if sum.n == 0 {
+			continue
+		}
+		fmt.Printf("\n%s decisions (%d with a header): %s\n", l, sum.n, sum.tiers.String())
+		if len(sum.ineligible) > 0 {
+			fmt.Printf("  not eligible for KV-exact: %s\n", sum.ineligible.String())
+		}
+		if len(sum.ttftErr) > 0 {
+			abs := make([]float64, len(sum.ttftErr))
+			for i, e := range sum.ttftErr {
+				abs[i] = math.Abs(e)
+			}
+			fmt.Printf("  ttft law, (predicted − realized) / realized over %d streamed answers: median %+.2f, median absolute %.2f, p10 %+.2f, p90 %+.2f\n",
+				len(sum.ttftErr), quantile(sum.ttftErr, 0.5), quantile(abs, 0.5), quantile(sum.ttftErr, 0.1), quantile(sum.ttftErr, 0.9))
+		}
 	}
-	fmt.Printf("goodput: requests per second whose TTFT was within %v, over each run's wall time\n", *slo)
 	if failed {
 		fmt.Println("\nthe gateway's predicted cached tokens differ from the engines' on some requests")
 		return 1
@@ -148,6 +257,126 @@ func drive(args []string) int {
 		}
 	}
 	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// spreadOf is "mean [min – max]" of v, each formatted with f.
+func spreadOf(v []float64, f string) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	lo, hi, sum := v[0], v[0], 0.0
+	for _, x := range v {
+		lo, hi, sum = min(lo, x), max(hi, x), sum+x
+	}
+	return fmt.Sprintf(f+" ["+f+" – "+f+"]", sum/float64(len(v)), lo, hi)
+}
+
+// quantile is the q-quantile of v (nearest rank).
+func quantile(v []float64, q float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// counts is a tally by name, printed largest first.
+type counts map[string]int
+
+func (c counts) String() string {
+	names := make([]string, 0, len(c))
+	for n := range c {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return c[names[i]] > c[names[j]] || (c[names[i]] == c[names[j]] && names[i] < names[j])
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, c[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// decisionSummary is what a run's decision headers said: the tier that decided each request (with
+// KV-exact's miss when it passed), the endpoints KV-exact could not choose and why, and under the
+// ttft law each streamed answer's prediction error.
+type decisionSummary struct {
+	n          int
+	tiers      counts
+	ineligible counts
+	ttftErr    []float64
+}
+
+func (s *decisionSummary) add(o decisionSummary) {
+	s.n += o.n
+	if s.tiers == nil {
+		s.tiers, s.ineligible = counts{}, counts{}
+	}
+	for k, v := range o.tiers {
+		s.tiers[k] += v
+	}
+	for k, v := range o.ineligible {
+		s.ineligible[k] += v
+	}
+	s.ttftErr = append(s.ttftErr, o.ttftErr...)
+}
+
+// note adds one response's decision.
+func (s *decisionSummary) note(d decisionHeader, ttft time.Duration) {
+	if d.Tier == "" {
+		return
+	}
+	if s.tiers == nil {
+		s.tiers, s.ineligible = counts{}, counts{}
+	}
+	s.n++
+	t := d.Tier
+	if d.Miss != "" {
+		t += " (kv-exact missed: " + d.Miss + ")"
+	}
+	if d.Spill {
+		t += " spilled"
+	}
+	s.tiers[t]++
+	for _, e := range d.Endpoints {
+		switch {
+		case e.Excluded != "":
+			// The reason up to its first instant ("fenced: unverified since restart at …"), so
+			// one cause counts as one line however often it was raised.
+			why, _, _ := strings.Cut(e.Excluded, " at ")
+			s.ineligible[e.Name+": "+why]++
+		case !e.Eligible:
+			s.ineligible[e.Name+": not certified"]++
+		}
+		if e.Name == d.Target && e.TTFT != nil && ttft > 0 {
+			s.ttftErr = append(s.ttftErr, (e.TTFT.TotalMS-ms(ttft))/ms(ttft))
+		}
+	}
+}
+
+// decisionHeader is the part of the gateway's X-Kvexact-Decision header the drive reads.
+type decisionHeader struct {
+	Target    string `json:"target"`
+	Tier      string `json:"tier"`
+	Miss      string `json:"miss"`
+	Score     int    `json:"score"`
+	Predicted bool   `json:"predicted"`
+	Spill     bool   `json:"spill"`
+	Endpoints []struct {
+		Name     string `json:"name"`
+		Excluded string `json:"excluded"`
+		Eligible bool   `json:"eligible"`
+		TTFT     *struct {
+			TotalMS float64 `json:"totalMs"`
+		} `json:"ttft"`
+	} `json:"endpoints"`
+}
+
+// policyRun is one policy of the plan: its label and the router of one run.
+type policyRun struct {
+	label string
+	route func() (router, error)
 }
 
 type multiFlag []string
@@ -178,6 +407,7 @@ func sharedPrefixWorkload(n, prefixes int, seed uint64) []string {
 
 type driveResult struct {
 	label            string
+	round            int
 	requests, errors int
 	mismatch         int
 	prompt, cached   int
@@ -188,6 +418,38 @@ type driveResult struct {
 	// equal those whose prediction matched the engine's cached tokens; differ says the others.
 	confirmed, equal int
 	differ           []string
+	decisions        decisionSummary
+	log              []requestRecord // every answered request, for --record
+}
+
+// requestRecord is one answered request as --record writes it.
+type requestRecord struct {
+	Policy   string          `json:"policy"`
+	Round    int             `json:"round"`
+	Endpoint string          `json:"endpoint"`
+	Prompt   int             `json:"prompt_tokens"`
+	Cached   int             `json:"cached_tokens"`
+	TTFTms   float64         `json:"ttft_ms"`
+	Decision json.RawMessage `json:"decision,omitempty"`
+}
+
+// ratio is the cached share of the run's prompt tokens.
+func (r driveResult) ratio() float64 {
+	if r.prompt == 0 {
+		return 0
+	}
+	return float64(r.cached) / float64(r.prompt)
+}
+
+// goodput is the requests per second whose TTFT was within slo, over the run's wall time.
+func (r driveResult) goodput(slo time.Duration) float64 {
+	good := 0
+	for _, d := range r.ttft {
+		if d <= slo {
+			good++
+		}
+	}
+	return float64(good) / r.wall.Seconds()
 }
 
 func (r driveResult) spread() string {
@@ -286,6 +548,12 @@ func runWorkload(route router, model string, prompts []string, conc, blockSize i
 					if one.servedBy != "" && one.endpoint != one.servedBy {
 						res.mismatch++
 					}
+					res.decisions.note(one.decision, one.ttft)
+					rec := requestRecord{Endpoint: one.endpoint, Prompt: one.prompt, Cached: one.cached, TTFTms: ms(one.ttft)}
+					if one.rawDecision != "" {
+						rec.Decision = json.RawMessage(one.rawDecision)
+					}
+					res.log = append(res.log, rec)
 					if d := one.decision; blockSize > 0 && d.Tier == "kv-exact" && !d.Predicted {
 						res.confirmed++
 						if d.Score*blockSize == one.cached {
@@ -312,12 +580,9 @@ type oneResult struct {
 	ttft               time.Duration
 	prompt, cached     int
 	endpoint, servedBy string
-	decision           struct {
-		Tier      string `json:"tier"`
-		Score     int    `json:"score"`
-		Predicted bool   `json:"predicted"`
-	}
-	err error
+	decision           decisionHeader
+	rawDecision        string
+	err                error
 }
 
 func streamOnce(client *http.Client, url, model, prompt string) oneResult {
@@ -339,7 +604,9 @@ func streamOnce(client *http.Client, url, model, prompt string) oneResult {
 	}
 	r := oneResult{endpoint: resp.Header.Get("X-Kvexact-Endpoint"), servedBy: resp.Header.Get("X-Kvexact-Served-By")}
 	if d := resp.Header.Get("X-Kvexact-Decision"); d != "" {
-		_ = json.Unmarshal([]byte(d), &r.decision) // absent or unreadable: not counted
+		if json.Unmarshal([]byte(d), &r.decision) == nil { // unreadable: not counted
+			r.rawDecision = d
+		}
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)

@@ -113,8 +113,10 @@ func (c *call) tapUsage(resp *http.Response, sent time.Time) *usageTap {
 	if c.p.cfg.Usage == nil || c.in.body == nil || resp.StatusCode != http.StatusOK || header(resp.Header, "Content-Encoding") != "" {
 		return nil
 	}
-	t := &c.resp.tap                                                                                                          // in the call: one allocation less per request
-	*t = usageTap{ReadCloser: resp.Body, stream: strings.HasPrefix(header(resp.Header, "Content-Type"), "text/event-stream")} // the tail grows to at most usageTail
+	// In the call: one allocation less per request; the tail grows to at most usageTail. sent is
+	// where the receipt's time to first token starts.
+	t := &c.resp.tap
+	*t = usageTap{ReadCloser: resp.Body, stream: strings.HasPrefix(header(resp.Header, "Content-Type"), "text/event-stream"), sent: sent}
 	resp.Body = t
 	return t
 }
