@@ -45,7 +45,7 @@ import (
 
 // StartTimeout bounds etcd's and the API server's start (each); a loaded two-core machine takes
 // a few seconds for both.
-const StartTimeout = 90 * time.Second
+const StartTimeout = 120 * time.Second
 
 //go:embed inferencepool-crd.yaml
 var inferencePoolCRD []byte
