@@ -102,7 +102,10 @@ func Shared(t testing.TB) *Server {
 			sharedErr = errors.New("kubetest: the package's tests are over")
 			return
 		}
-		shared, sharedErr = start(etcd, apiserver)
+		began := time.Now()
+		if shared, sharedErr = start(etcd, apiserver); sharedErr == nil {
+			t.Logf("kubetest: etcd and kube-apiserver ready at %s in %.1f s", shared.Config.Host, time.Since(began).Seconds())
+		}
 	})
 	if sharedErr != nil {
 		t.Fatal(sharedErr)
@@ -154,6 +157,7 @@ func start(etcdBin, apiserverBin string) (s *Server, err error) {
 	s = &Server{dir: dir}
 	defer func() {
 		if err != nil {
+			s.kill() // an exiting process flushes its log
 			err = fmt.Errorf("%w\n%s", err, s.tail())
 			s.stop()
 		}
@@ -298,16 +302,25 @@ func waitHTTP(hc *http.Client, url, token string, proc *exec.Cmd) error {
 	}
 }
 
-// stop kills the processes (API server first) and removes their data.
+// stop kills the processes and removes their data.
 func (s *Server) stop() {
+	s.kill()
+	os.RemoveAll(s.dir)
+}
+
+// kill ends the processes (the API server first) and waits until they have exited.
+func (s *Server) kill() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		p := s.procs[i]
-		p.Process.Kill()
-		for deadline := time.Now().Add(5 * time.Second); !exited(p) && time.Now().Before(deadline); {
+		p.Process.Signal(syscall.SIGTERM)
+		term := time.Now().Add(5 * time.Second)
+		for !exited(p) && time.Now().Before(term.Add(5*time.Second)) {
+			if time.Now().After(term) {
+				p.Process.Kill()
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	os.RemoveAll(s.dir)
 }
 
 // tail is the end of each process's log, for a start that failed.
