@@ -35,7 +35,9 @@ import (
 // the certified engine and is admitted by the gateway's probe on join, rank 1 runs another block
 // size and is refused naming it. The pod replaced by another (a rollout) is admitted anew under
 // its new name, after its engine restarts (the pod not ready, then ready again) it is probed and
-// admitted again, and when its address changes under the same name it is probed at the new one.
+// admitted again, as it is when the pod is recreated under the same name (a new UID); rank 1's
+// engine replaced by one with another seed is refused naming the seed; and when the address
+// changes under the same name it is probed at the new one.
 func TestKubernetesAdmission(t *testing.T) {
 	kubetest.Each(t, "llm", testKubernetesAdmission)
 }
@@ -194,6 +196,39 @@ func testKubernetesAdmission(t *testing.T, c kubetest.Cluster) {
 	subscribed(t, g, n, "p2-r0")
 	again := wait("p2-r0", "admitted again after the restart", func(e gateway.EndpointStatus) bool {
 		return admitted(e) && e.Admission.Admitted.After(replaced.Admission.Admitted) && e.Exact.Restarts > 0
+	})
+
+	// p2 is deleted and created again under the same name (a StatefulSet's pod: a new UID, the
+	// same name and address) with a new engine process: the endpoint list may not change at all
+	// between the two informer events, so the new process is known from its event stream, and it
+	// is probed and admitted again.
+	oldUID := func() string { p, _ := c.Kube.CoreV1().Pods(c.Namespace).Get(ctx, "p2", metav1.GetOptions{}); return string(p.UID) }()
+	if err := c.DeletePod(ctx, "p2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = sim.Restart(ctx, sims[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	sims[0] = n
+	recreated, err := c.CreatePod(ctx, pod("p2", "127.0.0.1", true, app, ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Config != nil && string(recreated.UID) == oldUID {
+		t.Fatalf("p2 recreated with its old UID %s", oldUID)
+	}
+	subscribed(t, g, n, "p2-r0")
+	again = wait("p2-r0", "admitted again after it was recreated", func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Admission.Admitted.After(again.Admission.Admitted) && e.Exact.Restarts > again.Exact.Restarts
+	})
+
+	// Rank 1's engine is replaced by one with the certified block size but another hash seed:
+	// still refused, now naming the seed.
+	if sims[1], err = sim.Restart(ctx, sims[1], func(sc *sim.Config) { other := "1"; sc.Seed, sc.BlockSize = &other, 0 }); err != nil {
+		t.Fatal(err)
+	}
+	wait("p2-r1", "refused naming the seed", func(e gateway.EndpointStatus) bool {
+		return e.Admission != nil && len(e.Admission.FailedLegs) > 0 && e.Admission.FailedLegs[0] == ctk.LegSeed && e.Exact.State == "uncertified"
 	})
 
 	// p2-r0 moves to another address under the same name (what a pod's new IP looks like to the
