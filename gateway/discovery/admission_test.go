@@ -202,7 +202,10 @@ func testKubernetesAdmission(t *testing.T, c kubetest.Cluster) {
 	// same name and address) with a new engine process: the endpoint list may not change at all
 	// between the two informer events, so the new process is known from its event stream, and it
 	// is probed and admitted again.
-	oldUID := func() string { p, _ := c.Kube.CoreV1().Pods(c.Namespace).Get(ctx, "p2", metav1.GetOptions{}); return string(p.UID) }()
+	oldUID := func() string {
+		p, _ := c.Kube.CoreV1().Pods(c.Namespace).Get(ctx, "p2", metav1.GetOptions{})
+		return string(p.UID)
+	}()
 	if err := c.DeletePod(ctx, "p2"); err != nil {
 		t.Fatal(err)
 	}
