@@ -70,8 +70,9 @@ var (
 	mu        sync.Mutex
 )
 
-// Main runs the package's tests and stops the shared API server, if one was started. Call it from
-// TestMain: os.Exit(kubetest.Main(m)) is not needed, Main exits.
+// Main runs the package's tests, stops the shared API server if one was started, and exits with
+// the tests' code: the whole of a TestMain. (Without it the processes still die with the test
+// binary, but their temporary folder stays.)
 func Main(m *testing.M) {
 	code := m.Run()
 	mu.Lock()
