@@ -14,6 +14,7 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/kubetest"
 )
 
 // replicaEnv, set to a config path, makes the test binary run as one gateway process of a replica
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(replicaEnv); path != "" {
 		os.Exit(runReplica(path, os.Getenv("KVEXACT_TEST_REPLICA_CERT")))
 	}
-	os.Exit(m.Run())
+	kubetest.Main(m) // runs the tests, then stops the package's API server if one was started
 }
 
 func runReplica(path, cert string) int {

@@ -13,28 +13,31 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/kubetest"
 	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
 )
 
+// TestMain stops the package's API server (kubetest) after the tests.
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
 // TestCertifyFromInferencePool: ctk certify --from-inferencepool lists the pool's ready pods
-// (client-go's fake clientsets stand for the cluster), certifies them under the names the
+// (in client-go's fake clientsets, and on a real API server), certifies them under the names the
 // gateway's discovery gives them, writes the pool it certified and stores the certificate, with
 // the admission policy, in a Secret; a second run replaces the Secret's content. A pool whose pod
 // fails certification leaves the Secret as it was.
 func TestCertifyFromInferencePool(t *testing.T) {
+	kubetest.Each(t, "llm", testCertifyFromInferencePool)
+}
+
+func testCertifyFromInferencePool(t *testing.T, c kubetest.Cluster) {
 	tdir, err := tokenize.FindModelDir(tokenize.DefaultRoots(), "llama3")
 	if err != nil {
 		t.Skipf("the llama3 tokenizer is not available (run make tokenizers or set KVEXACT_TOKENIZERS): %v", err)
@@ -58,17 +61,25 @@ func TestCertifyFromInferencePool(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "llama", Namespace: "llm"},
 		Spec: inferencev1.InferencePoolSpec{Selector: inferencev1.LabelSelector{MatchLabels: map[inferencev1.LabelKey]inferencev1.LabelValue{"app": "llm"}},
 			TargetPorts: []inferencev1.Port{{Number: inferencev1.PortNumber(hp)}}}}
-	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
+	ctx := context.Background()
+	if err := c.CreateInferencePool(ctx, ip); err != nil {
+		t.Fatal(err)
+	}
 	pod := func(name string, ann map[string]string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: map[string]string{"app": "llm"}, Annotations: ann},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	}
 	// The picker's Secret exists with its admin token, which the run must keep.
-	kube := kubefake.NewClientset(pod("llm-0", map[string]string{discovery.AnnotationEventsPort: zport}),
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvexact-certificate", Namespace: "llm"}, Data: map[string][]byte{"token": []byte("admin-token")}})
+	if _, err := c.CreatePod(ctx, pod("llm-0", map[string]string{discovery.AnnotationEventsPort: zport})); err != nil {
+		t.Fatal(err)
+	}
+	kube := c.Kube
+	if _, err := kube.CoreV1().Secrets(c.Namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvexact-certificate", Namespace: c.Namespace},
+		Data: map[string][]byte{"token": []byte("admin-token")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	old := kubeClients
-	kubeClients = func(string) (kubernetes.Interface, dynamic.Interface, error) { return kube, dyn, nil }
+	kubeClients = func(string) (kubernetes.Interface, dynamic.Interface, error) { return kube, c.Dynamic, nil }
 	t.Cleanup(func() { kubeClients = old })
 
 	dir := t.TempDir()
@@ -78,26 +89,26 @@ func TestCertifyFromInferencePool(t *testing.T) {
 	}
 	run := func() (int, string) {
 		var out, errb bytes.Buffer
-		code := certify(context.Background(), []string{"--pool", profile, "--from-inferencepool", "llama", "--namespace", "llm", "--admit", "probe",
+		code := certify(context.Background(), []string{"--pool", profile, "--from-inferencepool", "llama", "--namespace", c.Namespace, "--admit", "probe",
 			"--secret", "kvexact-certificate", "--write-pool", filepath.Join(dir, "certified-pool.yaml"), "--out", filepath.Join(dir, "out"), "--event-timeout", "2s"}, &out, &errb)
 		return code, out.String() + errb.String()
 	}
 	if code, out := run(); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	sec, err := kube.CoreV1().Secrets("llm").Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
+	sec, err := kube.CoreV1().Secrets(c.Namespace).Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(sec.Data["token"]) != "admin-token" {
 		t.Fatalf("the Secret's other keys must stay: %v", sec.Data)
 	}
-	c, err := certificate.Parse(sec.Data["certificate.json"], nil)
+	cert, err := certificate.Parse(sec.Data["certificate.json"], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Endpoints) != 1 || c.Endpoints[0].Name != "llm-0" || c.Endpoints[0].Address != e.URL() || !c.AdmitsByProbe() {
-		t.Fatalf("the Secret's certificate: %+v, admission %+v", c.Endpoints, c.Admission)
+	if len(cert.Endpoints) != 1 || cert.Endpoints[0].Name != "llm-0" || cert.Endpoints[0].Address != e.URL() || !cert.AdmitsByProbe() {
+		t.Fatalf("the Secret's certificate: %+v, admission %+v", cert.Endpoints, cert.Admission)
 	}
 	if err := ctk.CheckAdmission(c.Admission); err != nil || !slices.Equal(c.Admission.Specs, ctk.AdmissionSpecs()) {
 		t.Fatalf("the written admission %+v (%v): want every spec an admission runs listed explicitly: %v", c.Admission, err, ctk.AdmissionSpecs())
@@ -109,14 +120,14 @@ func TestCertifyFromInferencePool(t *testing.T) {
 
 	// A second pod whose events are elsewhere fails certification: the run exits 1 and the
 	// Secret keeps the certificate in force.
-	if _, err := kube.CoreV1().Pods("llm").Create(context.Background(), pod("llm-1", map[string]string{discovery.AnnotationEventsPort: "1"}), metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("llm-1", map[string]string{discovery.AnnotationEventsPort: "1"})); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := run(); code != 1 || !strings.Contains(out, "not written") {
 		t.Fatalf("exit %d, want 1 with the Secret not written:\n%s", code, out)
 	}
-	sec2, _ := kube.CoreV1().Secrets("llm").Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
-	if !bytes.Equal(sec2.Data["certificate.json"], sec.Data["certificate.json"]) {
-		t.Fatal("a failed run replaced the Secret")
+	sec2, _ := kube.CoreV1().Secrets(c.Namespace).Get(context.Background(), "kvexact-certificate", metav1.GetOptions{})
+	if !bytes.Equal(sec2.Data["certificate.json"], sec.Data["certificate.json"]) || sec2.ResourceVersion != sec.ResourceVersion {
+		t.Fatalf("a failed run replaced the Secret (resource version %s, %s before)", sec2.ResourceVersion, sec.ResourceVersion)
 	}
 }

@@ -10,20 +10,28 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/epp"
 	"github.com/kvexact/kvexact/gateway/leader"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/kubetest"
 )
 
-// TestPickersActivePassive: two pickers share a Lease (client-go's fake clientset). Both
+// TestMain stops the package's API server (kubetest) after the tests.
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// TestPickersActivePassive: two pickers share a Lease (client-go's fake clientset, and a real API
+// server). Both
 // gateways are ready; only the lease holder's gRPC readiness is SERVING, the standby's
 // NOT_SERVING. When the holder stops competing (its elector's context ends and it releases the
 // lease) the standby turns SERVING and the former holder NOT_SERVING.
 func TestPickersActivePassive(t *testing.T) {
+	kubetest.Each(t, "ns", testPickersActivePassive)
+}
+
+func testPickersActivePassive(t *testing.T, c kubetest.Cluster) {
 	old := assemble.ReadinessPoll
 	assemble.ReadinessPoll = 20 * time.Millisecond
 	defer func() { assemble.ReadinessPoll = old }()
@@ -32,7 +40,7 @@ func TestPickersActivePassive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer engine.Close()
-	client := fake.NewClientset()
+	client := c.Kube
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type replica struct {
@@ -63,7 +71,7 @@ rules:
 			t.Fatal(err)
 		}
 		ectx, stop := context.WithCancel(ctx)
-		el, err := leader.Start(ectx, leader.Config{Client: client, Namespace: "ns", Name: "picker", Identity: id,
+		el, err := leader.Start(ectx, leader.Config{Client: client, Namespace: c.Namespace, Name: "picker", Identity: id,
 			LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

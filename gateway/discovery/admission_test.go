@@ -23,17 +23,25 @@ import (
 	"github.com/kvexact/kvexact/gateway/discovery"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/kubetest"
 	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
 )
 
 // TestKubernetesAdmission: the certificate comes from ctk certify --admit probe run once against
-// one engine (the CI gate); the InferencePool's pods (client-go's fake clientsets) then join
-// without anyone re-running ctk. A pod's two ranks are two simulators: rank 0 is configured like
+// one engine (the CI gate); the InferencePool's pods (in client-go's fake clientsets, and on a
+// real API server where pods are API objects whose status the test writes as the kubelet would)
+// then join without anyone re-running ctk. A pod's two ranks are two simulators: rank 0 is configured like
 // the certified engine and is admitted by the gateway's probe on join, rank 1 runs another block
 // size and is refused naming it. The pod replaced by another (a rollout) is admitted anew under
 // its new name, after its engine restarts (the pod not ready, then ready again) it is probed and
-// admitted again, and when its address changes under the same name it is probed at the new one.
+// admitted again, as it is when the pod is recreated under the same name (a new UID); rank 1's
+// engine replaced by one with another seed is refused naming the seed; and when the address
+// changes under the same name it is probed at the new one.
 func TestKubernetesAdmission(t *testing.T) {
+	kubetest.Each(t, "llm", testKubernetesAdmission)
+}
+
+func testKubernetesAdmission(t *testing.T, c kubetest.Cluster) {
 	toks := tokenize.NewPool("")
 	tok, err := toks.Get("llama3")
 	if err != nil {
@@ -103,10 +111,10 @@ func TestKubernetesAdmission(t *testing.T) {
 	defer g.Close()
 
 	ip := poolObj(httpPorts...)
-	u, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
-	kube := kubefake.NewClientset()
-	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: "llm", Pool: "llama", Kube: kube, Dynamic: dyn})
+	if err := c.CreateInferencePool(ctx, ip); err != nil {
+		t.Fatal(err)
+	}
+	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: c.Namespace, Pool: "llama", Kube: c.Kube, Dynamic: c.Dynamic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,18 +151,17 @@ func TestKubernetesAdmission(t *testing.T) {
 
 	app := map[string]string{"app": "llm"}
 	ann := map[string]string{discovery.AnnotationEventsPort: fmt.Sprint(zmq)}
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, pod("p1", "127.0.0.1", true, app, ann), metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("p1", "127.0.0.1", true, app, ann)); err != nil {
 		t.Fatal(err)
 	}
 	first := wait("p1-r0", "admitted on join", admitted)
 	wait("p1-r1", "refused naming the block size", refusedBlockSize)
 
 	// A rollout replaces p1 by p2: p2's endpoints are new names, admitted (or refused) anew.
-	if err := kube.CoreV1().Pods("llm").Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
+	if err := c.DeletePod(ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
-	p2 := pod("p2", "127.0.0.1", true, app, ann)
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, p2, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("p2", "127.0.0.1", true, app, ann)); err != nil {
 		t.Fatal(err)
 	}
 	replaced := wait("p2-r0", "admitted after the rollout", admitted)
@@ -167,9 +174,9 @@ func TestKubernetesAdmission(t *testing.T) {
 	}
 
 	// p2's engine restarts: the pod goes not ready, a new process starts on the same ports, the
-	// pod is ready again. The restart is seen on the event stream and the admission is probed again.
-	p2.Status.Conditions[0].Status = corev1.ConditionFalse
-	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p2, metav1.UpdateOptions{}); err != nil {
+	// pod is ready again with its container's restart counted (the same pod, the same UID). The
+	// restart is seen on the event stream and the admission is probed again.
+	if err := c.SetPodStatus(ctx, "p2", func(s *corev1.PodStatus) { s.Conditions[0].Status = corev1.ConditionFalse }); err != nil {
 		t.Fatal(err)
 	}
 	n, err := sim.Restart(ctx, sims[0], nil)
@@ -177,14 +184,53 @@ func TestKubernetesAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	sims[0] = n
-	p2.Status.Conditions[0].Status = corev1.ConditionTrue
-	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p2, metav1.UpdateOptions{}); err != nil {
+	if err := c.SetPodStatus(ctx, "p2", func(s *corev1.PodStatus) {
+		s.Conditions[0].Status = corev1.ConditionTrue
+		s.ContainerStatuses = []corev1.ContainerStatus{{Name: "engine", Image: "engine.invalid/engine:test", Ready: true, RestartCount: 1,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// The restart is seen on the stream once the new process publishes.
 	subscribed(t, g, n, "p2-r0")
 	again := wait("p2-r0", "admitted again after the restart", func(e gateway.EndpointStatus) bool {
 		return admitted(e) && e.Admission.Admitted.After(replaced.Admission.Admitted) && e.Exact.Restarts > 0
+	})
+
+	// p2 is deleted and created again under the same name (a StatefulSet's pod: a new UID, the
+	// same name and address) with a new engine process: the endpoint list may not change at all
+	// between the two informer events, so the new process is known from its event stream, and it
+	// is probed and admitted again.
+	oldUID := func() string {
+		p, _ := c.Kube.CoreV1().Pods(c.Namespace).Get(ctx, "p2", metav1.GetOptions{})
+		return string(p.UID)
+	}()
+	if err := c.DeletePod(ctx, "p2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = sim.Restart(ctx, sims[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	sims[0] = n
+	recreated, err := c.CreatePod(ctx, pod("p2", "127.0.0.1", true, app, ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Config != nil && string(recreated.UID) == oldUID {
+		t.Fatalf("p2 recreated with its old UID %s", oldUID)
+	}
+	subscribed(t, g, n, "p2-r0")
+	again = wait("p2-r0", "admitted again after it was recreated", func(e gateway.EndpointStatus) bool {
+		return admitted(e) && e.Admission.Admitted.After(again.Admission.Admitted) && e.Exact.Restarts > again.Exact.Restarts
+	})
+
+	// Rank 1's engine is replaced by one with the certified block size but another hash seed:
+	// still refused, now naming the seed.
+	if sims[1], err = sim.Restart(ctx, sims[1], func(sc *sim.Config) { other := "1"; sc.Seed, sc.BlockSize = &other, 0 }); err != nil {
+		t.Fatal(err)
+	}
+	wait("p2-r1", "refused naming the seed", func(e gateway.EndpointStatus) bool {
+		return e.Admission != nil && len(e.Admission.FailedLegs) > 0 && e.Admission.FailedLegs[0] == ctk.LegSeed && e.Exact.State == "uncertified"
 	})
 
 	// p2-r0 moves to another address under the same name (what a pod's new IP looks like to the
@@ -204,8 +250,7 @@ func TestKubernetesAdmission(t *testing.T) {
 	var np int32
 	fmt.Sscan(port, &np)
 	ip.Spec.TargetPorts[0].Number = inferencev1.PortNumber(np)
-	u, _ = runtime.DefaultUnstructuredConverter.ToUnstructured(ip)
-	if _, err := dyn.Resource(discovery.PoolResource).Namespace("llm").Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if err := c.SetInferencePoolPorts(ctx, "llama", ip.Spec.TargetPorts); err != nil {
 		t.Fatal(err)
 	}
 	wait("p2-r0", "admitted at its new address", func(e gateway.EndpointStatus) bool {

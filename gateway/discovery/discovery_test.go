@@ -15,11 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynfake "k8s.io/client-go/dynamic/fake"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/engines/sim"
@@ -28,6 +23,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/health"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/kubetest"
 	inferencev1 "github.com/kvexact/kvexact/third_party/gateway-api-inference-extension/api/v1"
 )
 
@@ -121,11 +117,18 @@ func freePorts(t *testing.T, n int) int {
 	return 0
 }
 
-// TestKubernetesDiscovery runs the informers against client-go's fake clientsets (no kube-apiserver
-// can be installed here: docs/epp.md) with a real gateway and two simulators standing for the two
-// data-parallel ranks of one pod: pods and the pool added, changed and removed move the router's
-// candidates and the event subscriptions.
+// TestMain stops the package's API server (kubetest) after the tests.
+func TestMain(m *testing.M) { kubetest.Main(m) }
+
+// TestKubernetesDiscovery runs the informers against client-go's fake clientsets and against a
+// real API server, with a real gateway and two simulators standing for the two data-parallel
+// ranks of one pod: pods and the pool added, changed and removed move the router's candidates and
+// the event subscriptions.
 func TestKubernetesDiscovery(t *testing.T) {
+	kubetest.Each(t, "llm", testKubernetesDiscovery)
+}
+
+func testKubernetesDiscovery(t *testing.T, c kubetest.Cluster) {
 	toks := tokenize.NewPool("")
 	tok, err := toks.Get("llama3")
 	if err != nil {
@@ -169,17 +172,11 @@ func TestKubernetesDiscovery(t *testing.T) {
 	}
 	defer g.Close()
 
-	// An empty scheme: the fake dynamic client then keeps the pool unstructured, as a real
-	// apiserver's answers are.
-	scheme := runtime.NewScheme()
 	pool := poolObj(httpPorts...)
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
-	if err != nil {
+	if err := c.CreateInferencePool(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{discovery.PoolResource: "InferencePoolList"}, &unstructured.Unstructured{Object: u})
-	kube := kubefake.NewClientset()
-	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: "llm", Pool: "llama", Kube: kube, Dynamic: dyn})
+	d, err := discovery.New(discovery.Config{Store: g.Store(), Rule: "pool", Namespace: c.Namespace, Pool: "llama", Kube: c.Kube, Dynamic: c.Dynamic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +224,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 
 	app := map[string]string{"app": "llm"}
 	ann := map[string]string{discovery.AnnotationEventsPort: fmt.Sprint(zmq)}
-	p1 := pod("p1", "127.0.0.1", true, app, ann)
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, p1, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("p1", "127.0.0.1", true, app, ann)); err != nil {
 		t.Fatal(err)
 	}
 	v := waitFor("pod p1 ready", func(v view) bool { return v.up == "p1-r0 p1-r1 " })
@@ -247,8 +243,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	// anew, and leaves again while p1 keeps its blocks.
 	held := func(name string) int { keys, _ := g.Inventory("pool", name); return len(keys) }
 	h0, h1 := held("p1-r0"), held("p1-r1")
-	pa := pod("pa", "127.0.0.1", true, app, ann)
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("pa", "127.0.0.1", true, app, ann)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("pod pa joins", func(v view) bool { return v.up == "p1-r0 p1-r1 pa-r0 pa-r1 " })
@@ -257,7 +252,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	}
 	subscribed(t, g, sims[0], "pa-r0")
 	h0, h1 = held("p1-r0"), held("p1-r1")
-	if err := kube.CoreV1().Pods("llm").Delete(ctx, "pa", metav1.DeleteOptions{}); err != nil {
+	if err := c.DeletePod(ctx, "pa"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("pod pa leaves", func(v view) bool { return v.up == "p1-r0 p1-r1 " })
@@ -269,8 +264,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	}
 
 	// Not ready: nothing eligible (the picker then answers 503); the inventory stays.
-	p1.Status.Conditions[0].Status = corev1.ConditionFalse
-	if _, err := kube.CoreV1().Pods("llm").UpdateStatus(ctx, p1, metav1.UpdateOptions{}); err != nil {
+	if err := c.SetPodStatus(ctx, "p1", func(s *corev1.PodStatus) { s.Conditions[0].Status = corev1.ConditionFalse }); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("pod p1 not ready", func(v view) bool { return v.up == "" && v.names == "p1-r0 p1-r1 " })
@@ -279,24 +273,20 @@ func TestKubernetesDiscovery(t *testing.T) {
 	}
 
 	// A pod the selector does not match changes nothing; relabelled, it joins; p1 deleted leaves.
-	p2 := pod("p2", "127.0.0.1", true, map[string]string{"app": "else"}, ann)
-	if _, err := kube.CoreV1().Pods("llm").Create(ctx, p2, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CreatePod(ctx, pod("p2", "127.0.0.1", true, map[string]string{"app": "else"}, ann)); err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.CoreV1().Pods("llm").Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
+	if err := c.DeletePod(ctx, "p1"); err != nil {
 		t.Fatal(err)
 	}
-	p2.Labels = app
-	if _, err := kube.CoreV1().Pods("llm").Update(ctx, p2, metav1.UpdateOptions{}); err != nil {
+	if err := c.SetPodLabels(ctx, "p2", app); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("p2 replaces p1", func(v view) bool { return v.up == "p2-r0 p2-r1 " })
 	subscribed(t, g, sims[1], "p2-r1")
 
 	// The pool drops its second target port: one endpoint per pod.
-	pool.Spec.TargetPorts = pool.Spec.TargetPorts[:1]
-	u, _ = runtime.DefaultUnstructuredConverter.ToUnstructured(pool)
-	if _, err := dyn.Resource(discovery.PoolResource).Namespace("llm").Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if err := c.SetInferencePoolPorts(ctx, "llama", pool.Spec.TargetPorts[:1]); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("one target port", func(v view) bool { return v.up == "p2 " })
