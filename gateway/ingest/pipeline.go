@@ -31,7 +31,8 @@ func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 		seed: maphash.MakeSeed(),
 	}
 	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap(),
-		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{}}
+		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{},
+		tiers: cfg.Tiers, tierKMs: map[engines.Tier]*engines.KeyMap{}}
 	if cfg.Binding == BindingRouter {
 		p.b.router = fam.RouterBinder(cfg.BlockSize)
 	}
