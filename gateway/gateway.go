@@ -514,6 +514,9 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize),
 		ranks: route.NewRanks(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
 	for _, t := range engines.LowerTiers {
+		if !r.IndexesLowerTiers() {
+			break
+		}
 		rt.lower = append(rt.lower, route.LowerIndex{Tier: t, Index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})})
 	}
 	for i, e := range r.Endpoints {
@@ -803,7 +806,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ReplayFirst: true, ClearUnreplayed: true,
 			ReplayTimeout: g.opts.EventReplayTimeout,
 			DrainURL:      e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, x, e.Events.Replay, t); ew.trace(t) },
-			Groups: rt.groups.Endpoint(ep.ID), Tiers: true,
+			Groups: rt.groups.Endpoint(ep.ID), Tiers: r.IndexesLowerTiers(),
 		})
 		if err != nil {
 			cancel()

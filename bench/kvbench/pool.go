@@ -46,6 +46,23 @@ type PoolShape struct {
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
 	MaxModelLen     int // 0: the simulator's default
+	// OffloadBlocks is each engine's CPU offloading tier in blocks (0: none); the offload
+	// workload's cells run with OffloadBlocksFor's.
+	OffloadBlocks int `json:"offloadBlocks,omitempty"`
+}
+
+// OffloadBlocksFor is the offload workload's host tier: twice the GPU KV per engine, so the
+// workload's ~3,000 blocks exceed the pool's GPU KV (4 × 512) and fit its host memory (4 × 1,024)
+// when every prompt stays where it was computed (~750 blocks an engine at 4 engines), while an
+// engine that sees every prompt keeps about a third of them.
+func (s PoolShape) OffloadBlocksFor() int { return 2 * s.CapacityBlocks }
+
+// ShapeFor is the pool a workload's cells run on: the offload workload's has the host tier.
+func (s PoolShape) ShapeFor(workload string) PoolShape {
+	if workload == WorkloadOffload {
+		s.OffloadBlocks = s.OffloadBlocksFor()
+	}
+	return s
 }
 
 // DefaultPoolShape: 4 engines × 512 blocks of 16 tokens, 4 running requests each, 150 µs per
@@ -132,6 +149,10 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		if pol.Binding != "" {
 			rule.Binding = pol.Binding
 		}
+		if pol.GPUOnly {
+			off := false
+			rule.LowerTiers = &off
+		}
 		rule.Scoring = pol.Scoring
 		rule.LoadLaw.Kind = pol.Law
 		if pol.CapFloor > 0 {
@@ -144,7 +165,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	for i := 0; i < shape.Endpoints; i++ {
 		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
 			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed0, CapacityBlocks: shape.CapacityBlocks, MaxConcurrency: shape.MaxConcurrency,
-			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, Logger: quiet}
+			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, OffloadBlocks: shape.OffloadBlocks, Logger: quiet}
 		// Port 0 binds free ports (the simulator binds when the host is *, as vLLM does).
 		cfg.PublishAddr = "tcp://*:0"
 		if pol.Exact {

@@ -34,10 +34,14 @@ const (
 	// WorkloadBurst is the system-prompt workload with bursty arrivals: the mean rate, sent as
 	// bursts at 4× the rate for a quarter of every half second and silence in between.
 	WorkloadBurst = "burst"
+	// WorkloadOffload is the pressure workload on engines with vLLM's CPU offloading tier
+	// (PoolShape.OffloadBlocks): the working set exceeds the pool's GPU KV but fits its host
+	// memory, so a prompt evicted from a GPU is still a transfer away where it was computed.
+	WorkloadOffload = "offload"
 )
 
 // Workloads lists them in report order.
-var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst}
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst, WorkloadOffload}
 
 // Sharing reports whether a workload has shared prefixes (the control has none).
 func Sharing(name string) bool { return name != WorkloadControl }
@@ -97,6 +101,10 @@ type Shape struct {
 	// PressurePrefixes is the pressure workload's number of distinct system prompts (drawn
 	// uniformly): 96 of ~1000 tokens are ~3× the 32,768 tokens of KV of 4 engines of 512 blocks.
 	PressurePrefixes int
+	// OffloadPrefixes is the offload workload's number of distinct system prompts (drawn
+	// uniformly): 48 of ~1000 tokens are ~3,000 blocks, 1.5× the 4 × 512 blocks of GPU KV and
+	// under the 4 × 1,024 of host memory (PoolShape.OffloadBlocksFor).
+	OffloadPrefixes int
 }
 
 // DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
@@ -104,7 +112,7 @@ func DefaultShape() Shape {
 	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
 		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
 		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6,
-		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96}
+		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96, OffloadPrefixes: 48}
 }
 
 // tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
@@ -178,8 +186,12 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 				slots[k] = fresh()
 			}
 		}
-	case WorkloadPressure:
-		sys := make([]string, max(sh.PressurePrefixes, 1))
+	case WorkloadPressure, WorkloadOffload:
+		n0 := sh.PressurePrefixes
+		if name == WorkloadOffload {
+			n0 = sh.OffloadPrefixes
+		}
+		sys := make([]string, max(n0, 1))
 		for i := range sys {
 			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
 		}
