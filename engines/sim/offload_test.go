@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/vllm"
 )
 
 // TestOffloadTier pins the offload tier's rules (offload.go): write-through stores announced with
@@ -58,5 +60,49 @@ func TestOffloadTier(t *testing.T) {
 	}
 	if c.clear(); len(c.off.snapshot()) != 0 {
 		t.Fatal("a cache reset left the host tier's blocks")
+	}
+}
+
+// TestOffloadThroughTheEngine: on a running vLLM simulator whose GPU holds one prompt at a time, a
+// prompt evicted from the GPU comes back from the host tier: its answer counts those blocks in
+// cached_tokens, and the replayed stream carries the host's stores with medium CPU.
+func TestOffloadThroughTheEngine(t *testing.T) {
+	e := startSim(t, "vllm", "v0.25.1", func(c *Config) { c.CapacityBlocks, c.OffloadBlocks = 12, 64 })
+	long := func(tag string) string { return strings.Repeat(tag+" routing keeps the prompt's blocks where they are. ", 6) }
+	ask := func(prompt string) int {
+		t.Helper()
+		resp, m := post(t, e.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": prompt, "max_tokens": 1})
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %v", resp.StatusCode, m)
+		}
+		return usageCached(t, m)
+	}
+	a, b := long("alpha"), long("beta")
+	ask(a)
+	ask(b) // evicts a's blocks from the GPU's 11 usable blocks; the host keeps them
+	if got := ask(a); got == 0 || len(e.OffloadKeys(0)) == 0 {
+		t.Fatalf("a again: cached %d, host keys %d: want a's blocks loaded from the host", got, len(e.OffloadKeys(0)))
+	}
+	frames, ok := replay(t, e.ReplayAddrs()[0], 0, 5*time.Second)
+	if !ok {
+		t.Fatal("no replay")
+	}
+	cpu := 0
+	for _, f := range frames {
+		bt, err := vllm.DecodeBatch(f.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range bt.Events {
+			if ev.Kind == engines.BlockStored && ev.Medium == "CPU" {
+				cpu++
+				if len(ev.TokenIDs) != len(ev.BlockHashes)*e.Config().BlockSize {
+					t.Errorf("host store without its tokens: %+v", ev)
+				}
+			}
+		}
+	}
+	if cpu == 0 {
+		t.Fatal("no BlockStored with medium CPU on the stream")
 	}
 }
