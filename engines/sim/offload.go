@@ -18,9 +18,10 @@ import (
 //     the GPU then caches as it caches computed ones, and engines count them in cached_tokens
 //     (vLLM's num_cached_tokens is local + external);
 //   - every host store and eviction is announced with medium "CPU" in the self-describing form
-//     (the same hashes, parent, tokens and block size as the GPU's store; an eviction one
-//     BlockRemoved per block), in the step that made it (the engine announces a store when its
-//     transfer completes, a step or two later: the simulator's transfer is instant);
+//     (the same hashes, parent, tokens and block size as the GPU's store, extra_keys None as the
+//     engine defers them; an eviction one BlockRemoved per block), in the step that made it (the
+//     engine announces a store when its transfer completes, a step or two later: the
+//     simulator's transfer is instant);
 //   - a cache reset empties the host too (reset_cache evicts every stored chunk).
 //
 // Blocks are offloaded at the GPU's block size (blocks_per_chunk 1). Not safe for concurrent
@@ -57,6 +58,8 @@ func (o *offloadTier) store(c *cache, s *seq, first, last int) {
 		if runStart >= 0 && c.onStored != nil {
 			ev := c.onStored(s, runStart, end)
 			ev.Medium = mediumCPU
+			// vLLM defers the offload events' extra keys (OffloadingEventsTracker: extra_keys None).
+			ev.ExtraKeys, ev.HasExtraKeys = nil, false
 			c.pending = append(c.pending, ev)
 		}
 		runStart = -1

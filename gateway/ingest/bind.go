@@ -30,8 +30,12 @@ type binder struct {
 	// router binding's key maps of each lower tier (a tier's copy of a block has its own lifetime).
 	tiers   bool
 	tierKMs map[engines.Tier]*engines.KeyMap
-	group   int // group_idx of the event being applied (presence rule)
-	presBuf []uint64
+	// tierExtras: the router binding rehashes with the engine's per-block extra keys (vLLM), so a
+	// lower-tier store that carries none (vLLM's offload events publish extra_keys None) cannot be
+	// rehashed: a salted or adapter block would get the plain prompt's key, a false hit.
+	tierExtras bool
+	group      int // group_idx of the event being applied (presence rule)
+	presBuf    []uint64
 }
 
 // clear forgets the endpoint: the inventory (all ranks, the reference's deliberate over-clear) and
@@ -203,6 +207,10 @@ func (b *binder) tierEvent(rank int, tier engines.Tier, ev *engines.Event) {
 		return
 	}
 	out := tierOutput{b: b, tier: tier}
+	if b.router != nil && b.tierExtras && ev.Kind == engines.BlockStored && !ev.HasExtraKeys {
+		b.Skip(rank, "extra_keys", 1)
+		return
+	}
 	if b.router != nil {
 		km := b.tierKMs[tier]
 		if km == nil {

@@ -35,6 +35,7 @@ func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 		tiers: cfg.Tiers, tierKMs: map[engines.Tier]*engines.KeyMap{}}
 	if cfg.Binding == BindingRouter {
 		p.b.router = fam.RouterBinder(cfg.BlockSize)
+		p.b.tierExtras = fam.KeyRules().BlockExtras
 	}
 	if fam.EventResidency(cfg.Release) == contracts.ResidencyPresence {
 		p.b.pres = &presence{ranks: map[int]map[uint64]uint64{}}

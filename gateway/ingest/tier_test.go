@@ -207,3 +207,19 @@ func TestTierRouterBinding(t *testing.T) {
 		t.Errorf("after removals: gpu %s, cpu %s, unknown %d; want empty, one key, 0", fmtCounts(tt.snap(engines.TierGPU)), fmtCounts(tt.snap(engines.TierCPU)), tt.skips["unknown_block"])
 	}
 }
+
+// TestTierStoreWithoutExtraKeysUnderRouterBinding: vLLM's offload stores publish extra_keys None;
+// rehashed without them a salted block would take the unsalted prompt's router key, so under the
+// router binding such a store is skipped (extra_keys), while one carrying its extra keys indexes.
+func TestTierStoreWithoutExtraKeysUnderRouterBinding(t *testing.T) {
+	tt := newTiered(t, Config{Family: "vllm", Release: "v0.33.0", Binding: BindingRouter, BlockSize: 4, Tiers: true})
+	toks := []uint32{1, 2, 3, 4}
+	b := engines.Batch{Events: []engines.Event{
+		{Kind: engines.BlockStored, BlockHashes: []uint64{10}, TokenIDs: toks, BlockSize: 4, Medium: "CPU"},
+		{Kind: engines.BlockStored, BlockHashes: []uint64{11}, TokenIDs: toks, BlockSize: 4, Medium: "CPU", HasExtraKeys: true, ExtraKeys: [][]any{{"salt"}}},
+	}}
+	tt.p.batch(0, 0, &b)
+	if tt.skips["extra_keys"] != 1 || len(tt.snap(engines.TierCPU)) != 1 {
+		t.Fatalf("extra_keys skips %d, cpu %s: want 1 and the salted store alone", tt.skips["extra_keys"], fmtCounts(tt.snap(engines.TierCPU)))
+	}
+}
