@@ -74,7 +74,9 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			rates = rt.ratesOf(e)
 		}
 		var credit int
-		if len(rt.cfg.Lower) > 0 {
+		// Lower tiers are indexed per endpoint, not per rank: a data-parallel endpoint's pinned rank
+		// may not hold the host copy another rank offloaded, so its lower tiers are not scored.
+		if len(rt.cfg.Lower) > 0 && !dp {
 			ev.lower = rt.lowerHit(e, keys, s.Prefix)
 			ev.Tiers = ev.lower.evidence()
 			switch {
