@@ -22,6 +22,10 @@ type tierFixture struct {
 }
 
 func newTierFixture(t *testing.T, keys []uint64, law string) *tierFixture {
+	return newTierFixtureRanks(t, keys, law, nil)
+}
+
+func newTierFixtureRanks(t *testing.T, keys []uint64, law string, ranks *Ranks) *tierFixture {
 	t.Helper()
 	r := &rules.Rule{Name: "r", Engine: rules.EngineRef{Family: "vllm", Release: "v0.33.0"}, KVExactMode: 3}
 	for _, n := range []string{"a", "b"} {
@@ -50,7 +54,7 @@ func newTierFixture(t *testing.T, keys []uint64, law string) *tierFixture {
 		cert.Set(id)
 		f.eps = append(f.eps, &Endpoint{ID: id, Index: i, Name: e.Name, Role: RoleNormal, Capacity: 1, Health: health.NewEndpoint(e.Name, e.Address, health.BreakerConfig{})})
 	}
-	rt, err := New(Config{Rule: r, Endpoints: f.eps, Index: f.gpu, Keyer: fixedKeyer{keys: keys}, Certified: cert,
+	rt, err := New(Config{Rule: r, Endpoints: f.eps, Index: f.gpu, Keyer: fixedKeyer{keys: keys}, Certified: cert, Ranks: ranks,
 		Lower: []LowerIndex{{Tier: engines.TierCPU, Index: f.cpu}, {Tier: engines.TierDisk, Index: f.disk}}})
 	if err != nil {
 		t.Fatal(err)
@@ -170,5 +174,28 @@ func TestEstimatorLearnsTransfer(t *testing.T) {
 	r := e.Rates()
 	if r.Transfer.CPU != 30*time.Microsecond || r.Transfer.Disk != DefaultRates.Transfer.Disk || r.Prefill != DefaultRates.Prefill {
 		t.Fatalf("rates %+v, want host transfer 30µs and the rest at their seed", r)
+	}
+}
+
+// TestLowerTiersOfADataParallelEndpointNotScored: lower tiers are indexed per endpoint, so a
+// data-parallel endpoint, scored by one rank, gets no lower-tier credit its rank may not have.
+func TestLowerTiersOfADataParallelEndpointNotScored(t *testing.T) {
+	keys := keysN(64)
+	ranks := NewRanks(inventory.Config{})
+	if err := ranks.Add(0, "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	f := newTierFixtureRanks(t, keys, "hard", ranks)
+	f.eps[0].RankHeader = "X-Data-Parallel-Rank"
+	a := f.eps[0].ID
+	f.gpu.Store(a, keys[:10])
+	_ = ranks.Store(a, 0, keys[:10])
+	f.cpu.Store(a, keys[10:40])
+	d, err := f.rt.Explain(context.Background(), prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := evidenceOf(d, "a"); ev.Prefix != 10 || ev.Tiers != nil || ev.Rank == nil {
+		t.Fatalf("a: prefix %d tiers %+v rank %v, want its rank's 10 GPU blocks and no lower tier", ev.Prefix, ev.Tiers, ev.Rank)
 	}
 }
