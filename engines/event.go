@@ -44,7 +44,7 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// MediumGPU is the only medium that makes a block resident for routing (DESIGN.md, Decisions).
+// MediumGPU is the GPU pool's medium; the lower tiers' media are read by TierOf.
 const MediumGPU = "GPU"
 
 // Event is one decoded engine event, normalized across families. Fields a family does not send are

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk/certificate"
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/registry"
 	"github.com/kvexact/kvexact/gateway/exactness"
 	"github.com/kvexact/kvexact/gateway/hashcore"
@@ -157,13 +158,16 @@ type ruleRuntime struct {
 	contract *contracts.Contract
 	router   *route.Router
 	index    *inventory.Index
-	groups   *kvgroups.Index // KV-cache groups beside full attention (hybrid models)
-	eps      []*route.Endpoint
-	keyer    *route.PromptKeyer
-	exact    ExactStatus
-	binding  string             // the ingest binding its sources run with
-	sources  map[string]*source // by endpoint: each event source runs and stops on its own
-	errs     sync.Map           // endpoint → last ingest error
+	// lower are the lower tiers' residencies (host memory, storage, a shared store), one per
+	// tier, with the same endpoint ids as index.
+	lower   []route.LowerIndex
+	groups  *kvgroups.Index // KV-cache groups beside full attention (hybrid models)
+	eps     []*route.Endpoint
+	keyer   *route.PromptKeyer
+	exact   ExactStatus
+	binding string             // the ingest binding its sources run with
+	sources map[string]*source // by endpoint: each event source runs and stops on its own
+	errs    sync.Map           // endpoint → last ingest error
 	// epExact is each endpoint's runtime exactness (parallel to eps); expires is when the earliest
 	// certificate granting coverage here stops being valid (zero: none granted).
 	epExact []*endpointExact
@@ -525,10 +529,21 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 	}
 	rt := &ruleRuntime{rule: r, contract: ct, index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity}), groups: kvgroups.New(r.BlockSize),
 		ranks: route.NewRanks(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})}
+	for _, t := range engines.LowerTiers {
+		if !r.IndexesLowerTiers() {
+			break
+		}
+		rt.lower = append(rt.lower, route.LowerIndex{Tier: t, Index: inventory.New(inventory.Config{CapacityPerEndpoint: r.InventoryCapacity})})
+	}
 	for i, e := range r.Endpoints {
 		id, err := rt.index.AddEndpoint(e.Name)
 		if err != nil {
 			return nil, err
+		}
+		for _, l := range rt.lower {
+			if lid, err := l.Index.AddEndpoint(e.Name); err != nil || lid != id {
+				return nil, fmt.Errorf("endpoints[%d]: %s tier inventory: id %d (%v), want %d", i, l.Tier, lid, err, id)
+			}
 		}
 		h := g.newHealth(r, e)
 		h.SetAdminDown(e.AdminDown)
@@ -581,7 +596,7 @@ func (g *Gateway) newHealth(r *rules.Rule, e rules.Endpoint) *health.Endpoint {
 // newRouter builds the runtime's router over its endpoints, inventory and certificate verdict.
 func (g *Gateway) newRouter(rt *ruleRuntime, certified inventory.Mask) error {
 	r := rt.rule
-	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Groups: rt.groups, Certified: certified, CertifiedAdapters: rt.adapters, Ranks: rt.ranks, Metrics: g.routeM, Now: g.now, Log: g.log}
+	cfg := route.Config{Rule: r, Endpoints: rt.eps, Index: rt.index, Lower: rt.lower, Groups: rt.groups, Certified: certified, CertifiedAdapters: rt.adapters, Ranks: rt.ranks, Metrics: g.routeM, Now: g.now, Log: g.log}
 	if fam, err := registry.Lookup(rt.contract.Family); err == nil {
 		cfg.HitLimit = fam.HitLimit // the engine computes the last prompt token: scores stop there
 	}
@@ -791,8 +806,11 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			rt.watches = map[string]*endpointWatch{}
 		}
 		rt.watches[e.Name] = ew
-		index, id, rule, name := rt.index, ep.ID, r.Name, e.Name
+		index, lower, id, rule, name := rt.index, rt.lower, ep.ID, r.Name, e.Name
 		ew.drop = func() {
+			for _, l := range lower {
+				_ = l.Index.Clear(id)
+			}
 			if index.Clear(id) == nil {
 				g.log.Warn("inventory dropped: the engine runs a new process", "rule", rule, "endpoint", name)
 			}
@@ -805,7 +823,7 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 			Binding: ingest.Binding(binding), BlockSize: r.BlockSize, Publish: e.Events.ZMQ, Replay: e.Events.Replay, ReplayGaps: true, ReplayFirst: true, ClearUnreplayed: true,
 			ReplayTimeout: g.opts.EventReplayTimeout,
 			DrainURL:      e.Events.Drain, QueueLimit: e.Events.QueueLimit, Metrics: g.ingestM, Logger: g.log, Trace: func(t ingest.Trace) { eventConnection(h, x, e.Events.Replay, t); ew.trace(t) },
-			Groups: rt.groups.Endpoint(ep.ID), Snapshot: g.seedFrom(r.Name, e),
+			Groups: rt.groups.Endpoint(ep.ID), Snapshot: g.seedFrom(r.Name, e), Tiers: r.IndexesLowerTiers(),
 		})
 		if err != nil {
 			cancel()
@@ -814,6 +832,9 @@ func (g *Gateway) startSources(rt *ruleRuntime, binding string) error {
 		apply := ingest.Into(rt.index, ep.ID, g.ingestM, r.Name, e.Name, g.log)
 		if len(rt.ranks.Of(ep.ID)) > 0 {
 			apply = intoRanks(apply, rt.ranks, ep.ID)
+		}
+		for _, l := range rt.lower {
+			apply = ingest.IntoTier(apply, l.Tier, l.Index, ep.ID, g.log)
 		}
 		s := &source{src: src, cancel: cancel, done: make(chan struct{})}
 		rt.sources[e.Name] = s
@@ -927,4 +948,22 @@ func intoRanks(apply func(ingest.Update), ranks *route.Ranks, ep inventory.Endpo
 			ranks.Clear(ep)
 		}
 	}
+}
+
+// holder says which tier of endpoint ep holds key: "gpu", a lower tier's name, or "" for none. A
+// block the engine offloaded is a block it published under the same key, so the checks that
+// look for a probe's or a routed prompt's key accept it on any tier.
+func (rt *ruleRuntime) holder(ep inventory.EndpointID, key uint64) string {
+	var m inventory.Mask
+	rt.index.Holders(key, &m)
+	if m.Has(ep) {
+		return engines.TierGPU.String()
+	}
+	for _, l := range rt.lower {
+		l.Index.Holders(key, &m)
+		if m.Has(ep) {
+			return l.Tier.String()
+		}
+	}
+	return ""
 }

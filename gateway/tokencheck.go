@@ -85,9 +85,7 @@ func (g *Gateway) CheckRoutedPrompt(rule, endpoint string, lastKey uint64, block
 
 func (g *Gateway) finishTokenCheck(rt *ruleRuntime, x *endpointExact, lastKey uint64, blocks int, before inventory.EndpointStats, routed time.Time, grace time.Duration) {
 	after, ok := endpointCounters(rt.index, x.ep.ID)
-	var mask inventory.Mask
-	mask.Set(x.ep.ID)
-	held := ok && rt.index.Score([]uint64{lastKey}, mask, nil)[0].Overlap > 0
+	held := ok && rt.holder(x.ep.ID, lastKey) != ""
 	k := g.opts.TokenDriftChecks
 	if k <= 0 {
 		k = DefaultTokenDriftChecks

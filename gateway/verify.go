@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/exactness"
-	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
@@ -251,11 +250,9 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 		result(fmt.Sprintf("inconclusive: the engine answered the probe with HTTP %d", resp.StatusCode), &x.probes.Inconclusive)
 		return exactness.Evidence{}, false
 	}
-	var mask inventory.Mask
-	mask.Set(x.ep.ID)
 	deadline := time.Now().Add(grace)
 	for {
-		if rt.index.Score([]uint64{last}, mask, nil)[0].Overlap > 0 {
+		if rt.holder(x.ep.ID, last) != "" {
 			result("reproduced", &x.probes.Reproduced)
 			return exactness.Evidence{Type: exactness.ProbeReproduced, Kind: kind}, true
 		}

@@ -46,6 +46,10 @@ type decision struct {
 	Endpoints []struct {
 		Name   string `json:"name"`
 		Prefix int    `json:"prefix"`
+		// Tiers are the blocks past Prefix lower tiers serve: the engine counts them cached.
+		Tiers []struct {
+			Blocks int `json:"blocks"`
+		} `json:"tiers"`
 	} `json:"endpoints"`
 }
 
@@ -83,6 +87,9 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 			for _, e := range d.Endpoints {
 				if e.Name == d.Target {
 					r.Predicted = e.Prefix * blockSize
+					for _, t := range e.Tiers {
+						r.Predicted += t.Blocks * blockSize
+					}
 				}
 			}
 		}

@@ -25,6 +25,8 @@ const PolicyOracleTTFT = "oracle ttft"
 type ttftOracle struct {
 	mu       sync.Mutex
 	caches   func(i int) map[uint64]int
+	hosts    func(i int) map[uint64]int // the offload tiers (nil: none), loaded at transfer each token
+	transfer time.Duration
 	bs       int
 	slots    int
 	prefill  time.Duration
@@ -39,8 +41,12 @@ type ttftOracle struct {
 
 func newTTFTOracle(sims []*sim.Engine, maxTokens int) *ttftOracle {
 	c := sims[0].Config()
-	return newTTFTOracleOf(len(sims), func(i int) map[uint64]int { return sims[i].CacheKeys(0) },
+	o := newTTFTOracleOf(len(sims), func(i int) map[uint64]int { return sims[i].CacheKeys(0) },
 		c.BlockSize, c.MaxConcurrency, c.PrefillPerToken, c.DecodePerToken, maxTokens, time.Now)
+	if c.OffloadBlocks > 0 {
+		o.hosts, o.transfer = func(i int) map[uint64]int { return sims[i].OffloadKeys(0) }, c.OffloadPerToken
+	}
+	return o
 }
 
 func newTTFTOracleOf(n int, caches func(int) map[uint64]int, bs, slots int, prefill, decode time.Duration, maxTokens int, now func() time.Time) *ttftOracle {
@@ -92,8 +98,13 @@ func (o *ttftOracle) pick(q *Request, keys []uint64) ticket {
 			}
 			hit++
 		}
+		off := 0
+		if o.hosts != nil {
+			off = hostRun(o.hosts(i), keys[hit:hitCap])
+		}
 		start := o.startAt(i, now)
-		pre := time.Duration(tokens-hit*o.bs) * o.prefill
+		pre := time.Duration(tokens-(hit+off)*o.bs)*o.prefill + time.Duration(off*o.bs)*o.transfer
+		hit += off
 		ttft := start.Sub(now) + pre
 		if best < 0 || ttft < bestTTFT || (ttft == bestTTFT && hit > bestHit) {
 			best, bestTTFT, bestHit = i, ttft, hit

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/route"
 )
 
 // The ttft oracle on a constructed state: 2 endpoints, 1 slot each, 100 µs a token, 1 ms a
@@ -52,5 +54,29 @@ func TestBurstTimeKeepsTheMeanRate(t *testing.T) {
 		if got := burstTime(c.t); got != c.want {
 			t.Errorf("burstTime(%g) = %v, want %v", c.t, got, c.want)
 		}
+	}
+}
+
+// TestOraclesReadTheHostTier: both oracles continue an endpoint's GPU prefix on its true offload
+// tier — the ttft oracle at the transfer time (here a tenth of prefill), the hard-law oracle with
+// the prefill share it saves — and predict the host blocks as cached, as the engine reports them.
+func TestOraclesReadTheHostTier(t *testing.T) {
+	keys := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	gpu := []map[uint64]int{{1: 1, 2: 1}, {1: 1, 2: 1, 3: 1, 4: 1}}
+	host := []map[uint64]int{{3: 1, 4: 1, 5: 1, 6: 1, 7: 1, 9: 1}, {}}
+	now := time.Unix(100, 0)
+	q := &Request{Tokens: make([]uint32, 129)}
+	o := newTTFTOracleOf(2, func(i int) map[uint64]int { return gpu[i] }, 16, 1, 100*time.Microsecond, time.Millisecond, 3, func() time.Time { return now })
+	o.hosts, o.transfer = func(i int) map[uint64]int { return host[i] }, 10*time.Microsecond
+	// Endpoint 0: 2 on the GPU + 5 on the host: 17 tokens prefilled (1.7 ms) + 80 loaded (0.8 ms)
+	// = 2.5 ms; endpoint 1: 4 on the GPU, 65 tokens prefilled = 6.5 ms → 0, 7 blocks cached.
+	if t1 := o.pick(q, keys); t1.idx != 0 || t1.predicted != 7*16 {
+		t.Fatalf("ttft oracle: %+v, want endpoint 0 with 112 tokens cached", t1)
+	}
+	h := newOracleOf(2, func(i int) map[uint64]int { return gpu[i] }, route.Law{Kind: route.LawHard, FactorPct: 175, CapFloor: 8}, 16, 512)
+	h.hosts, h.saving = func(i int) map[uint64]int { return host[i] }, 0.9
+	// Endpoint 0 scores 2 + ⌊5 · 0.9⌋ = 6 > endpoint 1's 4.
+	if t2 := h.pick(q, keys); t2.idx != 0 || t2.predicted != 7*16 || h.cands[0].Score != 6 {
+		t.Fatalf("hard-law oracle: %+v (score %d), want endpoint 0 scoring 6 with 112 tokens cached", t2, h.cands[0].Score)
 	}
 }

@@ -38,6 +38,19 @@ type Policy struct {
 	// Defaults: the KV-exact rule keeps the gateway's defaults for every field the policy does
 	// not name (Predict included), so the policy follows the default when it changes.
 	Defaults bool `json:"defaults,omitempty"`
+	// GPUOnly: the KV-exact rule indexes the GPU's blocks alone (lowerTiers: false).
+	GPUOnly bool `json:"gpuOnly,omitempty"`
+}
+
+// PolicyKVXGPUOnly is the gateway's default rule blind to lower tiers: what the exact tier view
+// adds on the offload workload.
+const PolicyKVXGPUOnly = "kv-exact default gpu-only"
+
+// KVExactGPUOnly is KVExactDefault with lowerTiers: false.
+func KVExactGPUOnly() Policy {
+	p := KVExactDefault()
+	p.Name, p.GPUOnly = PolicyKVXGPUOnly, true
+	return p
 }
 
 // clientSide policies decide in the client and send through one listener per engine.
@@ -169,8 +182,12 @@ func HardLawVariants() []Policy {
 // KV-exact's decision with perfect information: the deepest true prefix among endpoints under
 // cap, ties to the least loaded; with nothing cached anywhere, the least loaded.
 type oracle struct {
-	mu       sync.Mutex
-	caches   func(i int) map[uint64]int // endpoint i's true cache: block key → copies
+	mu     sync.Mutex
+	caches func(i int) map[uint64]int // endpoint i's true cache: block key → copies
+	// hosts is endpoint i's true offload tier (nil: none) and saving the share of a block's
+	// prefill a load from it saves (1 − transfer/prefill), as the gateway credits it.
+	hosts    func(i int) map[uint64]int
+	saving   float64
 	law      route.Law
 	bs       int
 	capacity int
@@ -183,7 +200,21 @@ type oracle struct {
 }
 
 func newOracle(sims []*sim.Engine, law route.Law, capacityBlocks int) *oracle {
-	return newOracleOf(len(sims), func(i int) map[uint64]int { return sims[i].CacheKeys(0) }, law, sims[0].Config().BlockSize, capacityBlocks)
+	o := newOracleOf(len(sims), func(i int) map[uint64]int { return sims[i].CacheKeys(0) }, law, sims[0].Config().BlockSize, capacityBlocks)
+	if c := sims[0].Config(); c.OffloadBlocks > 0 {
+		o.hosts = func(i int) map[uint64]int { return sims[i].OffloadKeys(0) }
+		o.saving = max(1-float64(c.OffloadPerToken)/float64(c.PrefillPerToken), 0)
+	}
+	return o
+}
+
+// hostRun is how many of keys, from the first, endpoint i's offload tier holds.
+func hostRun(host map[uint64]int, keys []uint64) int {
+	n := 0
+	for n < len(keys) && host[keys[n]] > 0 {
+		n++
+	}
+	return n
 }
 
 func newOracleOf(n int, caches func(int) map[uint64]int, law route.Law, bs, capacityBlocks int) *oracle {
@@ -208,6 +239,13 @@ func (o *oracle) pick(_ *Request, keys []uint64) ticket {
 	defer o.mu.Unlock()
 	for i := range o.cands {
 		o.cands[i] = route.Scored{Index: i, Score: o.depth(i, o.caches(i), keys), Load: o.load[i], Capacity: o.capacity}
+		if o.hosts != nil {
+			d := o.cands[i].Score
+			off := hostRun(o.hosts(i), keys[d:])
+			credit := int(float64(off) * o.saving)
+			o.cands[i].Score += credit
+			o.cands[i].Lower, o.cands[i].LowerCredit = route.LowerHit{off, 0, 0}, credit
+		}
 	}
 	var best int
 	if o.cacheFirst {
@@ -219,7 +257,7 @@ func (o *oracle) pick(_ *Request, keys []uint64) ticket {
 	for _, k := range keys {
 		o.pending[best][k]++
 	}
-	return ticket{idx: best, predicted: o.cands[best].Score * o.bs, keys: keys}
+	return ticket{idx: best, predicted: (o.cands[best].Score - o.cands[best].LowerCredit + o.cands[best].Lower.Blocks()) * o.bs, keys: keys}
 }
 
 func (o *oracle) pickCacheFirst(blocks int) int {

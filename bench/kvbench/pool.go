@@ -46,6 +46,32 @@ type PoolShape struct {
 	PrefillPerToken time.Duration
 	DecodePerToken  time.Duration
 	MaxModelLen     int // 0: the simulator's default
+	// OffloadBlocks is each engine's CPU offloading tier in blocks (0: none); the offload
+	// workload's cells run with OffloadBlocksFor's.
+	OffloadBlocks int `json:"offloadBlocks,omitempty"`
+	// Adapters are the LoRA adapters every engine serves and the rule declares (the lora-tenants
+	// workload's, AdapterName 0..n−1).
+	Adapters []string `json:"adapters,omitempty"`
+}
+
+// OffloadBlocksFor is the offload workload's host tier: twice the GPU KV per engine, so the
+// workload's ~3,000 blocks exceed the pool's GPU KV (4 × 512) and fit its host memory (4 × 1,024)
+// when every prompt stays where it was computed (~750 blocks an engine at 4 engines), while an
+// engine that sees every prompt keeps about a third of them.
+func (s PoolShape) OffloadBlocksFor() int { return 2 * s.CapacityBlocks }
+
+// ShapeFor is the pool a workload's cells run on: the offload workload's has the host tier.
+func (s PoolShape) ShapeFor(workload string) PoolShape {
+	switch workload {
+	case WorkloadOffload:
+		s.OffloadBlocks = s.OffloadBlocksFor()
+	case WorkloadLoRATenants:
+		s.Adapters = nil
+		for i := range DefaultShape().Adapters {
+			s.Adapters = append(s.Adapters, AdapterName(i))
+		}
+	}
+	return s
 }
 
 // DefaultPoolShape: 4 engines × 512 blocks of 16 tokens, 4 running requests each, 150 µs per
@@ -122,6 +148,11 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rule := rules.Rule{Name: ruleName, Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release},
 		Selector: pol.Selector, Seed: &seed0}
+	var loras []string
+	for _, a := range shape.Adapters {
+		rule.Adapters = append(rule.Adapters, rules.Adapter{Name: a, LoRAPath: "/adapters/" + a})
+		loras = append(loras, a+"=/adapters/"+a)
+	}
 	if pol.Exact {
 		rule.KVExactMode = rules.KVExactPool
 		rule.Binding = "engine"
@@ -131,6 +162,10 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		}
 		if pol.Binding != "" {
 			rule.Binding = pol.Binding
+		}
+		if pol.GPUOnly {
+			off := false
+			rule.LowerTiers = &off
 		}
 		rule.Scoring = pol.Scoring
 		rule.LoadLaw.Kind = pol.Law
@@ -144,7 +179,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	for i := 0; i < shape.Endpoints; i++ {
 		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
 			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed0, CapacityBlocks: shape.CapacityBlocks, MaxConcurrency: shape.MaxConcurrency,
-			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, Logger: quiet}
+			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, OffloadBlocks: shape.OffloadBlocks, LoRAModules: loras, Logger: quiet}
 		// Port 0 binds free ports (the simulator binds when the host is *, as vLLM does).
 		cfg.PublishAddr = "tcp://*:0"
 		if pol.Exact {

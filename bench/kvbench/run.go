@@ -100,7 +100,8 @@ type Cell struct {
 
 // RunCell drives one workload through one policy's pool at the workload's arrival times.
 func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate float64) (*Cell, error) {
-	pool, err := StartPool(ctx, env.Tokenizers, env.Model, env.Pool, pol)
+	shape := env.Pool.ShapeFor(w.Name)
+	pool, err := StartPool(ctx, env.Tokenizers, env.Model, shape, pol)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start pool: %w", pol.Name, err)
 	}

@@ -34,10 +34,22 @@ const (
 	// WorkloadBurst is the system-prompt workload with bursty arrivals: the mean rate, sent as
 	// bursts at 4× the rate for a quarter of every half second and silence in between.
 	WorkloadBurst = "burst"
+	// WorkloadOffload is the pressure workload on engines with vLLM's CPU offloading tier
+	// (PoolShape.OffloadBlocks): the working set exceeds the pool's GPU KV but fits its host
+	// memory, so a prompt evicted from a GPU is still a transfer away where it was computed.
+	WorkloadOffload = "offload"
+	// WorkloadLoRATenants is the system-prompt workload served through Shape.Adapters LoRA adapters
+	// to Shape.LoRATenants tenants: each request names one adapter (uniform) and carries its tenant's
+	// cache_salt (uniform), so one prompt has adapters × tenants different block chains and a
+	// router that keys text alone predicts hits the engine cannot give.
+	WorkloadLoRATenants = "lora-tenants"
 )
 
+// AdapterName is the served name of the lora-tenants workload's i-th adapter.
+func AdapterName(i int) string { return fmt.Sprintf("adapter-%d", i) }
+
 // Workloads lists them in report order.
-var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst}
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst, WorkloadOffload, WorkloadLoRATenants}
 
 // Sharing reports whether a workload has shared prefixes (the control has none).
 func Sharing(name string) bool { return name != WorkloadControl }
@@ -50,6 +62,8 @@ type Request struct {
 	Tokens []uint32
 	// CacheSalt is the body's cache_salt ("" = none); the engine hashes it into every block key.
 	CacheSalt string
+	// LoRAName is the adapter the body names ("" = the base model); vLLM hashes it into every block.
+	LoRAName string
 	// Arrival is the scheduled send time, from the start of the run (open loop, Poisson).
 	Arrival time.Duration
 }
@@ -66,10 +80,10 @@ type Workload struct {
 
 // extras are the request fields the engine hashes into block keys besides the tokens.
 func (q *Request) extras() *hashcore.Extras {
-	if q.CacheSalt == "" {
+	if q.CacheSalt == "" && q.LoRAName == "" {
 		return nil
 	}
-	return &hashcore.Extras{CacheSalt: q.CacheSalt}
+	return &hashcore.Extras{CacheSalt: q.CacheSalt, LoRAName: q.LoRAName}
 }
 
 // Shape sets the sizes of the workloads, in tokens (approximate: text is drawn in words).
@@ -97,6 +111,13 @@ type Shape struct {
 	// PressurePrefixes is the pressure workload's number of distinct system prompts (drawn
 	// uniformly): 96 of ~1000 tokens are ~3× the 32,768 tokens of KV of 4 engines of 512 blocks.
 	PressurePrefixes int
+	// OffloadPrefixes is the offload workload's number of distinct system prompts (drawn
+	// uniformly): 48 of ~1000 tokens are ~3,000 blocks, 1.5× the 4 × 512 blocks of GPU KV and
+	// under the 4 × 1,024 of host memory (PoolShape.OffloadBlocksFor).
+	OffloadPrefixes int
+	// lora-tenants: LoRAPrompts system prompts (Zipf) through Adapters adapters to LoRATenants
+	// tenants: 4 × 8 × 2 = 64 block chains of ~63 blocks, about twice the 4-engine pool's GPU KV.
+	LoRAPrompts, Adapters, LoRATenants int
 }
 
 // DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
@@ -104,7 +125,7 @@ func DefaultShape() Shape {
 	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
 		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
 		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6,
-		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96}
+		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96, OffloadPrefixes: 48, LoRAPrompts: 4, Adapters: 8, LoRATenants: 2}
 }
 
 // tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
@@ -145,6 +166,20 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 				"max_tokens": sh.MaxTokens, "cache_salt": salt, "stream": true, "stream_options": map[string]any{"include_usage": true}})
 			w.Requests = append(w.Requests, Request{Body: body, CacheSalt: salt})
 		}
+	case WorkloadLoRATenants:
+		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(max(sh.LoRAPrompts, 2)-1))
+		sys := make([]string, max(sh.LoRAPrompts, 2))
+		for i := range sys {
+			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
+		}
+		for i := 0; i < n; i++ {
+			s := sys[z.Uint64()]
+			adapter := AdapterName(r.IntN(max(sh.Adapters, 1)))
+			salt := fmt.Sprintf("tenant-%d", r.IntN(max(sh.LoRATenants, 1)))
+			body, _ := json.Marshal(map[string]any{"model": adapter, "prompt": s + "\n\nUser: " + text("question", i, sh.UserTokens) + "\nAssistant:",
+				"max_tokens": sh.MaxTokens, "cache_salt": salt, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+			w.Requests = append(w.Requests, Request{Body: body, CacheSalt: salt, LoRAName: adapter})
+		}
 	case WorkloadChatTrace:
 		type conv struct {
 			id, turns, limit int
@@ -178,8 +213,12 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 				slots[k] = fresh()
 			}
 		}
-	case WorkloadPressure:
-		sys := make([]string, max(sh.PressurePrefixes, 1))
+	case WorkloadPressure, WorkloadOffload:
+		n0 := sh.PressurePrefixes
+		if name == WorkloadOffload {
+			n0 = sh.OffloadPrefixes
+		}
+		sys := make([]string, max(n0, 1))
 		for i := range sys {
 			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
 		}

@@ -110,8 +110,8 @@ func testCertifyFromInferencePool(t *testing.T, c kubetest.Cluster) {
 	if len(cert.Endpoints) != 1 || cert.Endpoints[0].Name != "llm-0" || cert.Endpoints[0].Address != e.URL() || !cert.AdmitsByProbe() {
 		t.Fatalf("the Secret's certificate: %+v, admission %+v", cert.Endpoints, cert.Admission)
 	}
-	if err := ctk.CheckAdmission(c.Admission); err != nil || !slices.Equal(c.Admission.Specs, ctk.AdmissionSpecs()) {
-		t.Fatalf("the written admission %+v (%v): want every spec an admission runs listed explicitly: %v", c.Admission, err, ctk.AdmissionSpecs())
+	if err := ctk.CheckAdmission(cert.Admission); err != nil || !slices.Equal(cert.Admission.Specs, ctk.AdmissionSpecs()) {
+		t.Fatalf("the written admission %+v (%v): want every spec an admission runs listed explicitly: %v", cert.Admission, err, ctk.AdmissionSpecs())
 	}
 	pool, _ := os.ReadFile(filepath.Join(dir, "certified-pool.yaml"))
 	if !strings.Contains(string(pool), "name: llm-0") || !strings.Contains(string(pool), e.URL()) {

@@ -53,6 +53,7 @@ type seq struct {
 	// winFrom, winTo: the blocks [winFrom, winTo) the request holds in the sliding-window group.
 	winFrom, winTo int
 	hitN           int  // leading blocks that were prefix-cache hits at admission
+	offN           int  // blocks past hitN loaded from the offload tier at admission
 	skipRead       bool // the request reads no prefix-cache hit (genReq.skipRead)
 	reserve        int  // blocks still reserved for this request
 }
@@ -76,6 +77,7 @@ type cache struct {
 	onStored   storedFunc
 	pending    []engines.Event
 	win        *windowGroup // a hybrid model's sliding-window group, nil for one group
+	off        *offloadTier // vLLM's CPU offloading tier, nil without one
 
 	queriedTokens uint64 // prefix-cache queried tokens (vllm:prefix_cache_queries_total)
 	hitTokens     uint64 // prefix-cache hit tokens (vllm:prefix_cache_hits_total)
@@ -321,6 +323,17 @@ func (c *cache) admit(s *seq, promptLen, totalTokens int) bool {
 	if need+freeHits > c.nfree-c.reserved {
 		return false
 	}
+	off := 0
+	if c.off != nil && !s.skipRead {
+		limit := 0
+		if promptLen > 0 {
+			limit = (promptLen - 1) / c.bs
+		}
+		if limit > n {
+			off = c.off.hits(s.keys[n:min(limit, len(s.keys))])
+		}
+	}
+	s.offN = off
 	for _, id := range copies {
 		c.hold(id)
 	}
@@ -372,6 +385,9 @@ func (c *cache) store(s *seq, upto int) {
 			c.emitStored(c.onStored(s, runStart, end))
 		}
 		runStart = -1
+	}
+	if c.off != nil && upto > s.storedN {
+		defer c.off.store(c, s, s.storedN, upto) // after the GPU's own store events
 	}
 	for i := s.storedN; i < upto; i++ {
 		key := s.keys[i]
@@ -454,6 +470,9 @@ func (c *cache) clear() int {
 	c.copies = 0
 	if c.win != nil {
 		c.win.clear()
+	}
+	if c.off != nil {
+		c.off.clear()
 	}
 	return n
 }

@@ -101,6 +101,12 @@ type Config struct {
 	// default) or "full", which re-emits BlockStored for blocks reused from the prefix cache. Only
 	// releases whose contract has the mode (events.residency: presence) accept "full".
 	ReportMode string
+	// OffloadBlocks, when > 0, gives a vLLM simulator the CPU tier of vLLM's offloading connector
+	// with that many blocks (offload.go: write-through, least recently used eviction, events with
+	// medium CPU); OffloadPerToken is the time to load one token's KV from it (default a tenth of
+	// PrefillPerToken).
+	OffloadBlocks   int
+	OffloadPerToken time.Duration
 	// MaxModelLen is the context length (default 8192).
 	MaxModelLen int
 
@@ -265,6 +271,15 @@ func (c *Config) resolve() error {
 	}
 	if c.PrefillPerToken < 0 || c.DecodePerToken < 0 {
 		return errors.New("sim: prefill/decode time per token must not be negative")
+	}
+	if c.OffloadBlocks < 0 || c.OffloadBlocks > 0 && (c.Family != "vllm" || c.SlidingWindow > 0) {
+		return fmt.Errorf("sim: offload blocks: %d (a positive count, vllm with full attention only)", c.OffloadBlocks)
+	}
+	if c.OffloadPerToken < 0 {
+		return fmt.Errorf("sim: offload per token: %s must not be negative", c.OffloadPerToken)
+	}
+	if c.OffloadPerToken == 0 {
+		c.OffloadPerToken = c.PrefillPerToken / 10
 	}
 	if c.DrainWait == 0 {
 		c.DrainWait = DefaultDrainWait

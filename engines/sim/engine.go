@@ -148,6 +148,9 @@ func New(cfg Config) (*Engine, error) {
 			pol := policyFor(cfg.Family)
 			pol.reportReuse = cfg.ReportMode == ReportFull
 			r.cache = newCache(cfg.CapacityBlocks, cfg.BlockSize, pol, r.storedEvent)
+			if cfg.OffloadBlocks > 0 {
+				r.cache.off = newOffloadTier(cfg.OffloadBlocks)
+			}
 			if cfg.SlidingWindow > 0 {
 				r.cache.win = newWindowGroup(cfg.SlidingWindow, cfg.BlockSize, cfg.SlidingWindowBlocks, r.cache)
 			}
@@ -457,6 +460,18 @@ func (e *Engine) CacheKeys(r int) map[uint64]int {
 	rk.mu.Lock()
 	defer rk.mu.Unlock()
 	return rk.cache.snapshot()
+}
+
+// OffloadKeys returns the block keys data-parallel rank r's offload tier holds (one copy each),
+// nil without a tier.
+func (e *Engine) OffloadKeys(r int) map[uint64]int {
+	if r < 0 || r >= len(e.ranks) || e.ranks[r].cache == nil || e.ranks[r].cache.off == nil {
+		return nil
+	}
+	rk := e.ranks[r]
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.cache.off.snapshot()
 }
 
 // NextSeq is the sequence number rank r's next ZeroMQ batch will carry (TensorRT-LLM: the next
@@ -801,6 +816,25 @@ func (e *Engine) generate(ctx context.Context, q *genReq) (*genRes, error) {
 		r.broadcastLocked()
 	}
 	defer finish()
+
+	if s.offN > 0 {
+		// Blocks loaded from the offload tier: a transfer, not a prefill, cached on the GPU as
+		// computed ones are (vLLM announces them when it schedules them).
+		end := computed + s.offN*bs
+		r.mu.Lock()
+		if !r.cache.grow(s, end) {
+			r.mu.Unlock()
+			return nil, errors.New("KV cache exhausted")
+		}
+		r.cache.store(s, end/bs)
+		r.emitLocked(r.cache.take())
+		r.mu.Unlock()
+		if err := sleepCtx(ctx, time.Duration(end-computed)*e.cfg.OffloadPerToken); err != nil {
+			return res, err
+		}
+		computed = end
+		res.cached = max(res.cached, computed)
+	}
 
 	// Prefill, chunk by chunk. Remote KV (P/D) arrives without compute time.
 	for computed < len(q.prompt) {

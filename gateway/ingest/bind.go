@@ -1,8 +1,6 @@
 package ingest
 
 import (
-	"strings"
-
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/kvgroups"
 )
@@ -28,8 +26,16 @@ type binder struct {
 	// group: a group's removal must not drop a mapping the inventory's groups or another still use.
 	sideKMs map[int]*engines.KeyMap
 	pres    *presence // the contract's "presence" residency rule, nil for "copies"
-	group   int       // group_idx of the event being applied (presence rule)
-	presBuf []uint64
+	// tiers says whether lower-tier events (CPU, disk, shared store) are indexed; tierKMs are the
+	// router binding's key maps of each lower tier (a tier's copy of a block has its own lifetime).
+	tiers   bool
+	tierKMs map[engines.Tier]*engines.KeyMap
+	// tierExtras: the router binding rehashes with the engine's per-block extra keys (vLLM), so a
+	// lower-tier store that carries none (vLLM's offload events publish extra_keys None) cannot be
+	// rehashed: a salted or adapter block would get the plain prompt's key, a false hit.
+	tierExtras bool
+	group      int // group_idx of the event being applied (presence rule)
+	presBuf    []uint64
 }
 
 // clear forgets the endpoint: the inventory (all ranks, the reference's deliberate over-clear) and
@@ -40,12 +46,10 @@ func (b *binder) clear(rank int, cause string) {
 		b.side.Clear()
 	}
 	clear(b.sideKMs)
+	clear(b.tierKMs)
 	b.emit(Update{Rank: rank, Op: OpClear, Cause: cause})
 	b.p.cleared(cause)
 }
-
-// gpu: only the GPU medium (or none given) makes a block resident (DESIGN.md, Decisions).
-func gpu(medium string) bool { return medium == "" || strings.EqualFold(medium, engines.MediumGPU) }
 
 // fullAttention says whether a KV-cache group kind holds the whole prefix. Sliding-window groups
 // mask blocks outside the window, Mamba groups keep state rather than per-block KV, and
@@ -161,8 +165,13 @@ func (b *binder) event(rank int, ev *engines.Event) {
 		b.Applied(rank, "CacheCreated")
 		return
 	}
-	if !gpu(ev.Medium) {
+	tier, known := engines.TierOf(ev.Medium)
+	if !known || tier != engines.TierGPU && !b.tiers {
 		b.Skip(rank, "medium", 1)
+		return
+	}
+	if tier != engines.TierGPU {
+		b.tierEvent(rank, tier, ev)
 		return
 	}
 	if !b.groupIndexed(ev) {
@@ -185,6 +194,63 @@ func (b *binder) event(rank int, ev *engines.Event) {
 		b.Applied(rank, "BlockRemoved")
 	default:
 		b.Skip(rank, "kind", 1)
+	}
+}
+
+// tierEvent applies an event of a lower tier to that tier's residency. Only full-attention blocks
+// are indexed (a lower-tier hit continues the GPU prefix); the presence rule is not applied: the
+// offloading connectors announce each copy and ask consumers to reference-count them (vLLM's
+// self-describing offload events re-announce a shared hash once per chunk, and remove it as often).
+func (b *binder) tierEvent(rank int, tier engines.Tier, ev *engines.Event) {
+	if !b.groupIndexed(ev) {
+		b.Skip(rank, "group_kind", 1)
+		return
+	}
+	out := tierOutput{b: b, tier: tier}
+	if b.router != nil && b.tierExtras && ev.Kind == engines.BlockStored && !ev.HasExtraKeys {
+		b.Skip(rank, "extra_keys", 1)
+		return
+	}
+	if b.router != nil {
+		km := b.tierKMs[tier]
+		if km == nil {
+			km = engines.NewKeyMap()
+			b.tierKMs[tier] = km
+		}
+		b.router.Bind(rank, ev, km, out)
+		return
+	}
+	switch ev.Kind {
+	case engines.BlockStored:
+		out.Store(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockStored")
+	case engines.BlockRemoved:
+		out.Remove(rank, ev.BlockHashes)
+		b.Applied(rank, "BlockRemoved")
+	default:
+		b.Skip(rank, "kind", 1)
+	}
+}
+
+// tierOutput is the binder as a lower tier's engines.BindOutput: keys go to the tier's residency.
+type tierOutput struct {
+	b    *binder
+	tier engines.Tier
+}
+
+func (o tierOutput) Store(rank int, keys []uint64) {
+	o.b.apply(Update{Rank: rank, Op: OpStore, Keys: keys, Tier: o.tier})
+}
+func (o tierOutput) Remove(rank int, keys []uint64) {
+	o.b.apply(Update{Rank: rank, Op: OpRemove, Keys: keys, Tier: o.tier})
+}
+func (o tierOutput) Skip(rank int, reason string, n int) { o.b.Skip(rank, reason, n) }
+func (o tierOutput) Applied(rank int, kind string)       { o.b.Applied(rank, kind) }
+
+// Grew bounds the tier's key map as the GPU's: past MaxMapped entries the endpoint is cleared.
+func (o tierOutput) Grew(rank int) {
+	if km := o.b.tierKMs[o.tier]; km != nil && km.Len() > o.b.maxMapped {
+		o.b.clear(rank, "map_overflow")
 	}
 }
 

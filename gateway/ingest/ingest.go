@@ -58,6 +58,9 @@ type Update struct {
 	Op    Op
 	Keys  []uint64
 	Cause string // for OpClear: start, engine, created, gap, reconnect, publisher_restart, regression, restart, map_overflow
+	// Tier is the cache level a store or remove is about (TierGPU unless Config.Tiers); a clear
+	// is every tier's.
+	Tier engines.Tier
 }
 
 // Binding says which keys the inventory holds.
@@ -152,6 +155,11 @@ type Config struct {
 	// either binding. Nil: their events are skipped (skipped_total{reason="group_kind"}), as before
 	// hybrid scoring.
 	Groups *kvgroups.Endpoint
+
+	// Tiers indexes the lower tiers' events (vLLM's offloading connector, SGLang HiCache): their
+	// updates carry the tier (Update.Tier) for IntoTier to apply. False: every medium but the
+	// GPU's is skipped (skipped_total{reason="medium"}).
+	Tiers bool
 
 	Metrics *Metrics     // optional
 	Logger  *slog.Logger // optional

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, append(rer, "reason")),
 		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_skipped_total",
-			Help: "Events or blocks deliberately not indexed, by reason (medium, group_kind, unknown_parent, partial_block, unknown_block, block_count, block_size, bigram, window).",
+			Help: "Events or blocks deliberately not indexed, by reason (medium, extra_keys, group_kind, unknown_parent, partial_block, unknown_block, block_count, block_size, bigram, window).",
 		}, append(rer, "reason")),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvexact_ingest_gaps_total",

@@ -41,9 +41,11 @@ func newPipeline(cfg Config, fam engines.Family, apply func(Update)) *pipeline {
 	}
 	p.applied = make([]appliedSeq, max(len(cfg.Publish), 1))
 	p.b = &binder{p: p, apply: apply, maxMapped: cfg.MaxMapped, groups: map[int]bool{}, km: engines.NewKeyMap(),
-		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{}}
+		side: cfg.Groups, specs: map[int]kvgroups.Spec{}, sideKMs: map[int]*engines.KeyMap{},
+		tiers: cfg.Tiers, tierKMs: map[engines.Tier]*engines.KeyMap{}}
 	if cfg.Binding == BindingRouter {
 		p.b.router = fam.RouterBinder(cfg.BlockSize)
+		p.b.tierExtras = fam.KeyRules().BlockExtras
 	}
 	if fam.EventResidency(cfg.Release) == contracts.ResidencyPresence {
 		p.b.pres = &presence{ranks: map[int]map[uint64]uint64{}}

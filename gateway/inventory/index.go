@@ -379,6 +379,13 @@ func (ix *Index) Score(keys []uint64, mask Mask, out []Score) []Score {
 	return out
 }
 
+// Holders sets in out the endpoints holding key (out is overwritten), read consistently as
+// Score reads each key.
+func (ix *Index) Holders(key uint64, out *Mask) {
+	h := mix(key)
+	ix.shard(h).holders(h, out)
+}
+
 // Resident is the number of keys resident on the endpoint (0 for an unknown id).
 func (ix *Index) Resident(id EndpointID) int {
 	if e := ix.endpoint(id); e != nil {

@@ -170,7 +170,8 @@ func (c *call) reportUsageOf(ep *route.Endpoint, tail []byte) (prompt, cached in
 	confirmed := 0
 	for _, ev := range c.d.Endpoints {
 		if ev.Name == ep.Name {
-			rep.PredictedTokens = ev.Prefix * rep.BlockSize
+			// The engine counts the blocks it loads from a lower tier as cached.
+			rep.PredictedTokens = (ev.Prefix + ev.LowerBlocks()) * rep.BlockSize
 			confirmed = ev.Prefix - ev.Predicted
 		}
 	}

@@ -78,6 +78,7 @@ type Decision struct {
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill and load when routed, ttftPredicted the winner's prediction.
 	own, aheadAt, loadAt int
+	lowerAt              [nLower]int // the tokens Target was predicted to load from each lower tier
 	ttftPredicted        time.Duration
 	queued               bool    // the ttft law's accounting ran (queuePrefill)
 	rt                   *Router // set by take: Release gives the load units back through it

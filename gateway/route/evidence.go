@@ -28,6 +28,11 @@ type EndpointEvidence struct {
 	Limit      string `json:"limit,omitempty"`
 	FullPrefix int    `json:"fullPrefix,omitempty"`
 
+	// Tiers are the blocks past Prefix that lower tiers (host memory, storage, a shared store)
+	// serve, per tier: the engine loads them instead of computing them.
+	Tiers []TierBlocks `json:"tiers,omitempty"`
+	lower LowerHit
+
 	// TTFT, under the ttft law, is the candidate's predicted time to first token with its parts.
 	TTFT *TTFTParts `json:"ttft,omitempty"`
 }

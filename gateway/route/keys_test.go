@@ -162,6 +162,35 @@ func BenchmarkDecision(b *testing.B) {
 				d.Release()
 			}
 		})
+		// The same rule with lower-tier residencies, as the gateway builds every rule: empty (a
+		// pool that offloads nothing), then a host tier holding the rest of every endpoint's prompt.
+		lower := []LowerIndex{{Tier: engines.TierCPU, Index: inventory.New(inventory.Config{})},
+			{Tier: engines.TierDisk, Index: inventory.New(inventory.Config{})}, {Tier: engines.TierShared, Index: inventory.New(inventory.Config{})}}
+		for _, e := range r.Endpoints {
+			for _, l := range lower {
+				_, _ = l.Index.AddEndpoint(e.Name)
+			}
+		}
+		rtLower, err := New(Config{Rule: r, Endpoints: eps, Index: inv, Lower: lower, Keyer: keyer, Certified: cert, Log: quiet, HitLimit: engines.LastTokenComputed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, held := range []bool{false, true} {
+			if held {
+				for i, e := range eps {
+					_ = lower[0].Index.Store(e.ID, keys[len(keys)*(i+1)/16:])
+				}
+			}
+			b.Run(name+map[bool]string{false: "-lower-empty", true: "-lower-held"}[held], func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					d, err := rtLower.Route(context.Background(), req, inventory.Mask{})
+					if err != nil || d.Tier != TierKVExact {
+						b.Fatalf("%v %+v", err, d)
+					}
+					d.Release()
+				}
+			})
+		}
 		// A new prompt per decision (its first word differs, so no block is shared, nor resident):
 		// what the key cache costs when it never hits, against the same prompts without it.
 		for _, cache := range []*KeyCache{nil, NewKeyCache(DefaultKeyCacheBytes)} {

@@ -21,6 +21,10 @@ type Scored struct {
 	// endpoint's learned rates (zero: DefaultRates). The other laws leave them unset.
 	Ahead int
 	Rates Rates
+	// Lower is what lower tiers serve past the GPU prefix (lower.go) and LowerCredit the part of
+	// Score it earned; the ttft law prices Lower at the tiers' transfer rates instead.
+	Lower       LowerHit
+	LowerCredit int
 }
 
 // LawKind names a bounded-load law.

@@ -38,6 +38,8 @@ type Config struct {
 	// listing its LoRA name. An endpoint absent from the map has a certificate that records no
 	// adapter list (written before adapters were recorded), which restricts none.
 	CertifiedAdapters map[inventory.EndpointID][]string
+	// Lower are the rule's lower tiers' residencies, nearest first (nil: the GPU's alone).
+	Lower []LowerIndex
 	// Ranks is the per-rank residency of the rule's data-parallel endpoints (nil: none).
 	Ranks   *Ranks
 	Metrics *Metrics
@@ -210,15 +212,19 @@ func (rt *Router) miss(d *Decision, m Miss, reason string) {
 // ttft law's "ahead", until the receipt or the release) and keeps what the prediction stood on.
 func (rt *Router) queuePrefill(d *Decision) {
 	cached := 0
+	bs := max(rt.rule.BlockSize, 1)
 	for _, ev := range d.Endpoints {
 		if ev.Name == d.Target.Name {
-			cached = ev.Prefix
+			cached = ev.Prefix + ev.lower.Blocks()
+			for i, n := range ev.lower {
+				d.lowerAt[i] = n * bs
+			}
 			if ev.TTFT != nil {
 				d.ttftPredicted = ev.TTFT.total
 			}
 		}
 	}
-	d.own = max(d.Blocks-cached, 0) * max(rt.rule.BlockSize, 1)
+	d.own = max(d.Blocks-cached, 0) * bs
 	d.aheadAt, d.loadAt = d.Target.Ahead(), d.Target.Load()
 	d.queued = true
 	d.Target.ahead.Add(int64(d.own))

@@ -69,6 +69,25 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			score = s.Prefix
 		}
 		ev := rt.evidence(e, s, predicted, retry, absent)
+		var rates Rates
+		if rt.law.Kind == LawTTFT {
+			rates = rt.ratesOf(e)
+		}
+		var credit int
+		// Lower tiers are indexed per endpoint, not per rank: a data-parallel endpoint's pinned rank
+		// may not hold the host copy another rank offloaded, so its lower tiers are not scored.
+		if len(rt.cfg.Lower) > 0 && !dp {
+			ev.lower = rt.lowerHit(e, keys, s.Prefix)
+			ev.Tiers = ev.lower.evidence()
+			switch {
+			case ev.lower.Blocks() == 0:
+			case rt.law.Kind == LawTTFT:
+				credit = ev.lower.Blocks() // the law prices them itself; the score says "held"
+			default:
+				credit = lowerCredit(ev.lower, rt.ratesOf(e))
+			}
+			score += credit
+		}
 		if rank >= 0 {
 			ev.Rank = &rank
 		}
@@ -86,9 +105,10 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			out.holderScore, out.holder = score, e
 		}
 		if ev.Eligible {
-			c := Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1)}
+			c := Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1),
+				Lower: ev.lower, LowerCredit: credit}
 			if rt.law.Kind == LawTTFT {
-				c.Ahead, c.Rates = e.Ahead(), rt.ratesOf(e)
+				c.Ahead, c.Rates = e.Ahead(), rates
 			}
 			out.cands = append(out.cands, c)
 			out.eps = append(out.eps, e)

@@ -32,11 +32,15 @@ type Rates struct {
 	// Queue is the share of the queued work (queued prefill and interference) a new request
 	// waits for: 1 for an engine that serializes it.
 	Queue float64 `json:"queue"`
+	// Transfer is the time to load one token's KV from each lower tier (lower.go).
+	Transfer TransferRates `json:"transferPerToken"`
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: the
-// simulated engines' prefill (200 µs a token) and a decode step of 10 ms.
-var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
+// simulated engines' prefill (200 µs a token), a decode step of 10 ms, and lower tiers that load a
+// token's KV in a tenth (host memory) and half (storage, a shared store) of its prefill time.
+var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1,
+	Transfer: TransferRates{CPU: 20 * time.Microsecond, Disk: 100 * time.Microsecond, Shared: 100 * time.Microsecond}}
 
 // TTFTParts is one candidate's predicted time to first token and its parts, in milliseconds, as
 // /admin/explain shows them.
@@ -44,9 +48,12 @@ type TTFTParts struct {
 	// AheadTokens are the uncached prompt tokens queued ahead there, OwnTokens the request's own.
 	AheadTokens int `json:"aheadTokens"`
 	OwnTokens   int `json:"ownTokens"`
-	// AheadMS, OwnMS and InterferenceMS add up to TotalMS.
+	// LowerTokens are the request's tokens the endpoint loads from lower tiers instead.
+	LowerTokens int `json:"lowerTokens,omitempty"`
+	// AheadMS, OwnMS, TransferMS and InterferenceMS add up to TotalMS.
 	AheadMS        float64 `json:"aheadMs"`
 	OwnMS          float64 `json:"ownMs"`
+	TransferMS     float64 `json:"transferMs,omitempty"`
 	InterferenceMS float64 `json:"interferenceMs"`
 	TotalMS        float64 `json:"totalMs"`
 	// Rates are the endpoint's rates the prediction used.
@@ -56,17 +63,24 @@ type TTFTParts struct {
 }
 
 // predictTTFT is c's prediction for a prompt of queryBlocks blocks of bs tokens.
+// The blocks lower tiers serve are neither prefilled nor free: each costs its tier's transfer.
 func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
-	own := max(queryBlocks-c.Score, 0) * max(bs, 1)
+	bs = max(bs, 1)
+	gpu := c.Score - c.LowerCredit
+	own := max(queryBlocks-gpu-c.Lower.Blocks(), 0) * bs
 	r := c.Rates
 	if r == (Rates{}) {
 		r = DefaultRates
 	}
-	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, Rates: r}
+	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r}
+	var transfer time.Duration
+	for i, n := range c.Lower {
+		transfer += time.Duration(n*bs) * r.Transfer.of(i)
+	}
 	ahead, self, inter := time.Duration(c.Ahead)*r.Prefill, time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
 	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
-	p.total = ahead + self + inter
-	p.AheadMS, p.OwnMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(inter), ms(p.total)
+	p.total = ahead + self + transfer + inter
+	p.AheadMS, p.OwnMS, p.TransferMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(transfer), ms(inter), ms(p.total)
 	return p
 }
 
@@ -97,6 +111,7 @@ type estimator struct {
 	prefill      window
 	interference window
 	queue        window
+	transfer     [nLower]window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
 }
@@ -137,12 +152,14 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 
 // Receipt is what a response says about the endpoint that served it: its time to first token, the
 // prompt tokens it computed (prompt − cached_tokens), the uncached tokens that were queued ahead
-// and the requests in flight there when it was routed.
+// and the requests in flight there when it was routed, and the prompt tokens it was predicted to
+// load from each lower tier (engines count them in cached_tokens).
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
 	Ahead    int
 	Load     int
+	Lower    [nLower]int
 }
 
 // minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: a
@@ -161,14 +178,29 @@ func (e *estimator) observe(r Receipt) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cur := e.Rates()
+	lower, tier := 0, -1
+	var transfer float64
+	for i, n := range r.Lower {
+		if n > 0 {
+			lower, tier = lower+n, i
+			transfer += float64(n) * float64(cur.Transfer.of(i))
+		}
+	}
 	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0)
 	switch {
+	case r.Load == 0 && lower > 0:
+		// A lower tier's transfer: measured only from a receipt whose loaded tokens all came from
+		// one tier, enough of them to outweigh the fixed costs.
+		if lower != r.Lower[tier] || lower < minPrefillSample {
+			return
+		}
+		e.transfer[tier].add(rest / float64(lower))
 	case r.Load == 0 && r.Computed >= minPrefillSample:
 		e.prefill.add(float64(r.TTFT) / float64(r.Computed))
 	case r.Load > 0 && r.Ahead == 0:
-		e.interference.add(rest / float64(r.Load))
+		e.interference.add(max(rest-transfer, 0) / float64(r.Load))
 	case r.Load > 0:
-		e.queue.add(rest / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
+		e.queue.add(max(rest-transfer, 0) / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
 	default:
 		return
 	}
@@ -182,6 +214,11 @@ func (e *estimator) observe(r Receipt) {
 	if m, ok := e.queue.median(); ok {
 		next.Queue = m
 	}
+	for i := range e.transfer {
+		if m, ok := e.transfer[i].median(); ok {
+			next.Transfer.set(i, time.Duration(m))
+		}
+	}
 	e.cur.Store(&next)
 }
 
@@ -189,19 +226,25 @@ func (e *estimator) observe(r Receipt) {
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
 	var p, q, f []float64
+	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
+			for i := range tr {
+				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
+			}
 		}
 	}
 	if len(p) == 0 {
 		return DefaultRates
 	}
-	slices.Sort(p)
-	slices.Sort(q)
-	slices.Sort(f)
-	return Rates{Prefill: time.Duration(p[len(p)/2]), Interference: time.Duration(q[len(q)/2]), Queue: f[len(f)/2]}
+	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	out := Rates{Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f)}
+	for i := range tr {
+		out.Transfer.set(i, time.Duration(mid(tr[i])))
+	}
+	return out
 }
 
 // ratesOf is e's current estimate (DefaultRates, or its rule's, before its first receipt).
@@ -231,7 +274,7 @@ func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
 			est = d.Target.rates.Load()
 		}
 	}
-	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt})
+	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt})
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
 		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft, d.ttftPredicted)
 	}

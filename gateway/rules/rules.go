@@ -314,6 +314,10 @@ type Rule struct {
 	PredictOnRoute *OffDuration `yaml:"predictOnRoute" json:"predictOnRoute,omitempty"`
 	// InventoryCapacity caps resident blocks per endpoint (FIFO retirement); default 1,000,000.
 	InventoryCapacity int `yaml:"inventoryCapacity" json:"inventoryCapacity,omitempty"`
+	// LowerTiers indexes the blocks engines offload to lower tiers (host memory, storage, a shared
+	// store) and scores a hit there at its cost (docs/routing.md, Lower tiers); default true.
+	// false: the GPU's blocks alone, every other medium skipped.
+	LowerTiers *bool `yaml:"lowerTiers" json:"lowerTiers,omitempty"`
 	// Passthrough lists further paths the rule's endpoints may be sent (e.g. /tokenize, /v1/rerank;
 	// "/v1/responses/*" for every path below /v1/responses). Otherwise only the OpenAI API surface
 	// the engine family serves (its contract's api list) is forwarded; engine admin routes can never
@@ -1142,3 +1146,6 @@ func (a *Admission) normalize(pd bool) error {
 	}
 	return nil
 }
+
+// IndexesLowerTiers reports whether the rule indexes lower tiers (LowerTiers, default true).
+func (r *Rule) IndexesLowerTiers() bool { return r.LowerTiers == nil || *r.LowerTiers }
