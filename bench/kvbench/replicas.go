@@ -47,7 +47,7 @@ type ReplicaOptions struct {
 	// KillReplicas, when > 1, adds the failover run: that many replicas, one killed (SIGKILL) after a
 	// third of KillRequests arrivals (long enough to outlast a few fail_timeouts).
 	KillReplicas, KillRequests int
-	Log          io.Writer
+	Log                        io.Writer
 }
 
 // ReplicaCell is one variant in one round.
@@ -193,7 +193,9 @@ func floats(v []float64) string {
 }
 
 // nginxDuration is d as fail_timeout takes it: whole seconds, at least one.
-func nginxDuration(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second).Seconds()))) + "s" }
+func nginxDuration(d time.Duration) string {
+	return strconv.Itoa(max(1, int(d.Round(time.Second).Seconds()))) + "s"
+}
 
 // replicaCell starts a fresh pool, n gateway processes over it and nginx in front, and drives w
 // through nginx. kill ≥ 0 kills that replica after a third of the arrivals and returns the failover
