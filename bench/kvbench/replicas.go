@@ -388,8 +388,11 @@ http {
 		}
 	}
 	for i, r := range reps {
+		if i == kill {
+			continue // its process is gone
+		}
 		after, _, err := groupCPU("/proc", r.p.pgid)
-		if err != nil && i != kill {
+		if err != nil {
 			return nil, nil, err
 		}
 		c.CPUus[i] = cpuPerRequest(after-before[i], int64(c.Served[i]))
