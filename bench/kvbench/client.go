@@ -35,6 +35,9 @@ type Result struct {
 	// PredictedHit: the decision's score needed predict-on-route blocks (not engine-confirmed).
 	PredictedHit bool
 	Headers      bool // response headers arrived
+	// Upstream is what a load balancer in front names as the upstreams it tried, in order
+	// (nginx's $upstream_addr in X-Upstream: "a" or "a, b" after a retry).
+	Upstream string
 }
 
 // decision is the part of X-Kvexact-Decision the benchmark reads.
@@ -80,6 +83,7 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 	r.Status = resp.StatusCode
 	r.Endpoint = resp.Header.Get(proxy.HeaderEndpoint)
 	r.ServedBy = resp.Header.Get(sim.ReceiptHeader)
+	r.Upstream = resp.Header.Get("X-Upstream")
 	if h := resp.Header.Get(proxy.HeaderDecision); h != "" {
 		var d decision
 		if json.Unmarshal([]byte(h), &d) == nil {

@@ -175,9 +175,16 @@ func gatewayConfig(ups []string) string {
 // group and waits for its ready line ("gateway ready admin=… listeners=…"); it returns the client
 // listener's address.
 func startGateway(ctx context.Context, bin string, ups []string, dir string, log io.Writer, extra ...string) (*groupProc, string, error) {
+	p, addr, _, err := startGatewayConfig(ctx, bin, gatewayConfig(ups), dir, log, extra...)
+	return p, addr, err
+}
+
+// startGatewayConfig is startGateway with the configuration's text given; it also returns the
+// admin listener's address.
+func startGatewayConfig(ctx context.Context, bin, config, dir string, log io.Writer, extra ...string) (*groupProc, string, string, error) {
 	cfg := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(cfg, []byte(gatewayConfig(ups)), 0o644); err != nil {
-		return nil, "", err
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		return nil, "", "", err
 	}
 	tail := &tailBuffer{max: 4096}
 	ready := &readyWriter{prefix: "gateway ready ", ch: make(chan string, 1)}
@@ -187,21 +194,22 @@ func startGateway(ctx context.Context, bin string, ups []string, dir string, log
 	cmd.Stderr = io.MultiWriter(log, tail)
 	p, err := startGroup("gateway", cmd, tail)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	fail := func(err error) (*groupProc, string, error) {
+	fail := func(err error) (*groupProc, string, string, error) {
 		err = p.explain(err)
 		p.stop()
-		return nil, "", fmt.Errorf("gateway %s: %w", bin, err)
+		return nil, "", "", fmt.Errorf("gateway %s: %w", bin, err)
 	}
 	select {
 	case l := <-ready.ch:
-		_, lst, _ := strings.Cut(l, " listeners=")
+		head, lst, _ := strings.Cut(l, " listeners=")
 		addr, _, _ := strings.Cut(strings.TrimSpace(lst), ",")
+		_, admin, _ := strings.Cut(head, "admin=")
 		if addr == "" {
 			return fail(fmt.Errorf("no listener in %q", l))
 		}
-		return p, addr, nil
+		return p, addr, strings.TrimSpace(admin), nil
 	case <-p.done:
 		return fail(errors.New("exited before it was ready"))
 	case <-time.After(30 * time.Second):

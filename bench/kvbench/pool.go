@@ -148,10 +148,8 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rule := rules.Rule{Name: ruleName, Models: []string{model}, Engine: rules.EngineRef{Family: family, Release: release},
 		Selector: pol.Selector, Seed: &seed0}
-	var loras []string
 	for _, a := range shape.Adapters {
 		rule.Adapters = append(rule.Adapters, rules.Adapter{Name: a, LoRAPath: "/adapters/" + a})
-		loras = append(loras, a+"=/adapters/"+a)
 	}
 	if pol.Exact {
 		rule.KVExactMode = rules.KVExactPool
@@ -176,30 +174,11 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 			rule.LoadLaw.Epsilon = &pol.Epsilon
 		}
 	}
-	for i := 0; i < shape.Endpoints; i++ {
-		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
-			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed0, CapacityBlocks: shape.CapacityBlocks, MaxConcurrency: shape.MaxConcurrency,
-			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, OffloadBlocks: shape.OffloadBlocks, LoRAModules: loras, Logger: quiet}
-		// Port 0 binds free ports (the simulator binds when the host is *, as vLLM does).
-		cfg.PublishAddr = "tcp://*:0"
-		if pol.Exact {
-			cfg.ReplayAddr = "tcp://*:0"
-		}
-		e, err := sim.New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := e.Start(ctx); err != nil {
-			return nil, err
-		}
-		p.cleanup = append(p.cleanup, func() { e.Close() })
-		p.Sims = append(p.Sims, e)
-		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), CapacityBlocks: shape.CapacityBlocks}
-		if pol.Exact {
-			ep.Events.ZMQ, ep.Events.Replay = e.PublishAddrs(), e.ReplayAddrs()
-		}
-		rule.Endpoints = append(rule.Endpoints, ep)
+	sims, eps, err := startSims(ctx, tok, model, shape, pol.Exact, &p.cleanup)
+	if err != nil {
+		return nil, err
 	}
+	p.Sims, rule.Endpoints = sims, eps
 	bs := p.Sims[0].Config().BlockSize
 	if p.Hasher, err = hashcore.New(hashcore.Binding{Algorithm: hashcore.Algorithm(p.Sims[0].Config().Algorithm), BlockSize: bs, Seed: &seed0}, hashcore.Default()); err != nil {
 		return nil, err
@@ -241,6 +220,43 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		}
 	}
 	return p, nil
+}
+
+// startSims starts shape.Endpoints simulators e0.. (with replay listeners when exact) and returns
+// them with the rule endpoints naming them; their Close is appended to cleanup.
+func startSims(ctx context.Context, tok *tokenize.Tokenizer, model string, shape PoolShape, exact bool, cleanup *[]func()) ([]*sim.Engine, []rules.Endpoint, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var sims []*sim.Engine
+	var eps []rules.Endpoint
+	var loras []string
+	for _, a := range shape.Adapters {
+		loras = append(loras, a+"=/adapters/"+a)
+	}
+	for i := 0; i < shape.Endpoints; i++ {
+		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,
+			Endpoint: fmt.Sprintf("e%d", i), Seed: &seed0, CapacityBlocks: shape.CapacityBlocks, MaxConcurrency: shape.MaxConcurrency,
+			PrefillPerToken: shape.PrefillPerToken, DecodePerToken: shape.DecodePerToken, MaxModelLen: shape.MaxModelLen, OffloadBlocks: shape.OffloadBlocks, LoRAModules: loras, Logger: quiet}
+		// Port 0 binds free ports (the simulator binds when the host is *, as vLLM does).
+		cfg.PublishAddr = "tcp://*:0"
+		if exact {
+			cfg.ReplayAddr = "tcp://*:0"
+		}
+		e, err := sim.New(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := e.Start(ctx); err != nil {
+			return nil, nil, err
+		}
+		*cleanup = append(*cleanup, func() { e.Close() })
+		sims = append(sims, e)
+		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), CapacityBlocks: shape.CapacityBlocks}
+		if exact {
+			ep.Events.ZMQ, ep.Events.Replay = e.PublishAddrs(), e.ReplayAddrs()
+		}
+		eps = append(eps, ep)
+	}
+	return sims, eps, nil
 }
 
 // pickPorts chooses a client-side pool's listener ports (a variable so a test can hand out a taken one).

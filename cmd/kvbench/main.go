@@ -4,6 +4,7 @@
 //
 //	kvbench [--quick] [--out dir] [--charts dir]   routing quality sweep
 //	kvbench overhead [--out dir] [--gateway bin] [--no-decision]  decision time and proxy throughput vs nginx
+//	kvbench replicas [--counts 1,2,4] [--rounds 3] [--kill 2]  gateway replicas behind nginx: quality, CPU, failover
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -51,6 +53,8 @@ func run(args []string) int {
 			return drive(args[1:])
 		case "scale":
 			return runScale(ctx, args[1:])
+		case "replicas":
+			return runReplicas(ctx, args[1:])
 		case "charts":
 			return runCharts(args[1:])
 		case "status":
@@ -432,6 +436,81 @@ func runScale(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench scale: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runReplicas(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kvbench replicas", flag.ContinueOnError)
+	out := fs.String("out", ".cache/bench/kvbench", "directory for replicas.json and replicas.md")
+	model := fs.String("model", "llama3", "tokenizer model slug")
+	counts := fs.String("counts", "1,2,4", "comma-separated replica counts, alternated in every round")
+	rounds := fs.Int("rounds", 3, "rounds (each runs every count once, the order rotating)")
+	workload := fs.String("workload", kvbench.WorkloadSystemPrompt, "workload")
+	load := fs.Float64("load", 0.6, "offered load, a fraction of the pool's uncached capacity")
+	requests := fs.Int("requests", 200, "requests per cell (the first 20 % are warm-up)")
+	seed := fs.Uint64("seed", 1, "workload seed")
+	maxFails := fs.Int("max-fails", 1, "nginx max_fails per replica")
+	failTimeout := fs.Duration("fail-timeout", 2*time.Second, "nginx fail_timeout per replica")
+	kill := fs.Int("kill", 2, "replicas of the failover run, one killed under load (0: no failover run)")
+	killRequests := fs.Int("kill-requests", 500, "requests of the failover run, the kill after a third of them")
+	nginx := fs.String("nginx", "nginx", "nginx binary (Debian nginx-light)")
+	gatewayBin := fs.String("gateway", "", "`PATH` of the gateway binary (default: beside this executable, else go build ./cmd/gateway)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o := kvbench.ReplicaOptions{Nginx: *nginx, Rounds: *rounds, Workload: *workload, Load: *load, Requests: *requests, Seed: *seed, Model: *model,
+		Tokenizers: tokenize.NewPool(""), Shape: kvbench.DefaultPoolShape(), SLO: 300 * time.Millisecond, MaxFails: *maxFails, FailTimeout: *failTimeout,
+		KillReplicas: *kill, KillRequests: *killRequests, Log: os.Stderr}
+	for _, x := range strings.Split(*counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil || n < 1 || n > 16 {
+			fmt.Fprintf(os.Stderr, "kvbench replicas: --counts: %q is not a whole number in 1..16\n", x)
+			return 2
+		}
+		o.Counts = append(o.Counts, n)
+	}
+	if *kill == 1 || *kill < 0 || *kill > 16 {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: --kill: %d is not 0 or in 2..16\n", *kill)
+		return 2
+	}
+	if _, err := exec.LookPath(*nginx); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v\n", err)
+		return 1
+	}
+	gw, cleanup, err := kvbench.ResolveGateway(ctx, *gatewayBin, os.Stderr)
+	defer cleanup()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v\n", err)
+		return 1
+	}
+	o.Gateway = gw
+	run, err := kvbench.MeasureReplicas(ctx, o)
+	if run == nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v\n", err)
+		return 1
+	}
+	run.Command = strings.TrimSpace("kvbench replicas " + strings.Join(args, " "))
+	if run.Summary == nil {
+		run.Summary = kvbench.SummarizeReplicas(run.Cells)
+	}
+	if merr := os.MkdirAll(*out, 0o755); merr != nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v\n", merr)
+		return 1
+	}
+	b, _ := json.MarshalIndent(run, "", "  ")
+	werr := os.WriteFile(filepath.Join(*out, "replicas.json"), b, 0o644)
+	if werr == nil {
+		werr = os.WriteFile(filepath.Join(*out, "replicas.md"), []byte(kvbench.ReplicaTable(run)), 0o644)
+	}
+	fmt.Fprint(os.Stderr, kvbench.ReplicaTable(run))
+	if werr != nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v\n", werr)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench replicas: %v (replicas.json holds the %d cells measured)\n", err, len(run.Cells))
 		return 1
 	}
 	return 0

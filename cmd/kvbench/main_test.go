@@ -288,3 +288,19 @@ func TestBenchScriptDocumentOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicasFlags: bad replica counts and a failover run of one replica are refused before
+// anything starts; a missing nginx fails naming it.
+func TestReplicasFlags(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{{"--counts", "1,x"}, {"--counts", "0"}, {"--counts", "17"}, {"--kill", "1"}, {"--kill", "17"}} {
+		if code := runReplicas(ctx, args); code != 2 {
+			t.Errorf("kvbench replicas %v exited %d, want 2", args, code)
+		}
+	}
+	for _, args := range [][]string{{"--counts", "16", "--kill", "0"}, {"--kill", "16"}} {
+		if code := runReplicas(ctx, append(args, "--nginx", filepath.Join(t.TempDir(), "no-nginx"))); code != 1 {
+			t.Errorf("kvbench replicas %v without nginx exited %d, want 1 (the flags are valid)", args, code)
+		}
+	}
+}
