@@ -210,22 +210,18 @@ func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
 	}
 	name := fmt.Sprintf("kvexact-%s-%s-%d-%d", s.Role, s.Name, os.Getpid(), h.seq.Add(1))
 	req := testcontainers.ContainerRequest{
-		Image:      s.Image,
-		Entrypoint: s.Entrypoint,
-		Name:       name,
-		Cmd:        s.Args,
-		Env:        s.Env,
-		User:       s.Security.User,
+		Image:        s.Image,
+		ExposedPorts: exposed,
+		Entrypoint:   s.Entrypoint,
+		Name:         name,
+		Cmd:          s.Args,
+		Env:          s.Env,
+		User:         s.Security.User,
 		Labels: map[string]string{
 			LabelHarness: "containers",
 			LabelOwner:   strconv.Itoa(os.Getpid()),
 			LabelHost:    hostname(),
 			LabelRole:    s.Role,
-		},
-		ConfigModifier: func(cfg *container.Config) {
-			if len(exposed) > 0 {
-				cfg.ExposedPorts = exposed
-			}
 		},
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.NetworkMode = "host"

@@ -71,16 +71,18 @@ func (c *Container) Connect(ctx context.Context) error {
 // loopback is where published ports listen: tests talk only to 127.0.0.1.
 var loopback = netip.MustParseAddr("127.0.0.1")
 
-// publish is the port map of ports published on 127.0.0.1 under their own numbers.
-func publish(ports []int) (network.PortSet, network.PortMap, error) {
-	set, m := network.PortSet{}, network.PortMap{}
+// publish is the ports published on 127.0.0.1 under their own numbers: testcontainers' exposed
+// ports and the bindings it keeps for them (it drops bindings of ports not exposed).
+func publish(ports []int) ([]string, network.PortMap, error) {
+	var exposed []string
+	m := network.PortMap{}
 	for _, p := range ports {
 		port, err := network.ParsePort(strconv.Itoa(p) + "/tcp")
 		if err != nil {
 			return nil, nil, err
 		}
-		set[port] = struct{}{}
+		exposed = append(exposed, port.String())
 		m[port] = []network.PortBinding{{HostIP: loopback, HostPort: strconv.Itoa(p)}}
 	}
-	return set, m, nil
+	return exposed, m, nil
 }
