@@ -88,7 +88,7 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 	// release and geometry on the host's network, certified with E0 by the same ctk run.
 	sim, err := h.StartEngineSim(ctx, containers.EngineSimSpec{Endpoint: "S1", Family: "vllm", Release: vllmpool.Release, Model: m,
 		TokenizerRoot: dir, Seed: &s, Replay: true, Args: []string{"--block-size", fmt.Sprint(vllmpool.BlockSize), "--algo", "sha256",
-			"--topic", "kv", "--capacity", fmt.Sprint(vllmCPUKVBlocks)}})
+			"--topic", "kv", "--capacity", fmt.Sprint(vllmCPUKVBlocks), "--decode-per-token", "1ms"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,11 +529,6 @@ func scVLLMNetworkCut(p *pool) {
 		p.t.Fatalf("the stream in flight at the cut ended without an error event naming E0; last %.160q", last)
 	}
 	p.t.Logf("stream in flight: ended %s after the cut: %.120q", time.Since(cut).Round(time.Millisecond), last)
-	w := <-waiting
-	if w.Status != http.StatusOK || w.Endpoint != "S1" {
-		p.t.Fatalf("the request waiting for its response at the cut: status %d, receipt %q, want 200 from S1: %.200s", w.Status, w.Endpoint, w.Body)
-	}
-	p.t.Logf("request in flight: answered by S1 %s after the cut", time.Since(cut).Round(time.Millisecond))
 
 	// The gateway notices: the event stream is down, KV-exact holds E0 with the reason.
 	p.eventually(30*time.Second, "E0's event stream down and E0 held from KV-exact", func() (bool, string) {
@@ -563,6 +558,11 @@ func scVLLMNetworkCut(p *pool) {
 		return err == nil && e.Excluded != "", fmt.Sprintf("excluded=%q breaker=%q (%v)", e.Excluded, e.Breaker, err)
 	})
 	p.t.Logf("E0 excluded (%s) %s after the cut", excluded, time.Since(cut).Round(time.Millisecond))
+	w := <-waiting
+	if w.Status != http.StatusOK || w.Endpoint != "S1" {
+		p.t.Fatalf("the request waiting for its response at the cut: status %d, receipt %q, want 200 from S1: %.200s", w.Status, w.Endpoint, w.Body)
+	}
+	p.t.Logf("request in flight: answered by S1 %s after the cut", time.Since(cut).Round(time.Millisecond))
 
 	// The engine serves on: a client inside its own namespace (the cut does not separate them)
 	// sends a prompt whose blocks vLLM publishes while no subscriber can receive them.
