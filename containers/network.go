@@ -68,6 +68,15 @@ func (c *Container) Connect(ctx context.Context) error {
 	return nil
 }
 
+// bindHost is the address a server binds: 127.0.0.1 on the host's network, every interface of its
+// own namespace on a network of its own (where only the published ports reach it).
+func bindHost(nw *Network) string {
+	if nw == nil {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
+}
+
 // loopback is where published ports listen: tests talk only to 127.0.0.1.
 var loopback = netip.MustParseAddr("127.0.0.1")
 

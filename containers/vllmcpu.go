@@ -31,7 +31,7 @@ const VLLMCPUImageHint = "image " + VLLMCPUImage + " is missing: run scripts/vll
 // vllmpool.Rule see it.
 func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, nw *Network, s vllmpool.Spec, timeout time.Duration) (*Engine, *vllmpool.Engine, error) {
 	if nw != nil {
-		s.Host = "0.0.0.0"
+		s.Host = bindHost(nw)
 	}
 	s = s.Filled()
 	if s.DP != 1 || s.LoRA != "" {

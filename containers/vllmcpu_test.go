@@ -31,10 +31,11 @@ const envContainersLong = "KVEXACT_CONTAINERS"
 const vllmCPUKVBlocks = 256
 
 // runVLLMCPU runs the container fault scenarios against ONE real vLLM engine (the CPU build of the
-// pinned environment in the local image VLLMCPUImage, a tiny llama3 with dummy weights) behind the
-// gateway's container. The engine is certified by ctk first, so the gateway's rule is KV-exact
-// with engine binding. The scenarios run in order; those that start the engine again run only
-// with KVEXACT_CONTAINERS=long (make containers-long).
+// pinned environment in the local image VLLMCPUImage, a tiny llama3 with dummy weights) on a
+// bridge network of its own, and a simulated second endpoint of the same release and geometry,
+// behind the gateway's container. Both are certified by ctk first, so the gateway's rule is
+// KV-exact with engine binding. The scenarios run in order; those that start the engine again run
+// only with KVEXACT_CONTAINERS=long (make containers-long).
 func runVLLMCPU(t *testing.T, h *containers.Harness) {
 	env, err := vllmpool.Find()
 	switch {
