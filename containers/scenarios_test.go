@@ -585,6 +585,7 @@ func TestNetworkCut(t *testing.T) {
 	r0 := p.metric("kvexact_ingest_reconnects_total", lab(cutEP))
 	rp0 := p.metric("kvexact_ingest_replays_total", lab(cutEP, "outcome", "completed"))
 	cl0 := p.metric("kvexact_ingest_clears_total", lab(cutEP))
+	g0 := p.metric("kvexact_ingest_gaps_total", lab(cutEP))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -651,6 +652,9 @@ func TestNetworkCut(t *testing.T) {
 	}
 	healed = true
 	p.waitConnected(cutEP, r0+1)
+	// A live message right after the reconnect: had the reconnect not replayed what was missed,
+	// this one would reveal it as a gap (and a gap's replay would recover it later instead).
+	p.direct(cutEP, prompt("after-cut", 40))
 	p.eventually(30*time.Second, cutEP+"'s replay completed and the KV-exact hold lifted", func() (bool, string) {
 		rp := p.metric("kvexact_ingest_replays_total", lab(cutEP, "outcome", "completed"))
 		es, err := endpointStatus(p, cutEP)
@@ -661,8 +665,8 @@ func TestNetworkCut(t *testing.T) {
 		return rp > rp0 && len(h) == 0 && es.Exact.State == "eligible", fmt.Sprintf("completed replays %v→%v; %s", rp0, rp, why)
 	})
 	p.waitHealthy(cutEP)
-	if cl := p.metric("kvexact_ingest_clears_total", lab(cutEP)); cl != cl0 {
-		t.Fatalf("clears %v→%v across the cut: the replay should have recovered what was published meanwhile", cl0, cl)
+	if cl, g := p.metric("kvexact_ingest_clears_total", lab(cutEP)), p.metric("kvexact_ingest_gaps_total", lab(cutEP)); cl != cl0 || g != g0 {
+		t.Fatalf("clears %v→%v, gaps %v→%v across the cut: the reconnect's replay should have recovered what was published meanwhile before any live message", cl0, cl, g0, g)
 	}
 	// The stream's decode went on inside the cut namespace: what it stored arrives by the replay.
 	p.waitSynced(cutEP)
