@@ -96,16 +96,10 @@ demo-vllm: build tokenizers
 	./scripts/demo-vllm.sh
 
 # Container images of the project's own binaries: static (cgo hash core linked in) and FROM scratch,
-# since no base image can be pulled here. The container tests build the same images themselves.
+# since no base image can be pulled here; cmd/images builds them as the container tests do.
 IMAGES := $(CACHE)/images
 images:
-	mkdir -p $(IMAGES)
-	$(GO) build -ldflags '-s -w -linkmode external -extldflags "-static"' -o $(IMAGES)/ ./cmd/enginesim ./cmd/gateway ./cmd/ctk
-	cp /etc/ssl/certs/ca-certificates.crt $(IMAGES)/   # https hubs (tokenizers.hub) are verified against it
-	for b in enginesim gateway ctk; do \
-	  printf 'FROM scratch\nCOPY ca-certificates.crt /etc/ssl/certs/\nCOPY %s /%s\nENTRYPOINT ["/%s"]\n' $$b $$b $$b > $(IMAGES)/Dockerfile.$$b; \
-	  docker build -q -t kvexact/$$b:dev -f $(IMAGES)/Dockerfile.$$b $(IMAGES); \
-	done
+	$(GO) run ./cmd/images -out $(IMAGES) enginesim gateway ctk
 	./scripts/vllm-image.sh
 
 # The real-vLLM container scenarios that start the engine again (a kill, then a start; a graceful

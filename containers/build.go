@@ -16,12 +16,31 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 )
 
-// Image tags of the project's own binaries.
+// Image tags of the project's own binaries (ImageOf their command).
 const (
 	EngineSimImage = "kvexact/enginesim:dev"
 	GatewayImage   = "kvexact/gateway:dev"
 	CTKImage       = "kvexact/ctk:dev"
 )
+
+// ImageOf is the tag of a command's image: kvexact/<command>:dev.
+func ImageOf(cmd string) string { return "kvexact/" + cmd + ":dev" }
+
+// BuildImages builds the commands statically into out (BuildBinaries) and each one's FROM scratch
+// image, tagged ImageOf(command) (BuildImage). It is the one way the images are made: the container
+// tests call it, and so does make images (cmd/images). It returns the binaries' paths.
+func (h *Harness) BuildImages(ctx context.Context, root, out string, cmds ...string) (map[string]string, error) {
+	bins, err := BuildBinaries(ctx, root, out, cmds...)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		if err := h.BuildImage(ctx, ImageOf(c), bins[c]); err != nil {
+			return nil, err
+		}
+	}
+	return bins, nil
+}
 
 // ModuleRoot returns the directory of the kvexact go.mod, from the current directory upwards.
 func ModuleRoot() (string, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
@@ -105,6 +106,22 @@ func (h *Harness) Reap(ctx context.Context) (int, error) {
 		}
 		n++
 	}
+	// Then the networks of dead owners (a network with containers left cannot be removed).
+	nets, err := h.cli.NetworkList(ctx, client.NetworkListOptions{Filters: client.Filters{}.Add("label", LabelHarness)})
+	if err != nil {
+		return n, fmt.Errorf("reap: list networks: %w", err)
+	}
+	for _, nw := range nets.Items {
+		if nw.Labels[LabelHost] != host {
+			continue
+		}
+		if pid, err := strconv.Atoi(nw.Labels[LabelOwner]); err == nil && pid > 0 && processAlive(pid) {
+			continue
+		}
+		if _, err := h.cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil {
+			return n, fmt.Errorf("reap: remove network %s: %w", nw.Name, err)
+		}
+	}
 	return n, nil
 }
 
@@ -137,6 +154,11 @@ type Spec struct {
 	Mounts []Mount
 	// Security is the process's identity and confinement (zero: the image's user, Docker's defaults).
 	Security Security
+	// Network runs the container on that bridge network instead of the host's (nil), with the
+	// Publish ports published on the host's 127.0.0.1 under the same numbers: its link can then be
+	// cut (Container.Disconnect). The process must listen on every interface of its namespace.
+	Network *Network
+	Publish []int
 }
 
 // Mount is one bind mount.
@@ -170,8 +192,16 @@ type Container struct {
 	onTerminate func()
 }
 
-// Start creates and starts a container on the host's network and waits for its ready line.
+// Start creates and starts a container on the host's network (or the spec's own) and waits for
+// its ready line.
 func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
+	exposed, published, err := publish(s.Publish)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Publish) > 0 && s.Network == nil {
+		return nil, fmt.Errorf("start %s: ports are published only from a network of the container's own", s.Name)
+	}
 	if s.ReadyTimeout == 0 {
 		s.ReadyTimeout = 30 * time.Second
 	}
@@ -180,12 +210,13 @@ func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
 	}
 	name := fmt.Sprintf("kvexact-%s-%s-%d-%d", s.Role, s.Name, os.Getpid(), h.seq.Add(1))
 	req := testcontainers.ContainerRequest{
-		Image:      s.Image,
-		Entrypoint: s.Entrypoint,
-		Name:       name,
-		Cmd:        s.Args,
-		Env:        s.Env,
-		User:       s.Security.User,
+		Image:        s.Image,
+		ExposedPorts: exposed,
+		Entrypoint:   s.Entrypoint,
+		Name:         name,
+		Cmd:          s.Args,
+		Env:          s.Env,
+		User:         s.Security.User,
 		Labels: map[string]string{
 			LabelHarness: "containers",
 			LabelOwner:   strconv.Itoa(os.Getpid()),
@@ -194,6 +225,10 @@ func (h *Harness) Start(ctx context.Context, s Spec) (*Container, error) {
 		},
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.NetworkMode = "host"
+			if s.Network != nil {
+				hc.NetworkMode = container.NetworkMode(s.Network.Name)
+				hc.PortBindings = published
+			}
 			for host, ctr := range s.Binds {
 				hc.Binds = append(hc.Binds, host+":"+ctr+":ro")
 			}
@@ -414,4 +449,14 @@ func (c *Container) Terminate(ctx context.Context) error {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+// Exec runs cmd inside the container (docker exec) and returns its exit code and combined output.
+func (c *Container) Exec(ctx context.Context, cmd ...string) (int, string, error) {
+	code, r, err := c.c.Exec(ctx, cmd, tcexec.Multiplexed())
+	if err != nil {
+		return 0, "", fmt.Errorf("exec in %s: %w", c.Name, err)
+	}
+	out, err := io.ReadAll(r)
+	return code, string(out), err
 }

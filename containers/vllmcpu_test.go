@@ -2,11 +2,13 @@ package containers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/kvexact/kvexact/containers"
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/rules"
 )
 
@@ -28,10 +31,11 @@ const envContainersLong = "KVEXACT_CONTAINERS"
 const vllmCPUKVBlocks = 256
 
 // runVLLMCPU runs the container fault scenarios against ONE real vLLM engine (the CPU build of the
-// pinned environment in the local image VLLMCPUImage, a tiny llama3 with dummy weights) behind the
-// gateway's container. The engine is certified by ctk first, so the gateway's rule is KV-exact
-// with engine binding. The scenarios run in order; those that start the engine again run only
-// with KVEXACT_CONTAINERS=long (make containers-long).
+// pinned environment in the local image VLLMCPUImage, a tiny llama3 with dummy weights) on a
+// bridge network of its own, and a simulated second endpoint of the same release and geometry,
+// behind the gateway's container. Both are certified by ctk first, so the gateway's rule is
+// KV-exact with engine binding. The scenarios run in order; those that start the engine again run
+// only with KVEXACT_CONTAINERS=long (make containers-long).
 func runVLLMCPU(t *testing.T, h *containers.Harness) {
 	env, err := vllmpool.Find()
 	switch {
@@ -60,8 +64,19 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 		t.Fatal(err)
 	}
 	s := seed
+	// The engine has a network of its own (ports published on the host's 127.0.0.1), so that its
+	// link can be cut; removed after the containers (cleanups run last in, first out).
+	nw, err := h.CreateNetwork(ctx, "vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Remove(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	start := time.Now()
-	e, desc, err := h.StartVLLMCPU(ctx, env, vllmpool.Spec{Name: "E0", Model: model, Seed: &s, KVBlocks: vllmCPUKVBlocks}, 8*time.Minute)
+	e, desc, err := h.StartVLLMCPU(ctx, env, nw, vllmpool.Spec{Name: "E0", Model: model, Seed: &s, KVBlocks: vllmCPUKVBlocks}, 8*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +85,20 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 	t.Cleanup(p.terminate)
 	// Runs before terminate: the engine core's traceback is far above the tail terminate shows.
 	t.Cleanup(func() { keepEngineLog(t, e) })
+	// The second endpoint, where requests go while E0 is cut off or dead: the simulator of the same
+	// release and geometry on the host's network, certified with E0 by the same ctk run.
+	sim, err := h.StartEngineSim(ctx, containers.EngineSimSpec{Endpoint: "S1", Family: "vllm", Release: vllmpool.Release, Model: m,
+		TokenizerRoot: dir, Seed: &s, Replay: true, Args: []string{"--block-size", fmt.Sprint(vllmpool.BlockSize), "--algo", "sha256",
+			"--topic", "kv", "--capacity", fmt.Sprint(vllmCPUKVBlocks), "--decode-per-token", "1ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.engines["S1"], p.names = sim, append(p.names, "S1")
+	simDesc := vllmpool.Describe(vllmpool.Spec{Name: "S1", Model: model, Port: sim.HTTPPort, EventsPort: sim.ZMQPort, ReplayPort: sim.ReplayPort}.Filled())
 
 	prof := vllmpool.Profile{Model: m, Tokenizer: model, Seed: &s}
-	cp, err := vllmpool.Pool(prof, []*vllmpool.Engine{desc})
+	descs := []*vllmpool.Engine{desc, simDesc}
+	cp, err := vllmpool.Pool(prof, descs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +125,11 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No cold-start seeding: every KV-exact hit goes to its holder, so receipts are exact.
+	rule, noSeeding := vllmpool.Rule(ruleName, prof, descs), 0
+	rule.LoadLaw.ColdStartSeedN = &noSeeding
 	cfg := rules.Config{Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), Admin: rules.Admin{Listen: fmt.Sprintf("127.0.0.1:%d", ports[1]), Token: adminToken},
-		DebugHeader: true, Tokenizers: rules.Tokenizers{Root: containers.TokenizersMount}, Rules: []rules.Rule{vllmpool.Rule(ruleName, prof, []*vllmpool.Engine{desc})}}
+		DebugHeader: true, Tokenizers: rules.Tokenizers{Root: containers.TokenizersMount}, Rules: []rules.Rule{rule}}
 	cb, err := yaml.Marshal(&cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +138,7 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 		t.Fatal(err)
 	}
 	p.waitConnected("E0", 0)
+	p.waitConnected("S1", 0)
 
 	scenarios := []struct {
 		name string
@@ -119,6 +149,7 @@ func runVLLMCPU(t *testing.T, h *containers.Harness) {
 		{"gateway_paused_briefly", false, scVLLMGatewayPaused},
 		{"gateway_restart_replays", false, scVLLMGatewayRestart},
 		{"all_blocks_cleared", false, scVLLMCacheReset},
+		{"network_cut", false, scVLLMNetworkCut},
 		{"engine_killed_mid_stream", false, scVLLMKilledMidStream},
 		{"engine_started_after_kill", true, scVLLMStartedAfterKill},
 		{"engine_restart", true, scVLLMRestart},
@@ -299,8 +330,8 @@ func scVLLMCacheReset(p *pool) {
 }
 
 // scVLLMKilledMidStream: SIGKILL of the engine while it streams. The client's stream ends at once
-// with an SSE error event, never a hang; the gateway loses its event subscription and, with its only
-// endpoint dead, answers the next request with an error status at once.
+// with an SSE error event, never a hang; the gateway loses its event subscription and serves the
+// dead engine's prompt on the other endpoint.
 func scVLLMKilledMidStream(p *pool) {
 	text := prompt("vllm-stream", 60)
 	realDirect(p.t, p, "E0", text)
@@ -344,12 +375,8 @@ func scVLLMKilledMidStream(p *pool) {
 		c := p.metric("kvexact_ingest_connected", lab("E0"))
 		return c == 0, fmt.Sprintf("connected=%v", c)
 	})
-	c, err := containers.Complete(p.ctx(), p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 1})
-	if err != nil {
-		p.t.Fatalf("request after the kill: %v (want an error status, not a transport failure)", err)
-	}
-	if c.Status/100 != 5 {
-		p.t.Fatalf("request after the kill: status %d, want 5xx (the only endpoint is dead): %s", c.Status, c.Body)
+	if c := vllmSend(p, text, 1); c.Endpoint != "S1" {
+		p.t.Fatalf("the dead engine's prompt after the kill: served by %s, want S1 (E0 is dead)", c.Endpoint)
 	}
 }
 
@@ -400,5 +427,192 @@ func vllmRestarted(p *pool, restart func(context.Context, *containers.Engine) er
 	})
 	if c := vllmSend(p, fresh, 2); c.Endpoint != "E0" || c.CachedTokens == 0 {
 		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want E0 with a hit", c.Endpoint, c.CachedTokens)
+	}
+}
+
+// endpointStatus is ep's entry in the gateway's status.
+func endpointStatus(p *pool, ep string) (gateway.EndpointStatus, error) {
+	st, err := p.gw.Status(p.ctx())
+	if err != nil {
+		return gateway.EndpointStatus{}, err
+	}
+	for _, r := range st.Rules {
+		for _, e := range r.Endpoints {
+			if e.Name == ep {
+				return e, nil
+			}
+		}
+	}
+	return gateway.EndpointStatus{}, fmt.Errorf("%s not in the gateway's status", ep)
+}
+
+// holds is the exactness holds of an endpoint's status, with their reasons.
+func holds(e gateway.EndpointStatus) (codes []string, reasons string) {
+	if e.Exact == nil {
+		return nil, "no exactness status"
+	}
+	return e.Exact.Holds, fmt.Sprintf("state %s, holds %v: %s", e.Exact.State, e.Exact.Holds, strings.Join(e.Exact.Reasons, "; "))
+}
+
+// scVLLMNetworkCut cuts E0's link for real (docker network disconnect: Docker stops forwarding its
+// published ports, so the gateway's connections to it close and new ones are refused, while vLLM
+// runs on with its sockets open) and heals it. Pinned: what a client sees for the requests in
+// flight at the cut (a stream ends with an SSE error event; a request still waiting for its
+// response headers is sent again to S1 and answered there); that the gateway loses the event
+// stream, holds E0 from KV-exact (events_unsynced, with the reason), excludes it once its requests
+// and probes fail, and routes E0's prompts to S1; that after the heal it reconnects, replays what
+// vLLM published meanwhile (a prompt vLLM served inside its own namespace during the cut), lifts
+// the hold without a clear (the replay holds the last message applied: ingest.Config's
+// ClearUnreplayed does not fire), and that predicted = realized cached tokens for the old prompt
+// and the one served during the cut.
+func scVLLMNetworkCut(p *pool) {
+	e0 := p.engines["E0"]
+	text := prompt("vllm-cut-before", 120)
+	realDirect(p.t, p, "E0", text)
+	fullyKnown(p, "E0", text)
+	r0 := p.metric("kvexact_ingest_reconnects_total", lab("E0"))
+	rp0 := p.metric("kvexact_ingest_replays_total", lab("E0", "outcome", "completed"))
+	cl0 := p.metric("kvexact_ingest_clears_total", lab("E0"))
+	g0 := p.metric("kvexact_ingest_gaps_total", lab("E0"))
+
+	// In flight at the cut: a stream that has sent its first chunk, and a request whose response
+	// (vLLM answers a non-streamed completion in one piece at the end) has not begun.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st, err := containers.OpenStream(ctx, p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 1500})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Status != http.StatusOK || st.Endpoint != "E0" {
+		p.t.Fatalf("stream: status %d, receipt %q, want 200 from E0", st.Status, st.Endpoint)
+	}
+	if _, err := st.Next(); err != nil {
+		p.t.Fatalf("first chunk: %v", err)
+	}
+	waiting := make(chan *containers.Completion, 1)
+	go func() {
+		c, err := containers.Complete(ctx, p.http, p.gw.URL(), containers.CompletionRequest{Model: p.model, Prompt: text, MaxTokens: 1500})
+		if err != nil {
+			c = &containers.Completion{Body: "transport error: " + err.Error()}
+		}
+		waiting <- c
+	}()
+	p.eventually(30*time.Second, "both requests in flight on E0", func() (bool, string) {
+		e, err := endpointStatus(p, "E0")
+		return err == nil && e.Active == 2, fmt.Sprintf("active %d (%v)", e.Active, err)
+	})
+
+	if err := e0.Disconnect(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	cut := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			e0.Connect(context.Background())
+		}
+	}()
+	var last string
+	for {
+		d, err := st.Next()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.t.Fatal("the stream in flight at the cut ended only by the client deadline: a hang")
+			}
+			if errors.Is(err, containers.ErrStreamDone) {
+				p.t.Fatalf("the stream in flight at the cut completed normally; last %.120q", last)
+			}
+			break
+		}
+		last = d
+	}
+	if !strings.Contains(last, `"error"`) || !strings.Contains(last, "E0") {
+		p.t.Fatalf("the stream in flight at the cut ended without an error event naming E0; last %.160q", last)
+	}
+	p.t.Logf("stream in flight: ended %s after the cut: %.120q", time.Since(cut).Round(time.Millisecond), last)
+
+	// The gateway notices: the event stream is down, KV-exact holds E0 with the reason.
+	p.eventually(30*time.Second, "E0's event stream down and E0 held from KV-exact", func() (bool, string) {
+		c := p.metric("kvexact_ingest_connected", lab("E0"))
+		e, err := endpointStatus(p, "E0")
+		if err != nil {
+			return false, err.Error()
+		}
+		h, why := holds(e)
+		return c == 0 && slices.Contains(h, "events_unsynced"), fmt.Sprintf("connected=%v; %s", c, why)
+	})
+	p.t.Logf("event stream down and E0 held %s after the cut", time.Since(cut).Round(time.Millisecond))
+	// Nothing is predicted on E0 though its inventory still holds the prompt; the prompt goes to S1.
+	if d := p.explain(text); d.Target == "E0" || d.Tier == "kv-exact" && d.Target != "S1" {
+		p.t.Fatalf("explain during the cut: %+v, want no KV-exact pick of E0", d)
+	}
+	for i := range 3 {
+		if c := vllmSend(p, text, 1); c.Endpoint != "S1" {
+			p.t.Fatalf("request %d during the cut served by %s, want S1", i, c.Endpoint)
+		}
+	}
+	// The HTTP failures (requests refused, probes failing) exclude E0 with the reason.
+	var excluded string
+	p.eventually(60*time.Second, "E0 excluded from routing", func() (bool, string) {
+		e, err := endpointStatus(p, "E0")
+		excluded = e.Excluded
+		return err == nil && e.Excluded != "", fmt.Sprintf("excluded=%q breaker=%q (%v)", e.Excluded, e.Breaker, err)
+	})
+	p.t.Logf("E0 excluded (%s) %s after the cut", excluded, time.Since(cut).Round(time.Millisecond))
+	w := <-waiting
+	if w.Status != http.StatusOK || w.Endpoint != "S1" {
+		p.t.Fatalf("the request waiting for its response at the cut: status %d, receipt %q, want 200 from S1: %.200s", w.Status, w.Endpoint, w.Body)
+	}
+	p.t.Logf("request in flight: answered by S1 %s after the cut", time.Since(cut).Round(time.Millisecond))
+
+	// The engine serves on: a client inside its own namespace (the cut does not separate them)
+	// sends a prompt whose blocks vLLM publishes while no subscriber can receive them.
+	during := prompt("vllm-cut-during", 120)
+	body, err := json.Marshal(map[string]any{"model": p.model, "prompt": during, "max_tokens": 4})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	post := fmt.Sprintf(`import sys, urllib.request
+r = urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:%d/v1/completions", data=sys.argv[1].encode(), headers={"Content-Type": "application/json"}), timeout=120)
+print(r.status)`, e0.HTTPPort)
+	if code, out, err := e0.Exec(p.ctx(), "/usr/bin/python3", "-c", post, string(body)); err != nil || code != 0 || !strings.Contains(out, "200") {
+		p.t.Fatalf("completion inside E0's namespace during the cut: exit %d, %v: %s", code, err, out)
+	}
+
+	if err := e0.Connect(p.ctx()); err != nil {
+		p.t.Fatal(err)
+	}
+	healed = true
+	heal := time.Now()
+	p.waitConnected("E0", r0+1)
+	p.eventually(60*time.Second, "E0's replay completed and the KV-exact hold lifted", func() (bool, string) {
+		rp := p.metric("kvexact_ingest_replays_total", lab("E0", "outcome", "completed"))
+		e, err := endpointStatus(p, "E0")
+		if err != nil {
+			return false, err.Error()
+		}
+		h, why := holds(e)
+		return rp > rp0 && len(h) == 0 && e.Exact.State == "eligible", fmt.Sprintf("completed replays %v→%v; %s", rp0, rp, why)
+	})
+	p.t.Logf("reconnected, replayed and eligible %s after the heal", time.Since(heal).Round(time.Millisecond))
+	p.waitHealthy("E0")
+	// The reconnect itself replayed what vLLM published during the cut: no live message showed a
+	// gap (the stream's decode goes on inside the cut namespace and publishes after the heal, so
+	// without that replay the next live message would, and its gap's replay recover it later).
+	if cl, g := p.metric("kvexact_ingest_clears_total", lab("E0")), p.metric("kvexact_ingest_gaps_total", lab("E0")); cl != cl0 || g != g0 {
+		p.t.Fatalf("clears %v→%v, gaps %v→%v across the cut: the reconnect's replay should have recovered what was published meanwhile before any live message", cl0, cl, g0, g)
+	}
+	// Exact again: both prompts credited with what the engine reports cached, routed KV-exact to
+	// E0, and the engine's cached_tokens equal the prediction.
+	for _, tx := range []string{during, text} {
+		d := fullyKnown(p, "E0", tx)
+		if d.Tier != "kv-exact" || d.Target != "E0" {
+			p.t.Fatalf("explain after the heal: %+v, want kv-exact to E0", d)
+		}
+		c := vllmSend(p, tx, 1)
+		if c.Endpoint != "E0" || c.CachedTokens != d.Score*vllmpool.BlockSize {
+			p.t.Fatalf("after the heal: served by %s with %d cached tokens, want E0 with the predicted %d", c.Endpoint, c.CachedTokens, d.Score*vllmpool.BlockSize)
+		}
 	}
 }

@@ -14,7 +14,7 @@ func TestServerCommand(t *testing.T) {
 	s := Spec{Name: "e", Model: "/m/llama3", Port: 41000, EventsPort: 41001, ReplayPort: 41002, KVBlocks: 96}.Filled()
 	args := ServerArgs(s)
 	joined := strings.Join(args, " ")
-	for _, want := range []string{"--port 41000", "--served-model-name llama3", "--block-size 32", "--prefix-caching-hash-algo sha256",
+	for _, want := range []string{"--host 127.0.0.1 --port 41000", "--served-model-name llama3", "--block-size 32", "--prefix-caching-hash-algo sha256",
 		`"endpoint":"tcp://*:41001"`, `"replay_endpoint":"tcp://127.0.0.1:41002"`, "--num-gpu-blocks-override 96"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("server args lack %q: %s", want, joined)
@@ -23,6 +23,13 @@ func TestServerCommand(t *testing.T) {
 	d := Describe(s)
 	if d.URL != "http://127.0.0.1:41000" || !slices.Equal(d.Publish, []string{"tcp://127.0.0.1:41001"}) || !slices.Equal(d.Replay, []string{"tcp://127.0.0.1:41002"}) {
 		t.Errorf("describe: %s %v %v", d.URL, d.Publish, d.Replay)
+	}
+	// A container on its own network binds every interface of its namespace; the gateway still
+	// dials 127.0.0.1, where Docker publishes the ports.
+	all := s
+	all.Host = "0.0.0.0"
+	if j := strings.Join(ServerArgs(all), " "); !strings.Contains(j, "--host 0.0.0.0 ") || !strings.Contains(j, `"replay_endpoint":"tcp://0.0.0.0:41002"`) || Describe(all).URL != d.URL {
+		t.Errorf("host 0.0.0.0: %s; describe %s", j, Describe(all).URL)
 	}
 	s.NoEvents = true
 	if strings.Contains(strings.Join(ServerArgs(s), " "), "--kv-events-config") || Describe(s).Publish != nil {

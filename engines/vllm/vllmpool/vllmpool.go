@@ -111,6 +111,10 @@ type Spec struct {
 	// Port, EventsPort, ReplayPort: 0 picks free ports. With DP > 1 the events and replay ports
 	// of rank r are port + r (vLLM's offset rule).
 	Port, EventsPort, ReplayPort int
+	// Host is the address the OpenAI server and the replay socket bind (default 127.0.0.1). A
+	// container on a network of its own binds 0.0.0.0 there: the host reaches it only through the
+	// ports Docker publishes on the host's 127.0.0.1 (containers.StartVLLMCPU).
+	Host string
 	// NoEvents turns the KV event publisher off.
 	NoEvents bool
 	// BlockSize (default BlockSize) and HashAlgo (default sha256).
@@ -184,6 +188,9 @@ func (s Spec) Filled() Spec {
 	if s.ServedModel == "" {
 		s.ServedModel = filepath.Base(s.Model)
 	}
+	if s.Host == "" {
+		s.Host = "127.0.0.1"
+	}
 	return s
 }
 
@@ -247,12 +254,12 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 }
 
 // ServerArgs is the interpreter's command line of the engine s (after the python executable): the
-// OpenAI server on 127.0.0.1:Port with dummy weights, prefix caching and, unless NoEvents, the KV
-// event publisher and replay socket. Ports, BlockSize, HashAlgo, DP and ServedModel must be set
+// OpenAI server on Host:Port with dummy weights, prefix caching and, unless NoEvents, the KV
+// event publisher and replay socket. Ports, Host, BlockSize, HashAlgo, DP and ServedModel must be set
 // (Start fills them); a container runs the same line (containers.StartVLLMCPU).
 func ServerArgs(s Spec) []string {
 	args := []string{"-m", "vllm.entrypoints.openai.api_server", "--model", s.Model, "--served-model-name", s.ServedModel,
-		"--host", "127.0.0.1", "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
+		"--host", s.Host, "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
 		"--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16", "--block-size", strconv.Itoa(s.BlockSize),
 		"--enable-prefix-caching", "--prefix-caching-hash-algo", s.HashAlgo, "--enable-prompt-tokens-details",
 		"--disable-uvicorn-access-log"}
@@ -260,8 +267,8 @@ func ServerArgs(s Spec) []string {
 		// vLLM's publisher binds only a wildcard or ipc endpoint; with a host it connects instead
 		// (the gateway connects too, so nothing would meet). The replay socket always binds.
 		args = append(args, "--kv-events-config", fmt.Sprintf(
-			`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv"}`,
-			s.EventsPort, s.ReplayPort))
+			`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:%d","replay_endpoint":"tcp://%s:%d","topic":"kv"}`,
+			s.EventsPort, s.Host, s.ReplayPort))
 	}
 	if s.KVBlocks > 0 {
 		args = append(args, "--num-gpu-blocks-override", strconv.Itoa(s.KVBlocks))
