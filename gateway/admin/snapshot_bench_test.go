@@ -21,7 +21,9 @@ type snapshotBackend struct {
 
 func (b snapshotBackend) Registry() *prometheus.Registry { return prometheus.NewRegistry() }
 
-func (b snapshotBackend) EndpointSnapshot(rule, endpoint string, w io.Writer) error { return b.s.Encode(w) }
+func (b snapshotBackend) EndpointSnapshot(rule, endpoint string, w io.Writer) error {
+	return b.s.Encode(w)
+}
 
 // peakWriter discards the body and samples the live heap at every write: the high-water mark of
 // what serving the snapshot holds beyond the snapshot itself.

@@ -1,8 +1,8 @@
 package inventory
 
 import (
-	"slices"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
