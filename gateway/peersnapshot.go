@@ -34,7 +34,8 @@ type PeerSnapshot struct {
 }
 
 // Peer snapshot limits' defaults. 1 GiB holds about 20M resident keys under the router binding
-// and the presence rule (12 + 16 + 21 bytes per key), about 80M under the engine binding.
+// and the presence rule (16 + 16 + 21 bytes per key), about 67M under the engine binding; a lower
+// tier's keys take 16 bytes each, plus 21 under the router binding.
 const (
 	DefaultPeerSnapshotMaxBytes = 1 << 30
 	DefaultPeerSnapshotTimeout  = 60 * time.Second

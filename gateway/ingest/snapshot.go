@@ -396,9 +396,11 @@ func (sr *snapReader) mapped(prefix string) ([]MappedEntry, []uint64, error) {
 	return mapped, suppressed, nil
 }
 
-// DecodeSnapshot reads one snapshot. Any flaw (truncation, a wrong type, a count over its bound, a
-// zero count, a duplicate or unsorted record, trailing bytes, a checksum that does not match) is
-// an error naming the field and the byte offset; nothing of a flawed snapshot is returned.
+// DecodeSnapshot reads one snapshot. Any flaw (another layout version, truncation, a wrong type,
+// a count over its bound, a zero count, a duplicate or unsorted record, ages that are not each of
+// 0..n-1 once, a tier that is not a lower tier or out of order, trailing bytes, a checksum that
+// does not match) is an error naming the field and the byte offset; nothing of a flawed snapshot
+// is returned.
 func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	sr := &snapReader{data: data, r: bytes.NewReader(data)}
 	sr.d = msgpack.NewDecoder(sr.r)
