@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/ingest"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -33,7 +34,8 @@ type PeerSnapshot struct {
 }
 
 // Peer snapshot limits' defaults. 1 GiB holds about 20M resident keys under the router binding
-// and the presence rule (12 + 16 + 21 bytes per key), about 80M under the engine binding.
+// and the presence rule (16 + 16 + 21 bytes per key), about 67M under the engine binding; a lower
+// tier's keys take 16 bytes each, plus 21 under the router binding.
 const (
 	DefaultPeerSnapshotMaxBytes = 1 << 30
 	DefaultPeerSnapshotTimeout  = 60 * time.Second
@@ -116,9 +118,10 @@ func (g *Gateway) seedFrom(rule string, e rules.Endpoint) func(context.Context) 
 // another gateway, not an engine).
 func (g *Gateway) peerClient() *http.Client { return &http.Client{} }
 
-// EndpointSnapshot writes the endpoint's snapshot, taken while its events are not applied. It
-// refuses (409) an endpoint this replica is not synchronized with right now: a peer must not
-// start from a view this replica itself does not trust.
+// EndpointSnapshot writes the endpoint's snapshot, taken while its events are not applied, and
+// streams its encoding to w (an error before the first write is the answer's status). It refuses
+// (409) an endpoint this replica is not synchronized with right now: a peer must not start from a
+// view this replica itself does not trust.
 func (g *Gateway) EndpointSnapshot(rule, endpoint string, w io.Writer) error {
 	rt, ok := g.runtime(rule)
 	if !ok {
@@ -143,7 +146,17 @@ func (g *Gateway) EndpointSnapshot(rule, endpoint string, w io.Writer) error {
 	if !ok {
 		return &statusError{http.StatusConflict, fmt.Errorf("endpoint %q has no event source that can be snapshot", endpoint)}
 	}
-	s, err := sn.Snapshot(func() []inventory.KeyCount { return rt.index.Snapshot(id) })
+	s, err := sn.Snapshot(func(t engines.Tier) []inventory.KeyCount {
+		if t == engines.TierGPU {
+			return rt.index.Aged(id)
+		}
+		for _, l := range rt.lower {
+			if l.Tier == t {
+				return l.Index.Aged(id)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return &statusError{http.StatusConflict, err}
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/internal/promtest"
@@ -44,7 +45,7 @@ func (l *lockedBuffer) String() string {
 // offset), still becomes ready from replay, and holds less.
 func TestE2EReplicaSeedsFromPeerSnapshot(t *testing.T) {
 	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, replay: true,
-		simMod: func(i int, c *sim.Config) { c.ReplayBuffer = 2 },
+		simMod: func(i int, c *sim.Config) { c.ReplayBuffer, c.OffloadBlocks = 2, 4096 },
 		gwMod:  func(o *gateway.Options) { o.EventReplayTimeout = 500 * time.Millisecond }})
 	ds := docs(6)
 	home := map[int]string{}
@@ -71,13 +72,16 @@ func TestE2EReplicaSeedsFromPeerSnapshot(t *testing.T) {
 	outcome := func(r *pool, ep, o string) float64 {
 		return promtest.Value(t, r.reg, "kvexact_ingest_snapshots_total", map[string]string{"rule": "pool", "endpoint": ep, "outcome": o})
 	}
+	// same: every tier of every endpoint holds the peer's keys, in the peer's age order (the
+	// order the capacity cap retires them in).
 	same := func(r *pool) bool {
 		for _, s := range p.sims {
 			ep := s.Config().Endpoint
-			a, _ := p.g.Inventory("pool", ep)
-			b, _ := r.g.Inventory("pool", ep)
-			if !slices.Equal(sortedKeys(a), sortedKeys(b)) {
-				return false
+			for _, tier := range []engines.Tier{engines.TierGPU, engines.TierCPU} {
+				a, b := p.g.TierAged("pool", ep, tier), r.g.TierAged("pool", ep, tier)
+				if len(a) == 0 || !slices.Equal(a, b) {
+					return false
+				}
 			}
 		}
 		return true

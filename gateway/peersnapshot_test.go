@@ -42,7 +42,7 @@ func TestPeerSnapshotCheck(t *testing.T) {
 // with and without a Content-Length, and the timeout.
 func TestPeerSnapshotFetchLimits(t *testing.T) {
 	s := &ingest.Snapshot{Rule: "r", Endpoint: "e0", Family: "vllm", Binding: ingest.BindingEngine,
-		Ranks: []ingest.RankSeq{{Seq: 3}}, Keys: []ingest.SnapshotKey{{Key: 1, Count: 1}, {Key: 2, Count: 1}}}
+		Ranks: []ingest.RankSeq{{Seq: 3}}, Keys: []ingest.SnapshotKey{{Key: 1, Count: 1}, {Key: 2, Count: 1, Age: 1}}}
 	var buf bytes.Buffer
 	if err := s.Encode(&buf); err != nil {
 		t.Fatal(err)

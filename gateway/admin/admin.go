@@ -4,7 +4,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -154,20 +153,20 @@ func Handler(b Backend, token string) http.Handler {
 	if sn, ok := b.(EndpointSnapshotter); ok {
 		// A peer replica starting fetches an endpoint's inventory snapshot (docs/replicas.md).
 		mux.HandleFunc("GET /admin/snapshot/{rule}/{endpoint}", func(w http.ResponseWriter, r *http.Request) {
-			var buf bytes.Buffer
-			if err := sn.EndpointSnapshot(r.PathValue("rule"), r.PathValue("endpoint"), &buf); err != nil {
+			sw := &snapshotWriter{w: w}
+			if err := sn.EndpointSnapshot(r.PathValue("rule"), r.PathValue("endpoint"), sw); err != nil {
+				if sw.started {
+					// The body is under way: cut it. The peer's decoder refuses a truncated
+					// snapshot (its checksum comes last).
+					panic(http.ErrAbortHandler)
+				}
 				var se interface{ StatusCode() int }
 				code := http.StatusInternalServerError
 				if errors.As(err, &se) {
 					code = se.StatusCode()
 				}
 				fail(w, code, err.Error())
-				return
 			}
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-			w.Header().Set("Cache-Control", "no-store")
-			w.Write(buf.Bytes())
 		})
 	}
 	if hc, ok := b.(ExactHoldClearer); ok {
@@ -194,6 +193,23 @@ func Handler(b Backend, token string) http.Handler {
 // status (404 for an unknown endpoint, 400 for a hold that only evidence lifts).
 type ExactHoldClearer interface {
 	ClearExactHold(rule, endpoint, hold string) (any, error)
+}
+
+// snapshotWriter streams a snapshot's encoding as the answer's body (chunked: its length is not
+// known before it is written), so the answer holds no copy of it; the headers go with the first
+// write.
+type snapshotWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *snapshotWriter) Write(p []byte) (int, error) {
+	if !s.started {
+		s.started = true
+		s.w.Header().Set("Content-Type", "application/octet-stream")
+		s.w.Header().Set("Cache-Control", "no-store")
+	}
+	return s.w.Write(p)
 }
 
 // EndpointSnapshotter is a Backend that can write an endpoint's inventory snapshot (GET

@@ -1,9 +1,13 @@
 package admin
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestRequireTokenScheme(t *testing.T) {
@@ -40,5 +44,49 @@ func TestRequireTokenScheme(t *testing.T) {
 	requireToken("", ok).ServeHTTP(w, r)
 	if w.Code != 401 {
 		t.Fatalf("empty token configured: %d", w.Code)
+	}
+}
+
+// failingSnapshot writes n bytes of a snapshot, then fails.
+type failingSnapshot struct {
+	Backend
+	n int
+}
+
+func (b failingSnapshot) Registry() *prometheus.Registry { return prometheus.NewRegistry() }
+func (b failingSnapshot) EndpointSnapshot(rule, endpoint string, w io.Writer) error {
+	if b.n > 0 {
+		if _, err := w.Write(make([]byte, b.n)); err != nil {
+			return err
+		}
+	}
+	return statusErr(http.StatusConflict)
+}
+
+type statusErr int
+
+func (e statusErr) Error() string   { return "endpoint not synchronized" }
+func (e statusErr) StatusCode() int { return int(e) }
+
+// TestSnapshotStreamErrors: a snapshot failing before its first byte answers with its status; one
+// failing after the body began is cut (the client sees an error, never a complete-looking body).
+func TestSnapshotStreamErrors(t *testing.T) {
+	for _, n := range []int{0, 100 << 10} {
+		srv := httptest.NewServer(Handler(failingSnapshot{n: n}, "t"))
+		req, _ := http.NewRequest("GET", srv.URL+"/admin/snapshot/r/e", nil)
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case n == 0 && (resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), "not synchronized")):
+			t.Errorf("failing at once: %s %q, want 409 naming why", resp.Status, body)
+		case n > 0 && (resp.StatusCode != http.StatusOK || err == nil || len(body) >= n+1):
+			t.Errorf("failing after %d bytes: %s, %d bytes, read error %v; want 200 and a cut body", n, resp.Status, len(body), err)
+		}
+		srv.Close()
 	}
 }

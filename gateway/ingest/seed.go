@@ -42,13 +42,14 @@ var ErrNoSnapshot = errors.New("ingest: no snapshot")
 
 // Snapshotter is a source that can snapshot its endpoint (the ZeroMQ source).
 type Snapshotter interface {
-	// Snapshot returns the endpoint's state at one instant. read returns the inventory's keys of
-	// the endpoint; it runs while no update is applied, so keys and sequences agree.
-	Snapshot(read func() []inventory.KeyCount) (*Snapshot, error)
+	// Snapshot returns the endpoint's state at one instant. read returns the endpoint's keys in a
+	// tier's inventory (the GPU's, and each lower tier's where Config.Tiers), oldest first
+	// (inventory.Index.Aged); it runs while no update is applied, so keys and sequences agree.
+	Snapshot(read func(engines.Tier) []inventory.KeyCount) (*Snapshot, error)
 }
 
 // Snapshot implements Snapshotter.
-func (z *zmqSource) Snapshot(read func() []inventory.KeyCount) (*Snapshot, error) {
+func (z *zmqSource) Snapshot(read func(engines.Tier) []inventory.KeyCount) (*Snapshot, error) {
 	p := z.p.Load()
 	if p == nil {
 		return nil, fmt.Errorf("%w: the endpoint's event source is not running", ErrNoSnapshot)
@@ -56,7 +57,7 @@ func (z *zmqSource) Snapshot(read func() []inventory.KeyCount) (*Snapshot, error
 	return p.snapshot(read)
 }
 
-func (p *pipeline) snapshot(read func() []inventory.KeyCount) (*Snapshot, error) {
+func (p *pipeline) snapshot(read func(engines.Tier) []inventory.KeyCount) (*Snapshot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n := len(p.cfg.Publish); n != 1 {
@@ -80,9 +81,7 @@ func (p *pipeline) snapshot(read func() []inventory.KeyCount) (*Snapshot, error)
 	for g, ix := range p.b.groups {
 		s.Groups = append(s.Groups, GroupIndexed{Group: g, Indexed: ix})
 	}
-	for _, kc := range read() {
-		s.Keys = append(s.Keys, SnapshotKey{Key: kc.Key, Count: uint32(kc.Count)})
-	}
+	s.Keys = snapshotKeys(read(engines.TierGPU))
 	if p.b.pres != nil {
 		for k, g := range p.b.pres.ranks[0] {
 			s.Presence = append(s.Presence, PresenceKey{Key: k, Groups: g})
@@ -93,7 +92,28 @@ func (p *pipeline) snapshot(read func() []inventory.KeyCount) (*Snapshot, error)
 			s.Mapped = append(s.Mapped, MappedEntry{EngineID: id, Key: e.Key, Refs: e.Refs, GPU: e.GPU})
 		}, func(id uint64) { s.Suppressed = append(s.Suppressed, id) })
 	}
+	for _, t := range engines.LowerTiers {
+		if !p.b.tiers {
+			break
+		}
+		ts := TierSnapshot{Tier: t, Keys: snapshotKeys(read(t))}
+		if km := p.b.tierKMs[t]; km != nil {
+			km.Rank(0).Each(func(id uint64, e engines.MappedKey) {
+				ts.Mapped = append(ts.Mapped, MappedEntry{EngineID: id, Key: e.Key, Refs: e.Refs, GPU: e.GPU})
+			}, func(id uint64) { ts.Suppressed = append(ts.Suppressed, id) })
+		}
+		s.Tiers = append(s.Tiers, ts)
+	}
 	return s, nil
+}
+
+// snapshotKeys are an inventory's keys, oldest first, as snapshot keys with their ages.
+func snapshotKeys(aged []inventory.KeyCount) []SnapshotKey {
+	keys := make([]SnapshotKey, len(aged))
+	for i, kc := range aged {
+		keys[i] = SnapshotKey{Key: kc.Key, Count: uint32(kc.Count), Age: uint32(i)}
+	}
+	return keys
 }
 
 // seed asks fetch for a snapshot and loads it into p when every rank's engine continues from it.
@@ -151,6 +171,13 @@ func (p *pipeline) mismatch(s *Snapshot, rrs []*rankRun) string {
 		return "the snapshot's presence state does not match the release's residency rule"
 	case p.b.router == nil && (len(s.Mapped) > 0 || len(s.Suppressed) > 0):
 		return "router-binding state in a snapshot for the engine binding"
+	case p.b.tiers != (len(s.Tiers) > 0):
+		return fmt.Sprintf("the snapshot carries %d lower tiers, the rule indexes lower tiers: %v", len(s.Tiers), p.b.tiers)
+	}
+	for _, t := range s.Tiers {
+		if p.b.router == nil && (len(t.Mapped) > 0 || len(t.Suppressed) > 0) {
+			return fmt.Sprintf("router-binding state of the %s tier in a snapshot for the engine binding", t.Tier)
+		}
 	}
 	for i, rr := range rrs {
 		if rr.replay == "" {
@@ -206,8 +233,9 @@ func (rr *rankRun) verify(ctx context.Context, want RankSeq) (payload []byte, ou
 }
 
 // load puts s into the pipeline's state (the endpoint was just cleared): the binder's groups, the
-// presence rule's and the router binding's state, and the inventory's keys, which pass to apply
-// directly (they are the result of the rules already).
+// presence rule's and the router binding's state, and each tier's keys, which pass to apply
+// directly (they are the result of the rules already), oldest first, so the capacity cap retires
+// them in the peer's order.
 func (p *pipeline) load(s *Snapshot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -231,15 +259,42 @@ func (p *pipeline) load(s *Snapshot) {
 			rk.Suppress(id)
 		}
 	}
+	p.loadKeys(engines.TierGPU, s.Keys)
+	for _, t := range s.Tiers {
+		if p.b.router != nil {
+			km := engines.NewKeyMap()
+			p.b.tierKMs[t.Tier] = km
+			rk := km.Rank(0)
+			for _, m := range t.Mapped {
+				rk.Load(m.EngineID, engines.MappedKey{Key: m.Key, Refs: m.Refs, GPU: m.GPU})
+			}
+			for _, id := range t.Suppressed {
+				rk.Suppress(id)
+			}
+		}
+		p.loadKeys(t.Tier, t.Keys)
+	}
+	for r := range s.Ranks {
+		p.applied[r] = appliedSeq{s.Ranks[r], true}
+	}
+}
+
+// loadKeys stores a tier's snapshot keys, oldest first, each as often as its count.
+func (p *pipeline) loadKeys(tier engines.Tier, snap []SnapshotKey) {
+	byAge := make([]uint32, len(snap)) // age → index in snap (the decoder checked the ages)
+	for i, k := range snap {
+		byAge[k.Age] = uint32(i)
+	}
 	const chunk = 4096
 	keys := make([]uint64, 0, chunk)
 	flush := func() {
 		if len(keys) > 0 {
-			p.b.apply(Update{Rank: 0, Op: OpStore, Keys: keys})
+			p.b.apply(Update{Rank: 0, Op: OpStore, Keys: keys, Tier: tier})
 			keys = keys[:0]
 		}
 	}
-	for _, k := range s.Keys {
+	for _, i := range byAge {
+		k := snap[i]
 		for range k.Count {
 			if keys = append(keys, k.Key); len(keys) == chunk {
 				flush()
@@ -247,7 +302,4 @@ func (p *pipeline) load(s *Snapshot) {
 		}
 	}
 	flush()
-	for r := range s.Ranks {
-		p.applied[r] = appliedSeq{s.Ranks[r], true}
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
 
@@ -113,7 +114,7 @@ func BenchmarkStartToSynchronized(b *testing.B) {
 	var hold time.Duration // the peer's pipeline lock held: its events wait meanwhile
 	snap := func() ([]byte, error) {
 		t0 := time.Now()
-		s, err := psrc.(Snapshotter).Snapshot(func() []inventory.KeyCount { return peerIdx.Snapshot(peerEP) })
+		s, err := psrc.(Snapshotter).Snapshot(func(engines.Tier) []inventory.KeyCount { return peerIdx.Aged(peerEP) })
 		hold += time.Since(t0)
 		if err != nil {
 			return nil, err

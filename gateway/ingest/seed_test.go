@@ -100,7 +100,7 @@ func (c seedCase) peer(t *testing.T) (*goPub, *harness, *Snapshot) {
 }
 
 func takeSnapshot(h *harness) (*Snapshot, error) {
-	return h.src.(Snapshotter).Snapshot(func() []inventory.KeyCount { return h.idx.Snapshot(h.ep) })
+	return h.src.(Snapshotter).Snapshot(func(engines.Tier) []inventory.KeyCount { return h.idx.Aged(h.ep) })
 }
 
 func waitSynced(t *testing.T, h *harness) {

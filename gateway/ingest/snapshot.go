@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -10,15 +11,18 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvexact/kvexact/engines"
 )
 
 // A Snapshot is one endpoint's event state as a replica holds it at one instant: the inventory's
-// keys with their copy counts, the binder's state that later events are read against (the KV-cache
-// groups learned, the presence rule's groups per key, the router binding's engine-id map), and,
-// per rank, the sequence of the last message applied with a digest of its payload. A replica
-// starting may load a peer's snapshot instead of replaying from 0, but only once the engine's own
-// replay shows that its stream continues from those sequences (seed.go): the snapshot is a
-// speed-up, never the source of truth.
+// keys with their copy counts and age order, the binder's state that later events are read against
+// (the KV-cache groups learned, the presence rule's groups per key, the router binding's engine-id
+// map), each indexed lower tier's residency with its own engine-id map, and, per rank, the
+// sequence of the last message applied with a digest of its payload. A replica starting may load a
+// peer's snapshot instead of replaying from 0, but only once the engine's own replay shows that its
+// stream continues from those sequences (seed.go): the snapshot is a speed-up, never the source of
+// truth.
 type Snapshot struct {
 	Rule, Endpoint string
 	Family         string
@@ -27,10 +31,22 @@ type Snapshot struct {
 	BlockSize      int
 	Ranks          []RankSeq
 	Groups         []GroupIndexed
-	Keys           []SnapshotKey // strictly increasing Key
+	Keys           []SnapshotKey // strictly increasing Key; the Ages are 0..len-1
 	Presence       []PresenceKey // rank 0's presence rule state; strictly increasing Key
 	Mapped         []MappedEntry // router binding, rank 0; strictly increasing EngineID
 	Suppressed     []uint64      // router binding, rank 0: engine ids not indexed; strictly increasing
+	// Tiers holds every lower tier where the rule indexes them (Config.Tiers), none otherwise;
+	// strictly increasing Tier.
+	Tiers []TierSnapshot
+}
+
+// TierSnapshot is one lower tier's residency: its keys (as Snapshot.Keys) and, under the router
+// binding, its own engine-id map (a tier's copy of a block has its own lifetime).
+type TierSnapshot struct {
+	Tier       engines.Tier
+	Keys       []SnapshotKey
+	Mapped     []MappedEntry
+	Suppressed []uint64
 }
 
 // RankSeq is the last message a rank applied: its sequence and the xxh3 of its payload. The digest
@@ -46,10 +62,13 @@ type GroupIndexed struct {
 	Indexed bool
 }
 
-// SnapshotKey is one resident key and its stored-copy count (at least 1).
+// SnapshotKey is one resident key, its stored-copy count (at least 1) and its age: its place in
+// the order the capacity cap retires keys (0 the oldest; inventory.Index.Aged), so a seeded replica
+// retires the same keys as its peer.
 type SnapshotKey struct {
 	Key   uint64
 	Count uint32
+	Age   uint32
 }
 
 // PresenceKey is one key under the presence rule and the bit set of the groups holding it (not 0).
@@ -65,10 +84,12 @@ type MappedEntry struct {
 	GPU           bool
 }
 
-// snapshotMagic opens every encoded snapshot; snapshotVersion is the layout below.
+// snapshotMagic opens every encoded snapshot; snapshotVersion is the layout below. Version 1
+// carried neither the keys' ages nor the lower tiers; it is refused (the replica rebuilds from
+// replay).
 const (
 	snapshotMagic   = "kvexact-inventory-snapshot"
-	snapshotVersion = 1
+	snapshotVersion = 2
 	// Bounds on the decoded counts (the byte size is bounded by the caller: SnapshotLimits).
 	maxSnapshotRanks  = 1024
 	maxSnapshotGroups = 4096
@@ -78,87 +99,123 @@ const (
 
 // Record sizes of the snapshot's binary columns (little-endian).
 const (
-	keyRecord      = 12 // key u64, count u32
+	keyRecord      = 16 // key u64, count u32, age u32
 	presenceRecord = 16 // key u64, groups u64
 	mappedRecord   = 21 // engine id u64, key u64, refs u32, gpu u8
 	idRecord       = 8  // engine id u64
 )
 
-// The encoded layout is one MessagePack array of 15 elements (the encoding the engines' own events
+// The encoded layout is one MessagePack array of 16 elements (the encoding the engines' own events
 // use, so no new format): magic, version, rule, endpoint, family, release, binding, block size,
-// ranks [[seq, digest]…], groups [[group, indexed]…], then four bin columns of fixed-size records
-// (keys, presence, mapped, suppressed), and last the xxh3 of every byte before it, so a corrupt
-// column is refused as a whole rather than loaded as wrong keys.
+// ranks [[seq, digest]…], groups [[group, indexed]…], four bin columns of fixed-size records
+// (keys, presence, mapped, suppressed), tiers [[tier, keys, mapped, suppressed]…] with the same
+// columns per lower tier, and last the xxh3 of every byte before it, so a corrupt column is
+// refused as a whole rather than loaded as wrong keys.
 var snapshotFields = [...]string{"magic", "version", "rule", "endpoint", "family", "release", "binding",
-	"block_size", "ranks", "groups", "keys", "presence", "mapped", "suppressed", "checksum"}
+	"block_size", "ranks", "groups", "keys", "presence", "mapped", "suppressed", "tiers", "checksum"}
 
-// Encode writes s in the snapshot layout. The columns are sorted here, so the decoder can refuse a
-// duplicate with one comparison per record.
+// hashWriter passes bytes on and hashes them: the checksum of a streamed snapshot.
+type hashWriter struct {
+	w io.Writer
+	h *xxh3.Hasher
+}
+
+func (hw hashWriter) Write(b []byte) (int, error) {
+	hw.h.Write(b)
+	return hw.w.Write(b)
+}
+
+// Encode writes s in the snapshot layout, streaming: it holds 64 KiB of the encoding at a time,
+// never the whole. The columns are sorted here, so the decoder can refuse a duplicate with one
+// comparison per record.
 func (s *Snapshot) Encode(w io.Writer) error {
-	slices.SortFunc(s.Keys, func(a, b SnapshotKey) int { return cmpU64(a.Key, b.Key) })
+	sortColumns(s.Keys, s.Mapped, s.Suppressed)
 	slices.SortFunc(s.Presence, func(a, b PresenceKey) int { return cmpU64(a.Key, b.Key) })
-	slices.SortFunc(s.Mapped, func(a, b MappedEntry) int { return cmpU64(a.EngineID, b.EngineID) })
-	slices.Sort(s.Suppressed)
-	var buf bytes.Buffer
-	buf.Grow(64 + len(s.Keys)*keyRecord + len(s.Presence)*presenceRecord + len(s.Mapped)*mappedRecord + len(s.Suppressed)*idRecord)
-	e := msgpack.NewEncoder(&buf)
-	try := func(err error) {
-		if err != nil {
-			panic(err) // bytes.Buffer writes do not fail; only a programming error gets here
-		}
+	slices.SortFunc(s.Tiers, func(a, b TierSnapshot) int { return int(a.Tier) - int(b.Tier) })
+	for _, t := range s.Tiers {
+		sortColumns(t.Keys, t.Mapped, t.Suppressed)
 	}
-	try(e.EncodeArrayLen(len(snapshotFields)))
-	try(e.EncodeString(snapshotMagic))
-	try(e.EncodeUint(snapshotVersion))
+	hw := hashWriter{w: w, h: xxh3.New()}
+	bw := bufio.NewWriterSize(hw, 64<<10)
+	// The encoder writes into bw, which keeps its first error and drops what follows: checked once
+	// at the flush.
+	e := msgpack.NewEncoder(bw)
+	_ = e.EncodeArrayLen(len(snapshotFields))
+	_ = e.EncodeString(snapshotMagic)
+	_ = e.EncodeUint(snapshotVersion)
 	for _, str := range []string{s.Rule, s.Endpoint, s.Family, s.Release, string(s.Binding)} {
-		try(e.EncodeString(str))
+		_ = e.EncodeString(str)
 	}
-	try(e.EncodeInt(int64(s.BlockSize)))
-	try(e.EncodeArrayLen(len(s.Ranks)))
+	_ = e.EncodeInt(int64(s.BlockSize))
+	_ = e.EncodeArrayLen(len(s.Ranks))
 	for _, r := range s.Ranks {
-		try(e.EncodeArrayLen(2))
-		try(e.EncodeUint(r.Seq))
-		try(e.EncodeUint(r.Digest))
+		_ = e.EncodeArrayLen(2)
+		_ = e.EncodeUint(r.Seq)
+		_ = e.EncodeUint(r.Digest)
 	}
-	try(e.EncodeArrayLen(len(s.Groups)))
+	_ = e.EncodeArrayLen(len(s.Groups))
 	for _, g := range s.Groups {
-		try(e.EncodeArrayLen(2))
-		try(e.EncodeInt(int64(g.Group)))
-		try(e.EncodeBool(g.Indexed))
+		_ = e.EncodeArrayLen(2)
+		_ = e.EncodeInt(int64(g.Group))
+		_ = e.EncodeBool(g.Indexed)
 	}
-	col := make([]byte, 0, max(len(s.Keys)*keyRecord, len(s.Presence)*presenceRecord, len(s.Mapped)*mappedRecord, len(s.Suppressed)*idRecord))
-	col = col[:0]
-	for _, k := range s.Keys {
-		col = binary.LittleEndian.AppendUint64(col, k.Key)
-		col = binary.LittleEndian.AppendUint32(col, k.Count)
-	}
-	try(e.EncodeBytes(col))
-	col = col[:0]
+	var rec [mappedRecord]byte
+	writeKeys(e, bw, s.Keys)
+	_ = e.EncodeBytesLen(len(s.Presence) * presenceRecord)
 	for _, p := range s.Presence {
-		col = binary.LittleEndian.AppendUint64(col, p.Key)
-		col = binary.LittleEndian.AppendUint64(col, p.Groups)
+		binary.LittleEndian.PutUint64(rec[:], p.Key)
+		binary.LittleEndian.PutUint64(rec[8:], p.Groups)
+		bw.Write(rec[:presenceRecord])
 	}
-	try(e.EncodeBytes(col))
-	col = col[:0]
-	for _, m := range s.Mapped {
-		col = binary.LittleEndian.AppendUint64(col, m.EngineID)
-		col = binary.LittleEndian.AppendUint64(col, m.Key)
-		col = binary.LittleEndian.AppendUint32(col, m.Refs)
-		g := byte(0)
+	writeMapped(e, bw, s.Mapped, s.Suppressed)
+	_ = e.EncodeArrayLen(len(s.Tiers))
+	for _, t := range s.Tiers {
+		_ = e.EncodeArrayLen(4)
+		_ = e.EncodeUint(uint64(t.Tier))
+		writeKeys(e, bw, t.Keys)
+		writeMapped(e, bw, t.Mapped, t.Suppressed)
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	return msgpack.NewEncoder(w).EncodeUint(hw.h.Sum64())
+}
+
+func sortColumns(keys []SnapshotKey, mapped []MappedEntry, suppressed []uint64) {
+	slices.SortFunc(keys, func(a, b SnapshotKey) int { return cmpU64(a.Key, b.Key) })
+	slices.SortFunc(mapped, func(a, b MappedEntry) int { return cmpU64(a.EngineID, b.EngineID) })
+	slices.Sort(suppressed)
+}
+
+func writeKeys(e *msgpack.Encoder, bw *bufio.Writer, keys []SnapshotKey) {
+	var rec [keyRecord]byte
+	_ = e.EncodeBytesLen(len(keys) * keyRecord)
+	for _, k := range keys {
+		binary.LittleEndian.PutUint64(rec[:], k.Key)
+		binary.LittleEndian.PutUint32(rec[8:], k.Count)
+		binary.LittleEndian.PutUint32(rec[12:], k.Age)
+		bw.Write(rec[:])
+	}
+}
+
+func writeMapped(e *msgpack.Encoder, bw *bufio.Writer, mapped []MappedEntry, suppressed []uint64) {
+	var rec [mappedRecord]byte
+	_ = e.EncodeBytesLen(len(mapped) * mappedRecord)
+	for _, m := range mapped {
+		binary.LittleEndian.PutUint64(rec[:], m.EngineID)
+		binary.LittleEndian.PutUint64(rec[8:], m.Key)
+		binary.LittleEndian.PutUint32(rec[16:], m.Refs)
+		rec[20] = 0
 		if m.GPU {
-			g = 1
+			rec[20] = 1
 		}
-		col = append(col, g)
+		bw.Write(rec[:])
 	}
-	try(e.EncodeBytes(col))
-	col = col[:0]
-	for _, id := range s.Suppressed {
-		col = binary.LittleEndian.AppendUint64(col, id)
+	_ = e.EncodeBytesLen(len(suppressed) * idRecord)
+	for _, id := range suppressed {
+		binary.LittleEndian.PutUint64(rec[:], id)
+		bw.Write(rec[:idRecord])
 	}
-	try(e.EncodeBytes(col))
-	try(e.EncodeUint(xxh3.Hash(buf.Bytes())))
-	_, err := w.Write(buf.Bytes())
-	return err
 }
 
 func cmpU64(a, b uint64) int {
@@ -271,18 +328,85 @@ func (sr *snapReader) column(field string, rec int) ([]byte, int, error) {
 	return col, start, nil
 }
 
-// DecodeSnapshot reads one snapshot. Any flaw (truncation, a wrong type, a count over its bound, a
-// zero count, a duplicate or unsorted record, trailing bytes, a checksum that does not match) is
-// an error naming the field and the byte offset; nothing of a flawed snapshot is returned.
+// keys reads a keys column: counts 1..maxSnapshotCount, keys strictly increasing, ages a
+// permutation of 0..n-1.
+func (sr *snapReader) keys(field string) ([]SnapshotKey, error) {
+	col, at, err := sr.column(field, keyRecord)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]SnapshotKey, len(col)/keyRecord)
+	aged := make([]uint64, (len(keys)+63)/64) // bit set of the ages seen
+	for i := range keys {
+		r := col[i*keyRecord:]
+		k := SnapshotKey{Key: binary.LittleEndian.Uint64(r), Count: binary.LittleEndian.Uint32(r[8:]), Age: binary.LittleEndian.Uint32(r[12:])}
+		off := at + i*keyRecord
+		if k.Count == 0 || k.Count > maxSnapshotCount {
+			return nil, sr.failAt(fmt.Sprintf("%s[%d].count", field, i), off+8, "%d, want 1..%d", k.Count, maxSnapshotCount)
+		}
+		if i > 0 && k.Key <= keys[i-1].Key {
+			return nil, sr.failAt(fmt.Sprintf("%s[%d].key", field, i), off, "%d after %d: keys must strictly increase", k.Key, keys[i-1].Key)
+		}
+		if int64(k.Age) >= int64(len(keys)) || aged[k.Age/64]&(1<<(k.Age%64)) != 0 {
+			return nil, sr.failAt(fmt.Sprintf("%s[%d].age", field, i), off+12, "%d: want each of 0..%d once", k.Age, len(keys)-1)
+		}
+		aged[k.Age/64] |= 1 << (k.Age % 64)
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// mapped reads a router binding's mapped and suppressed columns; prefix names their owner.
+func (sr *snapReader) mapped(prefix string) ([]MappedEntry, []uint64, error) {
+	field := prefix + "mapped"
+	col, at, err := sr.column(field, mappedRecord)
+	if err != nil {
+		return nil, nil, err
+	}
+	mapped := make([]MappedEntry, len(col)/mappedRecord)
+	for i := range mapped {
+		r := col[i*mappedRecord:]
+		m := MappedEntry{EngineID: binary.LittleEndian.Uint64(r), Key: binary.LittleEndian.Uint64(r[8:]),
+			Refs: binary.LittleEndian.Uint32(r[16:])}
+		off := at + i*mappedRecord
+		switch r[20] {
+		case 0:
+		case 1:
+			m.GPU = true
+		default:
+			return nil, nil, sr.failAt(fmt.Sprintf("%s[%d].gpu", field, i), off+20, "%d, want 0 or 1", r[20])
+		}
+		if i > 0 && m.EngineID <= mapped[i-1].EngineID {
+			return nil, nil, sr.failAt(fmt.Sprintf("%s[%d].engine_id", field, i), off, "%d after %d: ids must strictly increase", m.EngineID, mapped[i-1].EngineID)
+		}
+		mapped[i] = m
+	}
+	field = prefix + "suppressed"
+	if col, at, err = sr.column(field, idRecord); err != nil {
+		return nil, nil, err
+	}
+	suppressed := make([]uint64, len(col)/idRecord)
+	for i := range suppressed {
+		id := binary.LittleEndian.Uint64(col[i*idRecord:])
+		if i > 0 && id <= suppressed[i-1] {
+			return nil, nil, sr.failAt(fmt.Sprintf("%s[%d]", field, i), at+i*idRecord, "%d after %d: ids must strictly increase", id, suppressed[i-1])
+		}
+		suppressed[i] = id
+	}
+	return mapped, suppressed, nil
+}
+
+// DecodeSnapshot reads one snapshot. Any flaw (another layout version, truncation, a wrong type,
+// a count over its bound, a zero count, a duplicate or unsorted record, ages that are not each of
+// 0..n-1 once, a tier that is not a lower tier or out of order, trailing bytes, a checksum that
+// does not match) is an error naming the field and the byte offset; nothing of a flawed snapshot
+// is returned.
 func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	sr := &snapReader{data: data, r: bytes.NewReader(data)}
 	sr.d = msgpack.NewDecoder(sr.r)
 	n, err := sr.arrayLen("snapshot", 64)
 	if err != nil {
 		return nil, err
-	}
-	if n != len(snapshotFields) {
-		return nil, sr.fail(fmt.Errorf("array of %d elements, want %d", n, len(snapshotFields)))
 	}
 	magic, err := sr.str("magic")
 	if err != nil {
@@ -296,7 +420,10 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		return nil, err
 	}
 	if v != snapshotVersion {
-		return nil, sr.fail(fmt.Errorf("%d, want %d", v, snapshotVersion))
+		return nil, sr.fail(fmt.Errorf("%d, this release reads layout %d only (a peer of another release: rebuild from replay)", v, snapshotVersion))
+	}
+	if n != len(snapshotFields) {
+		return nil, sr.failAt("snapshot", 0, "array of %d elements, want %d", n, len(snapshotFields))
 	}
 	s := &Snapshot{}
 	names := []*string{&s.Rule, &s.Endpoint, &s.Family, &s.Release, nil}
@@ -370,24 +497,11 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		}
 		s.Groups = append(s.Groups, GroupIndexed{Group: int(g), Indexed: ix})
 	}
-	col, at, err := sr.column("keys", keyRecord)
-	if err != nil {
+	if s.Keys, err = sr.keys("keys"); err != nil {
 		return nil, err
 	}
-	s.Keys = make([]SnapshotKey, len(col)/keyRecord)
-	for i := range s.Keys {
-		r := col[i*keyRecord:]
-		k := SnapshotKey{Key: binary.LittleEndian.Uint64(r), Count: binary.LittleEndian.Uint32(r[8:])}
-		off := at + i*keyRecord
-		if k.Count == 0 || k.Count > maxSnapshotCount {
-			return nil, sr.failAt(fmt.Sprintf("keys[%d].count", i), off+8, "%d, want 1..%d", k.Count, maxSnapshotCount)
-		}
-		if i > 0 && k.Key <= s.Keys[i-1].Key {
-			return nil, sr.failAt(fmt.Sprintf("keys[%d].key", i), off, "%d after %d: keys must strictly increase", k.Key, s.Keys[i-1].Key)
-		}
-		s.Keys[i] = k
-	}
-	if col, at, err = sr.column("presence", presenceRecord); err != nil {
+	col, at, err := sr.column("presence", presenceRecord)
+	if err != nil {
 		return nil, err
 	}
 	s.Presence = make([]PresenceKey, len(col)/presenceRecord)
@@ -403,37 +517,38 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		}
 		s.Presence[i] = p
 	}
-	if col, at, err = sr.column("mapped", mappedRecord); err != nil {
+	if s.Mapped, s.Suppressed, err = sr.mapped(""); err != nil {
 		return nil, err
 	}
-	s.Mapped = make([]MappedEntry, len(col)/mappedRecord)
-	for i := range s.Mapped {
-		r := col[i*mappedRecord:]
-		m := MappedEntry{EngineID: binary.LittleEndian.Uint64(r), Key: binary.LittleEndian.Uint64(r[8:]),
-			Refs: binary.LittleEndian.Uint32(r[16:])}
-		off := at + i*mappedRecord
-		switch r[20] {
-		case 0:
-		case 1:
-			m.GPU = true
-		default:
-			return nil, sr.failAt(fmt.Sprintf("mapped[%d].gpu", i), off+20, "%d, want 0 or 1", r[20])
-		}
-		if i > 0 && m.EngineID <= s.Mapped[i-1].EngineID {
-			return nil, sr.failAt(fmt.Sprintf("mapped[%d].engine_id", i), off, "%d after %d: ids must strictly increase", m.EngineID, s.Mapped[i-1].EngineID)
-		}
-		s.Mapped[i] = m
-	}
-	if col, at, err = sr.column("suppressed", idRecord); err != nil {
+	nt, err := sr.arrayLen("tiers", len(engines.LowerTiers))
+	if err != nil {
 		return nil, err
 	}
-	s.Suppressed = make([]uint64, len(col)/idRecord)
-	for i := range s.Suppressed {
-		id := binary.LittleEndian.Uint64(col[i*idRecord:])
-		if i > 0 && id <= s.Suppressed[i-1] {
-			return nil, sr.failAt(fmt.Sprintf("suppressed[%d]", i), at+i*idRecord, "%d after %d: ids must strictly increase", id, s.Suppressed[i-1])
+	for i := range nt {
+		f := fmt.Sprintf("tiers[%d]", i)
+		if m, err := sr.arrayLen(f, 4); err != nil {
+			return nil, err
+		} else if m != 4 {
+			return nil, sr.fail(fmt.Errorf("%d elements, want 4 [tier, keys, mapped, suppressed]", m))
 		}
-		s.Suppressed[i] = id
+		tv, err := sr.uint(f + ".tier")
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(engines.LowerTiers, engines.Tier(min(tv, 255))) {
+			return nil, sr.fail(fmt.Errorf("%d is not a lower tier", tv))
+		}
+		t := TierSnapshot{Tier: engines.Tier(tv)}
+		if i > 0 && t.Tier <= s.Tiers[i-1].Tier {
+			return nil, sr.fail(fmt.Errorf("%s after %s: tiers must strictly increase", t.Tier, s.Tiers[i-1].Tier))
+		}
+		if t.Keys, err = sr.keys(f + ".keys"); err != nil {
+			return nil, err
+		}
+		if t.Mapped, t.Suppressed, err = sr.mapped(f + "."); err != nil {
+			return nil, err
+		}
+		s.Tiers = append(s.Tiers, t)
 	}
 	body := sr.off()
 	sum, err := sr.uint("checksum")

@@ -421,6 +421,42 @@ func (ix *Index) Snapshot(id EndpointID) []KeyCount {
 	return slices.CompactFunc(out, func(a, b KeyCount) bool { return a.Key == b.Key })
 }
 
+// Aged returns the endpoint's resident keys with their copy counts, oldest first: the order the
+// capacity cap retires them in (nil for an unknown id). A key re-stored after a removal has an
+// older, dead FIFO entry too; its age is its newest entry, the one whose pop retires it.
+func (ix *Index) Aged(id EndpointID) []KeyCount {
+	e, err := ix.lock(id)
+	if err != nil {
+		return nil
+	}
+	defer e.mu.Unlock()
+	out := make([]KeyCount, 0, e.resident.Load())
+	var later map[uint64]uint32 // keys with several FIFO entries: entries still to come
+	e.fifo.each(func(k uint64) {
+		h := mix(k)
+		c, p := ix.shard(h).read(h, id)
+		if c == 0 {
+			return
+		}
+		if p > 1 {
+			if later == nil {
+				later = map[uint64]uint32{}
+			}
+			left, seen := later[k]
+			if !seen {
+				left = p
+			}
+			if left--; left > 0 {
+				later[k] = left
+				return
+			}
+			delete(later, k)
+		}
+		out = append(out, KeyCount{Key: k, Count: int(c)})
+	})
+	return out
+}
+
 // Endpoints returns every registered endpoint's figures, by id (the metrics hook).
 func (ix *Index) Endpoints() []EndpointStats {
 	var out []EndpointStats

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -327,5 +328,35 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAgedIsRetirementOrder: Aged lists each resident key once, oldest first, a re-stored key at
+// its newest store, which is the order the capacity cap retires keys in.
+func TestAgedIsRetirementOrder(t *testing.T) {
+	ix := New(Config{CapacityPerEndpoint: 4})
+	ep, _ := ix.AddEndpoint("a")
+	_ = ix.Store(ep, []uint64{1, 2, 3})
+	_ = ix.Remove(ep, []uint64{2}) // not the head: its FIFO entry stays, dead
+	_ = ix.Store(ep, []uint64{2, 4, 4})
+	keys := func() []uint64 {
+		var out []uint64
+		for _, kc := range ix.Aged(ep) {
+			out = append(out, kc.Key)
+		}
+		return out
+	}
+	if got := keys(); !slices.Equal(got, []uint64{1, 3, 2, 4}) {
+		t.Fatalf("aged %v, want [1 3 2 4]", got)
+	}
+	if got := ix.Aged(ep); got[3].Count != 2 {
+		t.Errorf("key 4 count %d, want 2", got[3].Count)
+	}
+	_ = ix.Store(ep, []uint64{5, 6}) // over the cap: 1 then 3 retire
+	if got := keys(); !slices.Equal(got, []uint64{2, 4, 5, 6}) {
+		t.Fatalf("aged after two retirements %v, want [2 4 5 6]", got)
+	}
+	if ix.Aged(999) != nil {
+		t.Error("unknown endpoint: want nil")
 	}
 }
