@@ -39,7 +39,7 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 		errs := make([]error, len(specs))
 		var wg sync.WaitGroup
 		for i := range specs {
-			wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], 5*time.Minute) })
+			wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], startTimeout) })
 		}
 		wg.Wait()
 		for i := range es {
@@ -155,7 +155,7 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 			errs := make([]error, len(specs))
 			var wg sync.WaitGroup
 			for i := range specs {
-				wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], 5*time.Minute) })
+				wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], startTimeout) })
 			}
 			wg.Wait()
 			for i := range es {
@@ -195,6 +195,10 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 // defaultSeed is the seed vLLM v0.31.0 roots sha256 chains in when PYTHONHASHSEED is unset (its
 // DEFAULT_NONE_HASH_SEED; contracts/data/vllm-v0.31.yaml).
 const defaultSeed = "vllm-none-hash"
+
+// startTimeout bounds one engine's start: about a minute alone on an idle machine, several when
+// other engines start beside it on a loaded one (five minutes ran out here at load 20).
+const startTimeout = 10 * time.Minute
 
 // realEnv finds the pinned vLLM environment, or skips naming the command that makes it (CI makes
 // it and never skips: there a missing environment fails).

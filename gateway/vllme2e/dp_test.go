@@ -27,7 +27,7 @@ func TestDataParallelRanksScoredPerRank(t *testing.T) {
 	if !longRun {
 		t.Skip("starts a data-parallel engine of its own: runs in make vllm-long (KVEXACT_VLLM=long), which .ci/run calls")
 	}
-	e, err := env.Start(context.Background(), vllmpool.Spec{Name: "dp", Model: model, Seed: &seed0, KVBlocks: kvBlocks, DP: 2}, 8*time.Minute)
+	e, err := env.Start(context.Background(), vllmpool.Spec{Name: "dp", Model: model, Seed: &seed0, KVBlocks: kvBlocks, DP: 2}, startTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ import (
 // 2048-token request needs, small enough that a few long prompts evict.
 const kvBlocks = 96
 
+// startTimeout bounds one engine's start: about a minute alone on an idle machine, several when
+// other engines start beside it on a loaded one (five minutes ran out here at load 20).
+const startTimeout = 10 * time.Minute
+
 var (
 	env     *vllmpool.Env
 	envErr  error
@@ -96,7 +100,7 @@ func TestMain(m *testing.M) {
 		var wg sync.WaitGroup
 		for i := range engines {
 			wg.Go(func() {
-				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, 5*time.Minute)
+				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, startTimeout)
 			})
 		}
 		wg.Wait()
