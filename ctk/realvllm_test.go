@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk"
 	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
@@ -136,7 +137,7 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 	// The release's default seed is a value, not a mode: staged by hand it certifies the engine that
 	// runs without PYTHONHASHSEED under sha256 (and, below, fails the one running xxhash).
 	It("certifies an engine without PYTHONHASHSEED for the engine binding when the pool stages the default seed itself", func() {
-		res := run(pool(vllmpool.Profile{Seed: strp(defaultSeed), Binding: "engine"}, unseeded), ctk.Options{})
+		res := run(pool(vllmpool.Profile{Seed: strp(defaultSeed()), Binding: "engine"}, unseeded), ctk.Options{})
 		Expect(res.ExitCode).To(Equal(0), failed(res))
 		Expect(spec(res, "unseeded", "publishes the block keys the gateway computes").State).To(Equal(ctk.Pass))
 	})
@@ -180,7 +181,7 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 			Expect(err).To(MatchError(ContainSubstring("random root for xxhash")))
 		})
 		It("names the seed when the default seed is staged for xxhash: the engine roots it in random bytes, not in the default seed", func() {
-			failsOn(run(pool(vllmpool.Profile{Seed: strp(defaultSeed), HashAlgo: "xxhash", Binding: "engine"}, xx), ctk.Options{}), "xxhash", ctk.LegSeed)
+			failsOn(run(pool(vllmpool.Profile{Seed: strp(defaultSeed()), HashAlgo: "xxhash", Binding: "engine"}, xx), ctk.Options{}), "xxhash", ctk.LegSeed)
 		})
 		It("names the events when the engine runs with its publisher off", func() {
 			// The pool stages the addresses the engine would publish on had it been started with
@@ -192,9 +193,14 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 	})
 })
 
-// defaultSeed is the seed vLLM v0.31.0 roots sha256 chains in when PYTHONHASHSEED is unset (its
-// DEFAULT_NONE_HASH_SEED; contracts/data/vllm-v0.31.yaml).
-const defaultSeed = "vllm-none-hash"
+// defaultSeed is the seed the pinned release roots sha256 chains in when PYTHONHASHSEED is unset,
+// as its contract says (vLLM's DEFAULT_NONE_HASH_SEED): staged by hand, the engine itself confirms it.
+func defaultSeed() string {
+	ct, err := contracts.Lookup("vllm", vllmpool.Release)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(ct.Hash.DefaultSeed).NotTo(BeNil())
+	return ct.Hash.DefaultSeed.Value
+}
 
 // startTimeout bounds one engine's start: about a minute alone on an idle machine, several when
 // other engines start beside it on a loaded one (five minutes ran out here at load 20).
