@@ -90,6 +90,7 @@ func TestMain(m *testing.M) {
 			fmt.Println(err)
 			return 1
 		}
+		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
 		if longRun {
 			// The long tests start their own engines; the shared pool serves make test's pass.
 			return m.Run()
@@ -121,7 +122,6 @@ func TestMain(m *testing.M) {
 		for _, e := range engines {
 			certified = append(certified, e.Spec)
 		}
-		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
 		if certs, err = certify(); err != nil {
 			fmt.Println(err)
 			return 1
