@@ -20,7 +20,7 @@ import (
 // the header, the engine picks the least loaded rank) would be a false hit. Both ranks are tried as
 // the holder.
 //
-// A data-parallel engine is one more engine start (about three minutes here, five processes), so
+// A data-parallel engine is one more engine start (three to four minutes here under load), so
 // this runs in make vllm-long (KVEXACT_VLLM=long), which .ci/run calls, not in make test.
 func TestDataParallelRanksScoredPerRank(t *testing.T) {
 	needEnv(t)
