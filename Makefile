@@ -108,5 +108,11 @@ images:
 containers-long:
 	KVEXACT_CONTAINERS=long $(GO) test -count=1 -timeout 40m -run 'TestRealEngines/vllm-cpu' ./containers
 
+# The real-vLLM tests that start engines of their own beyond make test's budget (a data-parallel
+# engine: about three minutes to start here); make test runs the shared pool's. .ci/run calls it.
+.PHONY: vllm-long
+vllm-long:
+	KVEXACT_VLLM=long $(GO) test -count=1 -timeout 20m ./gateway/vllme2e
+
 clean:
 	rm -rf $(BIN) $(CACHE)

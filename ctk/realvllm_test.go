@@ -10,13 +10,16 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/kvexact/kvexact/contracts"
 	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/ctk/certificate"
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
 
 // Certification against real vLLM engines (the CPU build, tiny models with dummy weights): three
 // engines started once for these specs — llama3 "seeded" with PYTHONHASHSEED=0, llama3 "unseeded"
-// without it, qwen3 "qwen3" seeded — and every single-leg mismatch staged against them.
+// without it, qwen3 "qwen3" seeded — and every single-leg mismatch staged against them; then two
+// of them restarted as "xxhash" (no PYTHONHASHSEED, xxhash) and "silent" (the publisher off).
 var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 	var (
 		seeded, unseeded, qwen *vllmpool.Engine
@@ -37,7 +40,7 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 		errs := make([]error, len(specs))
 		var wg sync.WaitGroup
 		for i := range specs {
-			wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], 5*time.Minute) })
+			wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], startTimeout) })
 		}
 		wg.Wait()
 		for i := range es {
@@ -131,7 +134,77 @@ var _ = Describe("real vLLM", Ordered, Label("vllm"), func() {
 		p.Endpoints[0].Events.ZMQ = []string{"tcp://127.0.0.1:1"}
 		failsOn(run(p, ctk.Options{}), "seeded", ctk.LegEvents)
 	})
+	// The release's default seed is a value, not a mode: staged by hand it certifies the engine that
+	// runs without PYTHONHASHSEED under sha256 (and, below, fails the one running xxhash).
+	It("certifies an engine without PYTHONHASHSEED for the engine binding when the pool stages the default seed itself", func() {
+		res := run(pool(vllmpool.Profile{Seed: strp(defaultSeed()), Binding: "engine"}, unseeded), ctk.Options{})
+		Expect(res.ExitCode).To(Equal(0), failed(res))
+		Expect(spec(res, "unseeded", "publishes the block keys the gateway computes").State).To(Equal(ctk.Pass))
+	})
+
+	// Two more configurations, started in place of two engines the specs above are done with (the
+	// package never runs more than three): "xxhash" without PYTHONHASHSEED under
+	// --prefix-caching-hash-algo xxhash, and "silent", seeded, with the KV event publisher off.
+	Context("restarted under xxhash without PYTHONHASHSEED, and with the publisher off", Ordered, func() {
+		var xx, silent *vllmpool.Engine
+		BeforeAll(func() {
+			env := realEnv()
+			unseeded.Stop()
+			seeded.Stop()
+			specs := []vllmpool.Spec{{Name: "xxhash", Model: model, HashAlgo: "xxhash"}, {Name: "silent", Model: model, Seed: strp("0"), NoEvents: true}}
+			es := make([]*vllmpool.Engine, len(specs))
+			errs := make([]error, len(specs))
+			var wg sync.WaitGroup
+			for i := range specs {
+				wg.Go(func() { es[i], errs[i] = env.Start(context.Background(), specs[i], startTimeout) })
+			}
+			wg.Wait()
+			for i := range es {
+				if es[i] != nil {
+					DeferCleanup(es[i].Stop)
+					GinkgoWriter.Printf("vllm %s up in %v (pid %d)\n", es[i].Name, es[i].Started.Round(time.Second), es[i].PID())
+				}
+				Expect(errs[i]).NotTo(HaveOccurred())
+			}
+			xx, silent = es[0], es[1]
+		})
+
+		It("refuses the engine binding of an engine without PYTHONHASHSEED under xxhash, naming the random root", func() {
+			res := run(pool(vllmpool.Profile{HashAlgo: "xxhash"}, xx), ctk.Options{})
+			v := verdict(res, "xxhash")
+			Expect(v.Certified).NotTo(ContainElement(certificate.CoverEngine), failed(res))
+			Expect(v.Certified).To(ContainElement(certificate.CoverRouter), failed(res)) // the events' tokens still route
+			s := spec(res, "xxhash", "publishes the block keys the gateway computes")
+			Expect(s.State).To(Equal(ctk.Skip))
+			Expect(s.Message).To(ContainSubstring("random root for xxhash"))
+			_, err := vllmpool.Pool(vllmpool.Profile{Model: "llama3", Tokenizer: model, HashAlgo: "xxhash", Binding: "engine"}, []*vllmpool.Engine{xx})
+			Expect(err).To(MatchError(ContainSubstring("random root for xxhash")))
+		})
+		It("names the seed when the default seed is staged for xxhash: the engine roots it in random bytes, not in the default seed", func() {
+			failsOn(run(pool(vllmpool.Profile{Seed: strp(defaultSeed()), HashAlgo: "xxhash", Binding: "engine"}, xx), ctk.Options{}), "xxhash", ctk.LegSeed)
+		})
+		It("names the events when the engine runs with its publisher off", func() {
+			// The pool stages the addresses the engine would publish on had it been started with
+			// --kv-events-config.
+			on := silent.Spec
+			on.NoEvents = false
+			failsOn(run(pool(vllmpool.Profile{Seed: strp("0")}, vllmpool.Describe(on)), ctk.Options{}), "silent", ctk.LegEvents)
+		})
+	})
 })
+
+// defaultSeed is the seed the pinned release roots sha256 chains in when PYTHONHASHSEED is unset,
+// as its contract says (vLLM's DEFAULT_NONE_HASH_SEED): staged by hand, the engine itself confirms it.
+func defaultSeed() string {
+	ct, err := contracts.Lookup("vllm", vllmpool.Release)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(ct.Hash.DefaultSeed).NotTo(BeNil())
+	return ct.Hash.DefaultSeed.Value
+}
+
+// startTimeout bounds one engine's start: about a minute alone on an idle machine, several when
+// other engines start beside it on a loaded one (five minutes ran out here at load 20).
+const startTimeout = 10 * time.Minute
 
 // realEnv finds the pinned vLLM environment, or skips naming the command that makes it (CI makes
 // it and never skips: there a missing environment fails).

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -760,7 +762,7 @@ func (r *endpointRun) specClear(t *T) {
 	// vLLM publishes the events a step collected at the end of that step, so an idle engine holds
 	// a reset's AllBlocksCleared until it next runs a request: a one-token prompt (shorter than a
 	// block, it stores nothing) makes it run one.
-	if _, err := r.pr.Complete(ctx, engines.CompletionRequest{Model: r.pool.Model, Prompt: ".", MaxTokens: 1}); err != nil {
+	if err := r.stepEveryRank(ctx); err != nil {
 		t.Failf(LegClear, clearHint, "the step after the clear (a one-token completion): %v", err)
 		return
 	}
@@ -811,4 +813,44 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// stepEveryRank runs a one-token completion on every data-parallel rank of the endpoint: each rank
+// publishes its own AllBlocksCleared at the end of its own next step, and a request without the
+// family's rank header runs on one rank only (vLLM's least loaded). One unpinned request where
+// there is one rank or the family has no rank header.
+func (r *endpointRun) stepEveryRank(ctx context.Context) error {
+	step := engines.CompletionRequest{Model: r.pool.Model, Prompt: ".", MaxTokens: 1}
+	hdr := ""
+	if f := r.family(); f != nil {
+		hdr = f.DPRankHeader()
+	}
+	if r.w.ranks < 2 || hdr == "" {
+		_, err := r.pr.Complete(ctx, step)
+		return err
+	}
+	base := http.DefaultTransport
+	if r.opts.HTTPClient != nil && r.opts.HTTPClient.Transport != nil {
+		base = r.opts.HTTPClient.Transport
+	}
+	for rank := range r.w.ranks {
+		c := engines.NewClient(r.ep.Address, &http.Client{Timeout: 30 * time.Second, Transport: rankTransport{base: base, header: hdr, rank: rank}})
+		if _, err := c.Complete(ctx, step); err != nil {
+			return fmt.Errorf("rank %d: %w", rank, err)
+		}
+	}
+	return nil
+}
+
+// rankTransport pins each request to one data-parallel rank with the family's header.
+type rankTransport struct {
+	base   http.RoundTripper
+	header string
+	rank   int
+}
+
+func (t rankTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(t.header, strconv.Itoa(t.rank))
+	return t.base.RoundTrip(req)
 }

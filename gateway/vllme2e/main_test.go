@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,10 @@ import (
 // kvBlocks is each engine's KV cache in blocks: 96 blocks of 32 tokens, above the 64 one
 // 2048-token request needs, small enough that a few long prompts evict.
 const kvBlocks = 96
+
+// startTimeout bounds one engine's start: about a minute alone on an idle machine, several when
+// other engines start beside it on a loaded one (five minutes ran out here at load 20).
+const startTimeout = 10 * time.Minute
 
 var (
 	env     *vllmpool.Env
@@ -85,13 +90,18 @@ func TestMain(m *testing.M) {
 			fmt.Println(err)
 			return 1
 		}
+		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
+		if longRun {
+			// The long tests start their own engines; the shared pool serves make test's pass.
+			return m.Run()
+		}
 		start := time.Now()
 		engines = make([]*vllmpool.Engine, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for i := range engines {
 			wg.Go(func() {
-				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, 5*time.Minute)
+				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, startTimeout)
 			})
 		}
 		wg.Wait()
@@ -112,7 +122,6 @@ func TestMain(m *testing.M) {
 		for _, e := range engines {
 			certified = append(certified, e.Spec)
 		}
-		prof = vllmpool.Profile{Model: "llama3", Tokenizer: model, Seed: &seed0}
 		if certs, err = certify(); err != nil {
 			fmt.Println(err)
 			return 1
@@ -122,9 +131,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// certify runs ctk against the live engines: the gateway gets the certificate they earned.
-func certify() ([]*certificate.Certificate, error) {
-	p, err := vllmpool.Pool(prof, engines)
+// certify runs ctk against the live shared engines: the gateway gets the certificate they earned.
+func certify() ([]*certificate.Certificate, error) { return certifyPool(prof, engines) }
+
+// certifyPool runs ctk against the engines es under the staged profile; an engine that is not
+// certified is an error with ctk's report.
+func certifyPool(prof vllmpool.Profile, es []*vllmpool.Engine) ([]*certificate.Certificate, error) {
+	p, err := vllmpool.Pool(prof, es)
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +155,26 @@ func certify() ([]*certificate.Certificate, error) {
 	return res.Certificates, nil
 }
 
-func needEngines(t *testing.T) {
+// longRun is KVEXACT_VLLM=long (make vllm-long): only the tests that start engines of their own
+// beyond the shared pool's budget in make test run, and the shared pool is not started.
+var longRun = os.Getenv("KVEXACT_VLLM") == "long"
+
+// needEnv skips a test when the environment is absent or this is the race pass.
+func needEnv(t *testing.T) {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("real engines run in the plain (non-race) pass of make test")
 	}
 	if env == nil {
 		t.Skip(vllmpool.MissingEnvHint)
+	}
+}
+
+func needEngines(t *testing.T) {
+	t.Helper()
+	needEnv(t)
+	if longRun {
+		t.Skip("the shared engines run in make test's pass; KVEXACT_VLLM=long runs only the tests that start engines of their own")
 	}
 	for i := range engines {
 		if drifted[i] {
@@ -176,18 +202,27 @@ type gw struct {
 	model string
 }
 
+// startGateway is a gateway in front of the shared engines, with their certificates.
 func startGateway(t *testing.T) *gw {
 	t.Helper()
 	needEngines(t)
+	return startGatewayOn(t, prof, engines, certs)
+}
+
+// startGatewayOn is a gateway routing es under the staged profile (one KV-exact rule "pool") with
+// the certificates cs; when an engine serves the LoRA adapter, it returns once the gateway has
+// discovered it.
+func startGatewayOn(t *testing.T, prof vllmpool.Profile, es []*vllmpool.Engine, cs []*certificate.Certificate) *gw {
+	t.Helper()
 	cfg := &rules.Config{Listen: "127.0.0.1:0", Admin: rules.Admin{Listen: "127.0.0.1:0", Token: "test-token"}, DebugHeader: true,
-		Rules: []rules.Rule{vllmpool.Rule("pool", prof, engines)}}
+		Rules: []rules.Rule{vllmpool.Rule("pool", prof, es)}}
 	off := rules.OffDuration(0)
 	cfg.Rules[0].PredictOnRoute = &off // predictions rest on engine-confirmed blocks only
 	if err := cfg.Normalize(); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	opts := gateway.Options{Config: cfg, Certificates: certs, Tokenizers: tokenize.NewPool(""), Registry: reg, ProbeInterval: -1, ReprobeInterval: -1,
+	opts := gateway.Options{Config: cfg, Certificates: cs, Tokenizers: tokenize.NewPool(""), Registry: reg, ProbeInterval: -1, ReprobeInterval: -1,
 		Log: slog.New(slog.DiscardHandler)}
 	a, err := assemble.New(assemble.Config{Options: opts})
 	if err != nil {
@@ -212,8 +247,10 @@ func startGateway(t *testing.T) *gw {
 	if !g.a.Runtime.Status().Rules[0].Exact.Enabled {
 		t.Fatalf("KV-exact is not enabled on the certified rule: %+v", g.a.Runtime.Status().Rules[0].Exact)
 	}
-	rt, _ := g.a.Runtime.Router("pool")
-	eventually(t, 10*time.Second, "the gateway to discover the engines' LoRA adapter", func() bool { return rt.ServesAdapter(adapter) })
+	if slices.ContainsFunc(es, func(e *vllmpool.Engine) bool { return e.LoRA != "" }) {
+		rt, _ := g.a.Runtime.Router("pool")
+		eventually(t, 10*time.Second, "the gateway to discover the engines' LoRA adapter", func() bool { return rt.ServesAdapter(adapter) })
+	}
 	return g
 }
 
@@ -236,11 +273,18 @@ type decision struct {
 	MaxHit    int    `json:"maxHit"`
 	Score     int    `json:"score"`
 	Predicted bool   `json:"predicted"`
+	Rank      *int   `json:"rank"` // the data-parallel rank the request was pinned to
 }
 
 // send posts a completion (prompt) or a chat (messages) through the gateway, or straight to an
 // engine when base is an engine URL.
 func send(t *testing.T, base, path string, req map[string]any, stream bool) reply {
+	t.Helper()
+	return sendWith(t, base, path, req, stream, nil)
+}
+
+// sendWith is send with extra request headers (X-data-parallel-rank straight to an engine).
+func sendWith(t *testing.T, base, path string, req map[string]any, stream bool, hdr map[string]string) reply {
 	t.Helper()
 	req["max_tokens"] = 2
 	req["stream"] = stream
@@ -248,7 +292,15 @@ func send(t *testing.T, base, path string, req map[string]any, stream bool) repl
 		req["stream_options"] = map[string]any{"include_usage": true}
 	}
 	body, _ := json.Marshal(req)
-	resp, err := http.Post(base+path, "application/json", bytes.NewReader(body))
+	hr, err := http.NewRequest("POST", base+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		hr.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,17 @@ import (
 // usage.prompt_tokens. A control request whose keys must differ (another salt, no BOS) covers none,
 // so a gateway that ignored the field would fail.
 func TestPublishedKeysEqualGatewayKeys(t *testing.T) {
-	g := startGateway(t)
-	ep := engines[0]
+	publishedKeysEqualGatewayKeys(t, startGateway(t), engines[0])
+}
+
+// publishedKeysEqualGatewayKeys runs the corpus against the engine ep behind g, whose rule must
+// use the engine binding (the gateway computes the engine's keys itself; under the router binding
+// it would rehash the events' own tokens, and parity would hold by construction).
+func publishedKeysEqualGatewayKeys(t *testing.T, g *gw, ep *vllmpool.Engine) {
+	t.Helper()
+	if b := g.a.Runtime.Status().Rules[0].Exact.Binding; b != "engine" {
+		t.Fatalf("the rule runs the %q binding; key parity needs the engine binding", b)
+	}
 	tag := time.Now().Format(time.RFC3339Nano)
 	completion := func(text string, extra map[string]any) map[string]any {
 		r := map[string]any{"model": g.model, "prompt": text}
@@ -54,6 +63,8 @@ func TestPublishedKeysEqualGatewayKeys(t *testing.T) {
 		{"token-id-prompt", "/v1/completions", map[string]any{"model": g.model, "prompt": ids}, nil},
 		{"completions-lora", "/v1/completions", map[string]any{"model": adapter, "prompt": doc("lora "+tag, 10)},
 			completion(doc("lora "+tag, 10), nil)},
+		{"chat-lora", "/v1/chat/completions", chat(doc("lora chat "+tag, 10), map[string]any{"model": adapter}),
+			chat(doc("lora chat "+tag, 10), nil)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := send(t, ep.URL, c.path, clone(c.req), false)

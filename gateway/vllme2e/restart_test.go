@@ -37,7 +37,7 @@ func restartWith(t *testing.T, i int, mod func(*vllmpool.Spec)) {
 	old.Stop()
 	s := old.Spec
 	mod(&s)
-	e, err := env.Start(context.Background(), s, 5*time.Minute)
+	e, err := env.Start(context.Background(), s, startTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 )
 
-// TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, and completions
-// through the LoRA adapter (whose keys hash the path the engine lists for it in /v1/models), a
+// TestPredictedEqualsCachedTokens: for completions and chat, streamed and not, on the base model
+// and through the LoRA adapter (whose keys hash the path the engine lists for it in /v1/models), a
 // prompt extending one the pool served before goes to the engine that holds its prefix, and the
 // cached tokens the gateway predicted (the winner's score in blocks, resting on engine-confirmed
 // blocks) equal the engine's own usage.prompt_tokens_details.cached_tokens.
@@ -25,6 +25,9 @@ func TestPredictedEqualsCachedTokens(t *testing.T) {
 		{"chat", "/v1/chat/completions", g.model, false},
 		{"chat-stream", "/v1/chat/completions", g.model, true},
 		{"completions-lora", "/v1/completions", adapter, false},
+		{"completions-lora-stream", "/v1/completions", adapter, true},
+		{"chat-lora", "/v1/chat/completions", adapter, false},
+		{"chat-lora-stream", "/v1/chat/completions", adapter, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := func(text string) map[string]any {
