@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
+# docs/BENCHMARKS.md is assembled, never edited: text written into it by hand is lost at the next run
+# (and fails `go test ./cmd/kvbench -run TestBenchmarksDocument`). To keep such a hunk, move it into the
+# docs/benchmarks/NAME.md it belongs to (the file's top heading becomes ###; links written from
+# docs/benchmarks/; summary-table rows into docs/benchmarks/targets.txt), keep the old document in
+# /tmp/old.md, run `SKIP_GO_BENCH=1 SKIP_KVBENCH=1 BENCH_RAW=docs/bench/raw scripts/bench.sh`, and check
+# `grep -vxFf docs/BENCHMARKS.md /tmp/old.md | grep -v '^#'` lists only the machine line and reworded links.
 # make bench: regenerates docs/BENCHMARKS.md from one run — every Go benchmark on one core (raw
 # output in .cache/bench/), kvbench's routing sweep and overhead figures (JSON in
 # .cache/bench/kvbench/, charts in docs/bench/), then assembles the document with the earlier

@@ -6,11 +6,15 @@ import (
 	"strings"
 )
 
+// summaryRow is one row of the summary table; anchor is the linked section's fragment.
+type summaryRow struct{ figure, anchor, target, now, verdict string }
+
 // writeSummary opens the document with its one summary table: every figure that has a target, the
 // section it comes from, the target, this run's value and the verdict — the routing targets grouped
-// by kind (each kind is read at several workloads and loads), the proxy's overhead targets one by one.
-func writeSummary(b *strings.Builder, rep *Report, ov *Overhead) {
-	type row struct{ figure, anchor, target, now, verdict string }
+// by kind (each kind is read at several workloads and loads), the extra rows of TargetsFile (figures
+// of a section's own runs), the proxy's overhead targets one by one.
+func writeSummary(b *strings.Builder, rep *Report, ov *Overhead, extra []summaryRow) {
+	type row = summaryRow
 	var rows []row
 	if rep != nil {
 		type tally struct {
@@ -53,9 +57,10 @@ func writeSummary(b *strings.Builder, rep *Report, ov *Overhead) {
 			} else if n.met == 0 {
 				v = "not evaluated"
 			}
-			rows = append(rows, row{"Routing quality (every workload and load the target applies to)", "#targets-default-kv-exact-overlap-scoring-hard-law", name, now, v})
+			rows = append(rows, row{"Routing quality (every workload and load the target applies to)", "#" + Anchor(targetsHeading), name, now, v})
 		}
 	}
+	rows = append(rows, extra...)
 	if ov != nil {
 		if len(ov.Proxy) > 0 {
 			rows = append(rows, row{"Proxy throughput vs nginx", "#proxy-throughput-round-robin-vs-nginx-proxy_pass-vs-direct", "gateway ≥ 0.45 × nginx req/s",

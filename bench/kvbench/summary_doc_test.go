@@ -16,7 +16,7 @@ func TestSummaryTable(t *testing.T) {
 	ov := &Overhead{Proxy: []ProxyRound{{}}, RatioVsNginx: 0.5, LatencyRate: 1000,
 		AddedLatency: map[string]AddedLatency{"gateway": {P50us: 100, P99us: 1200}}}
 	var b strings.Builder
-	writeSummary(&b, rep, ov)
+	writeSummary(&b, rep, ov, nil)
 	out := b.String()
 	for _, want := range []string{
 		"| cached ratio ≥ 2× round-robin | met in 1 of 2 | **missed** at rag 0.6 |",
