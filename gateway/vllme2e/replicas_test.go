@@ -1,18 +1,19 @@
 package vllme2e_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
+	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/internal/replicatest"
@@ -76,15 +77,32 @@ func TestReplicasBehindNginx(t *testing.T) {
 	dead.Endpoints = slices.Clone(rule.Endpoints)
 	dead.Endpoints[0].Events.Replay = []string{"tcp://" + replicatest.FreeAddr(t)}
 	late := replica("late-no-replay", dead)
-	want := fmt.Sprintf(`"name":%q,"ready":false,"reason":"events_syncing","unsynchronized":true`, engines[0].Name)
-	eventually(t, 20*time.Second, "the late replica to report "+engines[0].Name+" unsynchronized", func() bool {
+	held := func() (bool, string) { // not ready, e0 named unsynchronized
 		code, body := late.Readyz()
-		return code == http.StatusServiceUnavailable && strings.Contains(body, want)
-	})
-	time.Sleep(2 * time.Second) // well past the replay timeout (500 ms): still not ready
-	if code, body := late.Readyz(); code != http.StatusServiceUnavailable {
-		t.Fatalf("the late replica is ready without %s's replay: %d %s", engines[0].Name, code, body)
+		var rd gateway.Readiness
+		if code != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &rd) != nil || len(rd.Rules) != 1 {
+			return false, fmt.Sprint(code, " ", body)
+		}
+		for _, e := range rd.Rules[0].Endpoints {
+			if e.Name == engines[0].Name {
+				return !e.Ready && e.Unsynchronized && slices.Contains(rd.Rules[0].Reasons, gateway.ReasonUnsynchronized), body
+			}
+		}
+		return false, body
 	}
+	var last string
+	deadline := time.Now().Add(20 * time.Second)
+	for ok := false; !ok; {
+		if ok, last = held(); !ok && time.Now().After(deadline) {
+			t.Fatalf("the late replica does not report %s unsynchronized without its replay: %s", engines[0].Name, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // well past the replay timeout (500 ms): still held
+	if ok, body := held(); !ok {
+		t.Fatalf("the late replica is ready without %s's replay: %s", engines[0].Name, body)
+	}
+	t.Logf("late replica without %s's replay: %s", engines[0].Name, last)
 	late.Kill()
 	late = replica("late", rule)
 	late.WaitReady(60 * time.Second)
