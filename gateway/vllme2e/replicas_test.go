@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,11 +99,15 @@ func TestReplicasBehindNginx(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // well past the replay timeout (500 ms): still held
-	if ok, body := held(); !ok {
-		t.Fatalf("the late replica is ready without %s's replay: %s", engines[0].Name, body)
+	// Well past the replay timeout (500 ms): still held on e0 alone, e1 (whose replay answers)
+	// synchronized and ready.
+	time.Sleep(2 * time.Second)
+	if ok, body := held(); !ok || !strings.Contains(body, fmt.Sprintf(`{"name":%q,"ready":true}`, engines[1].Name)) {
+		t.Fatalf("the late replica without %s's replay: %s", engines[0].Name, body)
 	}
 	t.Logf("late replica without %s's replay: %s", engines[0].Name, last)
+	_, last = held()
+	t.Logf("2 s later: %s", last)
 	late.Kill()
 	late = replica("late", rule)
 	late.WaitReady(60 * time.Second)
