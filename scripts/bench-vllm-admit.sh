@@ -9,6 +9,9 @@
 # probe); in the same round, the baseline variant removes and re-adds vllm-0, which the certificate
 # lists (rule application alone). The probe's cost is read from the engine: vLLM's request and
 # prompt-token counters (/metrics) and the blocks its events left in the gateway's mirror.
+# A third variant, config-reload, adds the same engine under another name by rewriting the
+# gateway's configuration and sending SIGHUP (--reload-rules); that engine has just served the
+# admit-probe variant, so its cache is not empty (the probe's prompts carry their own nonces).
 # The real engines hold the machine-wide engine lock while they run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,13 +83,15 @@ rules:
 ''')
 EOF
 "$BIN/gateway" --config "$WORK/gateway.yaml" --certificate "$WORK/cert/certificate.json" \
-  --reprobe-interval 0 --log-level warn >"$WORK/gateway.out" 2>"$WORK/gateway.log" &
+  --reprobe-interval 0 --reload-rules --log-level warn >"$WORK/gateway.out" 2>"$WORK/gateway.log" &
 GW_PID=$!
 for _ in $(seq 1 600); do grep -q "gateway ready" "$WORK/gateway.out" 2>/dev/null && break; kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.1; done
 grep -q "gateway ready" "$WORK/gateway.out" || { echo "bench-vllm-admit: the gateway did not start" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
-python3 - "$WORK/pool/engines.json" "http://127.0.0.1:$ADMIN" "${BENCH_ROUNDS:-3}" "$BIN/vllmpool" "$WORK/pool" <<'EOF'
-import json, subprocess, sys, time, urllib.request
+python3 - "$WORK/pool/engines.json" "http://127.0.0.1:$ADMIN" "${BENCH_ROUNDS:-3}" "$BIN/vllmpool" "$WORK/pool" "$WORK/gateway.yaml" "$GW_PID" <<'EOF'
+import json, os, signal, subprocess, sys, time, urllib.request
 engines, admin, rounds, vllmpool, pooldir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+config, gw_pid = sys.argv[6], int(sys.argv[7])
+config_text = open(config).read()  # the rule's endpoints are the file's last lines
 es = json.load(open(engines))
 TOKEN = {"Authorization": "Bearer bench-admit"}
 
@@ -174,5 +179,25 @@ for k in range(1, rounds + 1):
     put([ep(e0, "vllm-0"), ep(e1, name)])
     dt, e = wait_eligible("vllm-0", t0)
     print(f"{k:<6} {'listed':<12} {dt*1000:>15.0f} {'-':>20} {'-':>16} {'-':>14} {'-':>12}  {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    # config-reload: the same engine under another name, from the configuration file and SIGHUP.
+    put([ep(e0, "vllm-0")])
+    s1 = e1["Spec"]
+    name = f"reload-{k}"
+    with open(config, "w") as f:
+        f.write(config_text + f'''      - name: {name}
+        address: "http://127.0.0.1:{s1["Port"]}"
+        events: {{zmq: ["tcp://127.0.0.1:{s1["EventsPort"]}"], replay: ["tcp://127.0.0.1:{s1["ReplayPort"]}"], topic: kv}}
+''')
+    base_req, base_tok = counters(port1)
+    t0 = time.monotonic()
+    os.kill(gw_pid, signal.SIGHUP)
+    dt, e = wait_eligible(name, t0)
+    time.sleep(1)
+    e = status(name)
+    req, tok = counters(port1)
+    adm = e.get("admission") or {}
+    print(f"{k:<6} {'reload':<12} {dt*1000:>15.0f} {adm.get('probe_requests', 0):>20} {req-base_req:>16.0f} {tok-base_tok:>14.0f} {e.get('resident_blocks', 0):>12}  {' '.join(open('/proc/loadavg').read().split()[:3])}  ({e.get('certified')})")
+    with open(config, "w") as f:
+        f.write(config_text)
 EOF
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

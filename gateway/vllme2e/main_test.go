@@ -32,6 +32,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/replicatest"
 )
 
 // kvBlocks is each engine's KV cache in blocks: 96 blocks of 32 tokens, above the 64 one
@@ -54,6 +55,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	replicatest.RunIfReplica() // TestReplicasBehindNginx runs this binary as its gateway processes
 	code := func() int {
 		env, envErr = vllmpool.Find()
 		if envErr != nil {
