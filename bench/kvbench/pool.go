@@ -175,6 +175,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		if pol.Epsilon > 0 {
 			rule.LoadLaw.Epsilon = &pol.Epsilon
 		}
+		rule.LoadLaw.MissPlacement = pol.MissPlacement
 	}
 	for i := 0; i < shape.Endpoints; i++ {
 		cfg := sim.Config{Family: family, Release: release, Model: model, Tokenizer: tok, ServedModelName: model,

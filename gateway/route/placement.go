@@ -1,0 +1,83 @@
+package route
+
+import "context"
+
+// Miss placement (loadLaw.missPlacement "headroom"): a prompt that no eligible endpoint holds, or
+// holds below minMatchTokens, goes where its blocks are least likely to evict blocks still in use.
+// The least-load selector sees only requests in flight, so it could put several new prefixes on
+// one engine whose KV cache they overflow while another stood half empty (docs/routing.md, Miss
+// placement).
+
+// place picks, among the candidates under the hard law's load cap, the one whose KV cache is least
+// full: fill[i] (resident plus predicted blocks) over its capacity, compared by cross-
+// multiplication; ties go to the least loaded, then the lowest position. When every candidate is
+// over its cap (cannot happen: the least loaded is always under), the least loaded. The caps are
+// returned for evidence.
+func (l Law) place(cands []Scored, fill []int) (pos int, caps []int) {
+	caps = loadCaps(cands, l.FactorPct)
+	pos = -1
+	for i, c := range cands {
+		if c.Load >= caps[i] {
+			continue
+		}
+		if pos < 0 {
+			pos = i
+			continue
+		}
+		b := cands[pos]
+		// fill_i/cap_i < fill_b/cap_b without division.
+		lhs := int64(fill[i]) * int64(max(b.Capacity, 1))
+		rhs := int64(fill[pos]) * int64(max(c.Capacity, 1))
+		if lhs < rhs || (lhs == rhs && c.Load < b.Load) {
+			pos = i
+		}
+	}
+	if pos < 0 {
+		pos = leastLoaded(cands, func(int) bool { return true })
+	}
+	return pos, caps
+}
+
+// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · totalLoad ·
+// capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175).
+func loadCaps(cands []Scored, pct int) []int {
+	if pct < 100 {
+		pct = 175
+	}
+	totalLoad, totalCap := 0, 0
+	for _, c := range cands {
+		totalLoad += c.Load
+		totalCap += max(c.Capacity, 1)
+	}
+	caps := make([]int, len(cands))
+	for i, c := range cands {
+		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
+		den := int64(100) * int64(totalCap)
+		caps[i] = int(max((num+den-1)/den, 1))
+	}
+	return caps
+}
+
+// placeMiss is the KV-exact tier's answer to a miss under headroom placement: the miss is still
+// counted (the decision records it), but the endpoint is chosen by KV headroom. The evidence shows
+// each candidate's fill, capacity and cap.
+func (rt *Router) placeMiss(_ context.Context, s *scores, d *Decision) *Endpoint {
+	if len(s.cands) == 0 {
+		return nil
+	}
+	fill := make([]int, len(s.cands))
+	for i, e := range s.eps {
+		fill[i] = rt.cfg.Index.Resident(e.ID) + rt.predict.size(e.ID)
+	}
+	pos, caps := rt.law.place(s.cands, fill)
+	w := s.eps[pos]
+	j := 0
+	for i, e := range s.eps {
+		for d.Endpoints[j].Name != e.Name {
+			j++
+		}
+		ev := &d.Endpoints[j]
+		ev.Cap, ev.Fill, ev.Capacity = caps[i], fill[i], s.cands[i].Capacity
+	}
+	return w
+}
