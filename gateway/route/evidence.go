@@ -35,7 +35,7 @@ type EndpointEvidence struct {
 
 	// Fill and Capacity, when KV-exact placed a miss by KV headroom (placement.go), are the
 	// blocks the endpoint holds or was predicted to receive, and its KV capacity share: the
-	// least Fill/Capacity among the endpoints under their Cap won.
+	// least Fill/Capacity among the least loaded won.
 	Fill     int `json:"fill,omitempty"`
 	Capacity int `json:"capacity,omitempty"`
 
