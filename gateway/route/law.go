@@ -172,6 +172,26 @@ func (l Law) hard(cands []Scored, queryBlocks, best, pct int) Verdict {
 	return Verdict{Pos: pos, Spill: pos != best, Caps: caps}
 }
 
+// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · totalLoad ·
+// capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175).
+func loadCaps(cands []Scored, pct int) []int {
+	if pct < 100 {
+		pct = 175
+	}
+	totalLoad, totalCap := 0, 0
+	for _, c := range cands {
+		totalLoad += c.Load
+		totalCap += max(c.Capacity, 1)
+	}
+	caps := make([]int, len(cands))
+	for i, c := range cands {
+		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
+		den := int64(100) * int64(totalCap)
+		caps[i] = int(max((num+den-1)/den, 1))
+	}
+	return caps
+}
+
 // soft: cost_i = (queryBlocks − score_i)·1000 + λ·load_i·meanCap/capacity_i; lowest cost wins, ties
 // to the lower position. With no load the soft law equals argmax.
 func (l Law) soft(cands []Scored, queryBlocks, best int) Verdict {

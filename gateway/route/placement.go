@@ -1,7 +1,5 @@
 package route
 
-import "context"
-
 // Miss placement (loadLaw.missPlacement "headroom"): a prompt that no eligible endpoint holds, or
 // holds below minMatchTokens, goes to the least-loaded endpoint, and among equally loaded ones to
 // the one whose KV cache is least full, where its blocks are least likely to evict blocks still in
@@ -32,30 +30,10 @@ func place(cands []Scored, fill []int) int {
 	return pos
 }
 
-// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · totalLoad ·
-// capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175).
-func loadCaps(cands []Scored, pct int) []int {
-	if pct < 100 {
-		pct = 175
-	}
-	totalLoad, totalCap := 0, 0
-	for _, c := range cands {
-		totalLoad += c.Load
-		totalCap += max(c.Capacity, 1)
-	}
-	caps := make([]int, len(cands))
-	for i, c := range cands {
-		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
-		den := int64(100) * int64(totalCap)
-		caps[i] = int(max((num+den-1)/den, 1))
-	}
-	return caps
-}
-
 // placeMiss is the KV-exact tier's answer to a miss under headroom placement: the miss is still
 // counted (the decision records it), but the endpoint is chosen by load, then KV headroom. The
 // evidence shows each candidate's load, fill and capacity.
-func (rt *Router) placeMiss(_ context.Context, s *scores, d *Decision) *Endpoint {
+func (rt *Router) placeMiss(s *scores, d *Decision) *Endpoint {
 	if len(s.cands) == 0 {
 		return nil
 	}
