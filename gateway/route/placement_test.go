@@ -17,29 +17,35 @@ func TestPlaceTable(t *testing.T) {
 		load []int
 		fill []int
 		cap  []int
+		tie  uint64
 		want int
 	}{
 		// 90/96 vs 10/96 vs 50/96: b.
-		{"equal load, emptiest cache", []int{2, 2, 2}, []int{90, 10, 50}, []int{96, 96, 96}, 1},
+		{"equal load, emptiest cache", []int{2, 2, 2}, []int{90, 10, 50}, []int{96, 96, 96}, 0, 1},
 		// 40/48 > 40/96: the larger cache has more headroom for the same blocks.
-		{"capacity counts", []int{0, 0}, []int{40, 40}, []int{48, 96}, 1},
+		{"capacity counts", []int{0, 0}, []int{40, 40}, []int{48, 96}, 0, 1},
 		// 30/96 < 40/96, but c is less loaded: load comes first.
-		{"load first", []int{1, 1, 0}, []int{90, 30, 95}, []int{96, 96, 96}, 2},
-		// 30/60 = 48/96: the lowest position.
-		{"equal ratio", []int{3, 3}, []int{30, 48}, []int{60, 96}, 0},
+		{"load first", []int{1, 1, 0}, []int{90, 30, 95}, []int{96, 96, 96}, 0, 2},
+		// 30/60 = 48/96: a genuine tie; turn 0 of the round robin takes the first.
+		{"equal ratio", []int{3, 3}, []int{30, 48}, []int{60, 96}, 0, 0},
+		// The same tie, the next turn of the round robin.
+		{"equal ratio, next turn", []int{3, 3}, []int{30, 48}, []int{60, 96}, 1, 1},
+		// Three tied of four (b is fuller): turns 0, 1, 2, 3 give a, c, d, a.
+		{"tie turn 2", []int{0, 0, 0, 0}, []int{0, 5, 0, 0}, []int{96, 96, 96, 96}, 2, 3},
+		{"tie turn 3", []int{0, 0, 0, 0}, []int{0, 5, 0, 0}, []int{96, 96, 96, 96}, 3, 0},
 		// A full cache one request less loaded still wins over an empty one: headroom never
 		// buys queueing.
-		{"one request less loaded", []int{4, 3}, []int{0, 96}, []int{96, 96}, 1},
+		{"one request less loaded", []int{4, 3}, []int{0, 96}, []int{96, 96}, 0, 1},
 		// The real-vLLM case: three 19-block prefixes (57) on a, one on b, none on c and d, all
 		// idle: the next prefix goes to c.
-		{"spread prefixes", []int{0, 0, 0, 0}, []int{57, 19, 0, 0}, []int{96, 96, 96, 96}, 2},
+		{"spread prefixes", []int{0, 0, 0, 0}, []int{57, 19, 0, 0}, []int{96, 96, 96, 96}, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cands := make([]Scored, len(tc.load))
 			for i := range cands {
 				cands[i] = Scored{Index: i, Load: tc.load[i], Capacity: tc.cap[i]}
 			}
-			if got := place(cands, tc.fill); got != tc.want {
+			if got := place(cands, tc.fill, tc.tie); got != tc.want {
 				t.Fatalf("place = %d, want %d", got, tc.want)
 			}
 		})
