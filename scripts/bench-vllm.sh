@@ -3,7 +3,7 @@
 # on real vLLM"): three engines of the pinned CPU build (cmd/vllmpool; tiny llama3, dummy weights,
 # PYTHONHASHSEED=0, 96 KV blocks each, so the six shared prefixes do not all fit on one engine),
 # certified by ctk, one gateway listener per policy (round robin, least load, KV-exact with the
-# default hard law, KV-exact with the ttft law, KV-exact with loadLaw.missPlacement selector, the placement before headroom) and two peer strategies deciding in the client
+# default hard law, KV-exact with the ttft law, KV-exact with loadLaw.missPlacement headroom) and two peer strategies deciding in the client
 # (kvbench drive --peer), each run on the same seeded shared-prefix workload with the caches reset
 # before it, every policy once a round in an order rotated each round. Prints the machine load
 # before, at each round and after. BENCH_REQUESTS (default 60), BENCH_CONCURRENCY (default 2) and
@@ -83,13 +83,13 @@ rules:
     loadLaw: {{kind: ttft}}
     endpoints:
 {eps(True)}
-  - name: kv-exact-miss-selector
+  - name: kv-exact-headroom
     listener: 127.0.0.1:{hr}
 {common}    kvExactMode: 3
     seed: "0"
     binding: engine
     selector: least-load
-    loadLaw: {{missPlacement: selector}}
+    loadLaw: {{missPlacement: headroom}}
     endpoints:
 {eps(True)}
 ''')
@@ -107,7 +107,7 @@ rc=0
 "$BIN/kvbench" drive --model "$MODEL" --requests "${BENCH_REQUESTS:-60}" --prefixes 6 --concurrency "${BENCH_CONCURRENCY:-2}" \
   --rounds "${BENCH_ROUNDS:-3}" --record "$WORK/requests.jsonl" \
   --run "round-robin=http://127.0.0.1:$RR" --run "least-load=http://127.0.0.1:$LL" --run "kv-exact=http://127.0.0.1:$KV" \
-  --run "kv-exact-ttft=http://127.0.0.1:$TT" --run "kv-exact-miss-selector=http://127.0.0.1:$HR" \
+  --run "kv-exact-ttft=http://127.0.0.1:$TT" --run "kv-exact-headroom=http://127.0.0.1:$HR" \
   --peer "dynamo-approx=dynamo-approx" --peer "sglang-tree=sglang-tree" \
   --block-size 32 --capacity-blocks 96 --max-num-seqs 16 "${args[@]}" || rc=$?
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

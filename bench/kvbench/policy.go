@@ -80,8 +80,7 @@ const (
 	PolicyOracleCacheFirst = "oracle cache-first"
 	PolicyKVXDefault       = "kv-exact overlap/hard"
 	// PolicyDefault is the gateway's default KV-exact rule, whatever its defaults are when the
-	// run is made (today's is PolicyKVXPredict with loadLaw.missPlacement headroom: the "kv-exact
-	// default miss=headroom" variant): the row the targets judge, comparable across
+	// run is made (today's equals PolicyKVXPredict): the row the targets judge, comparable across
 	// changes of the default because its name does not spell them.
 	PolicyDefault = "kv-exact default"
 	// PolicyTTFT is the default rule under the ttft load law (lowest predicted time to first
@@ -115,8 +114,7 @@ func KVExactTTFT() Policy {
 }
 
 // KVExact is a KV-exact policy; a miss goes to the least-load selector (missPlacement selector,
-// spelled out so the name keeps its meaning now that the rule's default places misses by
-// headroom).
+// spelled out so the name keeps its meaning if the rule's default changes).
 func KVExact(scoring, law string) Policy {
 	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law, MissPlacement: "selector"}
 }

@@ -569,7 +569,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 const DefaultPredictOnRoute = 2 * time.Second
 
 // DefaultMissPlacement is loadLaw.missPlacement's default (docs/routing.md, Miss placement).
-const DefaultMissPlacement = "headroom"
+const DefaultMissPlacement = "selector"
 
 // PredictTTL is the rule's predict-on-route TTL, 0 when off (or before Normalize).
 func (r *Rule) PredictTTL() time.Duration {
