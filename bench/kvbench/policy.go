@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 // Policy is one routing policy under test.
@@ -40,6 +41,8 @@ type Policy struct {
 	Defaults bool `json:"defaults,omitempty"`
 	// GPUOnly: the KV-exact rule indexes the GPU's blocks alone (lowerTiers: false).
 	GPUOnly bool `json:"gpuOnly,omitempty"`
+	// MissPlacement sets the KV-exact rule's loadLaw.missPlacement ("": the rule's default).
+	MissPlacement string `json:"missPlacement,omitempty"`
 }
 
 // PolicyKVXGPUOnly is the gateway's default rule blind to lower tiers: what the exact tier view
@@ -90,6 +93,19 @@ func KVExactDefault() Policy {
 	return Policy{Name: PolicyDefault, Selector: "least-load", Exact: true, Defaults: true}
 }
 
+// MissPlacementVariants are the default rule with each loadLaw.missPlacement spelled out, run
+// only when --policies names them (docs/routing.md, Miss placement): the name says the placement,
+// so a cell keeps its meaning when the default changes.
+func MissPlacementVariants() []Policy {
+	var out []Policy
+	for _, m := range rules.MissPlacements {
+		p := KVExactDefault()
+		p.Name, p.MissPlacement = PolicyDefault+" miss="+m, m
+		out = append(out, p)
+	}
+	return out
+}
+
 // KVExactTTFT is the default rule with the ttft law (PolicyTTFT).
 func KVExactTTFT() Policy {
 	p := KVExactDefault()
@@ -97,9 +113,10 @@ func KVExactTTFT() Policy {
 	return p
 }
 
-// KVExact is a KV-exact policy; its fallback on a miss is least-load.
+// KVExact is a KV-exact policy; a miss goes to the least-load selector (missPlacement selector,
+// spelled out so the name keeps its meaning if the rule's default changes).
 func KVExact(scoring, law string) Policy {
-	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law}
+	return Policy{Name: "kv-exact " + scoring + "/" + law, Selector: "least-load", Exact: true, Scoring: scoring, Law: law, MissPlacement: "selector"}
 }
 
 // PolicyKVXPredict is KV-exact overlap/hard with predict-on-route at the gateway's default TTL

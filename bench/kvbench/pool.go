@@ -173,6 +173,7 @@ func StartPool(ctx context.Context, toks *tokenize.Pool, model string, shape Poo
 		if pol.Epsilon > 0 {
 			rule.LoadLaw.Epsilon = &pol.Epsilon
 		}
+		rule.LoadLaw.MissPlacement = pol.MissPlacement
 	}
 	sims, eps, err := startSims(ctx, tok, model, shape, pol.Exact, &p.cleanup)
 	if err != nil {

@@ -116,7 +116,7 @@ func runSweep(ctx context.Context, args []string) int {
 		want := strings.Split(*policies, ",")
 		var keep []kvbench.Policy
 		// A named law or TTL variant runs on every workload and load of the run, like the main policies.
-		for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
+		for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), kvbench.MissPlacementVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
 			for _, w := range want {
 				if p.Name == strings.TrimSpace(w) {
 					keep = append(keep, p)
@@ -125,7 +125,7 @@ func runSweep(ctx context.Context, args []string) int {
 		}
 		if len(keep) == 0 {
 			var names []string
-			for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
+			for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), kvbench.MissPlacementVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
 				names = append(names, p.Name)
 			}
 			fmt.Fprintf(os.Stderr, "kvbench: --policies: none of %q is one of: %s\n", *policies, strings.Join(names, ", "))

@@ -13,6 +13,8 @@ const (
 	TierMinLoad  = "min-load"
 	TierRescue   = "rescue"
 	TierSelector = "selector" // followed by ":" + selector name
+	// TierPlacement: KV-exact missed and placed the prompt by KV headroom (placement.go).
+	TierPlacement = "placement"
 )
 
 // Miss says why KV-exact did not decide a request. Each miss counts exactly one reason.

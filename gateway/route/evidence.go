@@ -33,6 +33,12 @@ type EndpointEvidence struct {
 	Tiers []TierBlocks `json:"tiers,omitempty"`
 	lower LowerHit
 
+	// Fill and Capacity, when KV-exact placed a miss by KV headroom (placement.go), are the
+	// blocks the endpoint holds or was predicted to receive, and its KV capacity share: the
+	// least Fill/Capacity among the least loaded won.
+	Fill     int `json:"fill,omitempty"`
+	Capacity int `json:"capacity,omitempty"`
+
 	// TTFT, under the ttft law, is the candidate's predicted time to first token with its parts.
 	TTFT *TTFTParts `json:"ttft,omitempty"`
 }

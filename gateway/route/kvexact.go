@@ -39,7 +39,14 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 		rt.watch(s.confirmed, s.anyResident)
 	}
 	if m, reason := s.miss(rt.minBlocks(d.hit)); m != MissNone {
-		return passed(m, reason), nil
+		if !rt.law.MissHeadroom {
+			return passed(m, reason), nil
+		}
+		w := rt.placeMiss(&s, d)
+		if w == nil || (t.amongCands && !contains(c.cands, w)) {
+			return passed(m, reason), nil
+		}
+		return pick{ep: w, tier: TierPlacement, miss: m, reason: reason}, nil
 	}
 	v := rt.law.Pick(s.cands, len(keys))
 	if v.Pos < 0 {

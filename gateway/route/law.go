@@ -58,6 +58,9 @@ type Law struct {
 	// BlockSize is the rule's block size in tokens: the ttft law counts prefill in tokens (the
 	// router sets it from the rule; 0 counts one token a block).
 	BlockSize int
+	// MissHeadroom places a KV-exact miss by KV headroom (placement.go) instead of passing it to
+	// the rule's selector (loadLaw.missPlacement "headroom"). The ttft law leaves it off.
+	MissHeadroom bool
 }
 
 // LawOf is the law a normalized rule's loadLaw configures: the router's, and the benchmark
@@ -73,6 +76,7 @@ func LawOf(l rules.LoadLaw) Law {
 	if l.CapFloor != nil {
 		law.CapFloor = *l.CapFloor
 	}
+	law.MissHeadroom = l.MissPlacement == "headroom" && law.Kind != LawTTFT
 	return law
 }
 
@@ -147,20 +151,9 @@ func leastLoaded(cands []Scored, ok func(pos int) bool) int {
 // positive score keeps the affinity); if every candidate is over its cap, the least-loaded one with
 // a positive score.
 func (l Law) hard(cands []Scored, queryBlocks, best, pct int) Verdict {
-	if pct < 100 {
-		pct = 175
-	}
-	totalLoad, totalCap := 0, 0
-	for _, c := range cands {
-		totalLoad += c.Load
-		totalCap += max(c.Capacity, 1)
-	}
-	caps := make([]int, len(cands))
+	caps := loadCaps(cands, pct)
 	under := func(i int) bool { return cands[i].Load < caps[i] }
 	for i, c := range cands {
-		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
-		den := int64(100) * int64(totalCap)
-		caps[i] = int(max((num+den-1)/den, 1))
 		if queryBlocks > 0 && 2*c.Score >= queryBlocks {
 			caps[i] = max(caps[i], l.CapFloor)
 		}
@@ -177,6 +170,26 @@ func (l Law) hard(cands []Scored, queryBlocks, best, pct int) Verdict {
 		pos = best
 	}
 	return Verdict{Pos: pos, Spill: pos != best, Caps: caps}
+}
+
+// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · totalLoad ·
+// capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175).
+func loadCaps(cands []Scored, pct int) []int {
+	if pct < 100 {
+		pct = 175
+	}
+	totalLoad, totalCap := 0, 0
+	for _, c := range cands {
+		totalLoad += c.Load
+		totalCap += max(c.Capacity, 1)
+	}
+	caps := make([]int, len(cands))
+	for i, c := range cands {
+		num := int64(pct) * int64(totalLoad) * int64(max(c.Capacity, 1))
+		den := int64(100) * int64(totalCap)
+		caps[i] = int(max((num+den-1)/den, 1))
+	}
+	return caps
 }
 
 // soft: cost_i = (queryBlocks − score_i)·1000 + λ·load_i·meanCap/capacity_i; lowest cost wins, ties

@@ -63,6 +63,7 @@ type Router struct {
 
 	tieDecode  atomic.Uint64
 	tieMinLoad atomic.Uint64
+	tiePlace   atomic.Uint64 // miss placement's round robin among genuine ties (placement.go)
 	hits       atomic.Uint64 // KV-exact hits, for cold-start seeding (coldstart.go)
 	zeroHits   atomic.Int64  // consecutive zero-overlap lookups against a non-empty inventory (watchdog.go)
 	watchdog   atomic.Bool   // watchdog warning active

@@ -74,9 +74,12 @@ func keysN(n int) []uint64 {
 
 func TestPoolKVHitAndSelectorFallback(t *testing.T) {
 	keys := keysN(8)
-	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) { r.PredictOnRoute = ttl(0) }) // off: the cold decision must not count as cached (predict_test.go)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) {
+		r.PredictOnRoute = ttl(0) // off: the cold decision must not count as cached (predict_test.go)
+		r.LoadLaw.MissPlacement = "selector"
+	})
 	ctx := context.Background()
-	// Nothing cached: no_worker, the selector decides.
+	// Nothing cached: no_worker, the selector decides (headroom placement: placement_test.go).
 	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
 	if err != nil || d.Miss != MissNoWorker || d.Tier != "selector:rr" {
 		t.Fatalf("cold: %+v %v", d, err)

@@ -443,6 +443,11 @@ type LoadLaw struct {
 	ColdStartSeedN *int `yaml:"coldStartSeedN" json:"coldStartSeedN,omitempty"`
 	// ColdStartMinBlocks: an endpoint with fewer resident blocks is cold (default 16).
 	ColdStartMinBlocks int `yaml:"coldStartMinBlocks" json:"coldStartMinBlocks,omitempty"`
+	// MissPlacement is where KV-exact sends a prompt no eligible endpoint holds (or holds below
+	// minMatchTokens): "headroom" picks, among the endpoints under the hard law's load
+	// cap, the one whose KV cache is least full (resident + predicted blocks over capacity);
+	// "selector" leaves it to the rule's selector. Default DefaultMissPlacement.
+	MissPlacement string `yaml:"missPlacement" json:"missPlacement,omitempty"`
 }
 
 // Breaker configures the per-endpoint circuit breaker.
@@ -563,6 +568,9 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // never confirms stops counting soon (docs/benchmarks/peers.md, the predict-on-route default).
 const DefaultPredictOnRoute = 2 * time.Second
 
+// DefaultMissPlacement is loadLaw.missPlacement's default (docs/routing.md, Miss placement).
+const DefaultMissPlacement = "selector"
+
 // PredictTTL is the rule's predict-on-route TTL, 0 when off (or before Normalize).
 func (r *Rule) PredictTTL() time.Duration {
 	if r.PredictOnRoute == nil {
@@ -602,7 +610,9 @@ var (
 	Bindings  = []string{"auto", "engine", "router"}
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
-	Modes     = []int{KVExactOff, KVExactPD, KVExactPool}
+	// MissPlacements are loadLaw.missPlacement's values.
+	MissPlacements = []string{"headroom", "selector"}
+	Modes          = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
 // Load reads and validates a gateway.yaml. Unknown keys are errors.
@@ -1077,7 +1087,10 @@ func (l *LoadLaw) normalize(mode int) error {
 	if l.ColdStartMinBlocks < 0 {
 		return fieldErr("coldStartMinBlocks", "%d must be ≥ 0", l.ColdStartMinBlocks)
 	}
-	return nil
+	if l.MissPlacement == "" {
+		l.MissPlacement = DefaultMissPlacement
+	}
+	return oneOf("missPlacement", l.MissPlacement, MissPlacements)
 }
 
 func (b *Breaker) normalize(pd bool) error {
