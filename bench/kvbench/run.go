@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -63,6 +64,12 @@ type Evidence struct {
 	// tokens.
 	PredictedHits      int `json:"predictedHits,omitempty"`
 	PredictedConfirmed int `json:"predictedConfirmed,omitempty"`
+	// TTFTPredictions: answers whose decision carried a ttft-law prediction; TTFTErrorMedian and
+	// TTFTErrorMedianAbs the median of (predicted − realized) / realized and of its absolute value
+	// over them, realized timed from the request's send.
+	TTFTPredictions    int     `json:"ttftPredictions,omitempty"`
+	TTFTErrorMedian    float64 `json:"ttftErrorMedian,omitempty"`
+	TTFTErrorMedianAbs float64 `json:"ttftErrorMedianAbs,omitempty"`
 }
 
 // Cell is one (workload, policy, load) measurement.
@@ -259,8 +266,13 @@ func judge(c *Cell, pol Policy, rs []Result) {
 	ev := &c.Evidence
 	ev.Tiers, ev.KVExactByEndpoint = map[string]int{}, map[string]int{}
 	completed := 0
+	var errs, abs []float64
 	for i := range rs {
 		r := &rs[i]
+		if r.PredictedTTFT > 0 && r.SentTTFT > 0 && r.Err == "" {
+			e := float64(r.PredictedTTFT-r.SentTTFT) / float64(r.SentTTFT)
+			errs, abs = append(errs, e), append(abs, math.Abs(e))
+		}
 		if !r.Headers {
 			ev.Headerless++
 			continue
@@ -299,6 +311,11 @@ func judge(c *Cell, pol Policy, rs []Result) {
 				}
 			}
 		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		slices.Sort(abs)
+		ev.TTFTPredictions, ev.TTFTErrorMedian, ev.TTFTErrorMedianAbs = len(errs), errs[len(errs)/2], abs[len(abs)/2]
 	}
 	var bad []string
 	if completed == 0 {
