@@ -70,6 +70,12 @@ type Evidence struct {
 	TTFTPredictions    int     `json:"ttftPredictions,omitempty"`
 	TTFTErrorMedian    float64 `json:"ttftErrorMedian,omitempty"`
 	TTFTErrorMedianAbs float64 `json:"ttftErrorMedianAbs,omitempty"`
+	// GatewayTTFTReceipts: the receipts the gateway's error histogram observed, timed from the
+	// upstream send; GatewayTTFTWithin10 and GatewayTTFTWithin25 the share of them within ±10 %
+	// and ±25 % (a share within ±10 % of at least 0.5 is a median absolute error of at most 10 %).
+	GatewayTTFTReceipts int     `json:"gatewayTTFTReceipts,omitempty"`
+	GatewayTTFTWithin10 float64 `json:"gatewayTTFTWithin10,omitempty"`
+	GatewayTTFTWithin25 float64 `json:"gatewayTTFTWithin25,omitempty"`
 }
 
 // Cell is one (workload, policy, load) measurement.
@@ -192,6 +198,9 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 		if d := v - before[ep]; d != 0 {
 			c.Evidence.HitCounterDelta[ep] = d
 		}
+	}
+	if n, w10, w25 := pool.TTFTErrors(); n > 0 {
+		c.Evidence.GatewayTTFTReceipts, c.Evidence.GatewayTTFTWithin10, c.Evidence.GatewayTTFTWithin25 = int(n), float64(w10)/float64(n), float64(w25)/float64(n)
 	}
 	judge(c, pol, results)
 	return c, ctx.Err()
