@@ -79,7 +79,7 @@ func (g *Gateway) scrapeEngineLoads(ctx context.Context, hc *http.Client, iv tim
 		}
 		for _, e := range rt.eps {
 			wg.Go(func() {
-				own := e.Active()
+				own, pending := e.Active(), e.Pending()
 				at := g.now()
 				sctx, cancel := context.WithTimeout(ctx, iv)
 				defer cancel()
@@ -92,13 +92,14 @@ func (g *Gateway) scrapeEngineLoads(ctx context.Context, hc *http.Client, iv tim
 					m.errors.WithLabelValues(rt.rule.Name, e.Name, engineload.KindOf(err)).Inc()
 					r := &route.EngineReport{At: at, Err: err.Error()}
 					if prev != nil {
-						r.Running, r.Waiting, r.Own, r.Others, r.At, r.Until = prev.Running, prev.Waiting, prev.Own, prev.Others, prev.At, prev.Until
+						r.Running, r.Waiting, r.Own, r.Others, r.WaitingOthers, r.At, r.Until = prev.Running, prev.Waiting, prev.Own, prev.Others, prev.WaitingOthers, prev.At, prev.Until
 					}
 					e.SetEngineReport(r)
 					return
 				}
-				r := engineload.Report{Running: running, Waiting: waiting, Own: own, At: at, Stale: engineload.StaleAfter * iv}
-				e.SetEngineReport(&route.EngineReport{Running: running, Waiting: waiting, Own: own, Others: r.Others(), At: at, Until: at.Add(r.Stale)})
+				r := engineload.Report{Running: running, Waiting: waiting, Own: own, Pending: pending, At: at, Stale: engineload.StaleAfter * iv}
+				e.SetEngineReport(&route.EngineReport{Running: running, Waiting: waiting, Own: own, Others: r.Others(),
+					WaitingOthers: r.WaitingOthers(), At: at, Until: at.Add(r.Stale)})
 			})
 		}
 	}

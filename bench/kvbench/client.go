@@ -38,6 +38,9 @@ type Result struct {
 	// Upstream is what a load balancer in front names as the upstreams it tried, in order
 	// (nginx's $upstream_addr in X-Upstream: "a" or "a, b" after a retry).
 	Upstream string
+	// PredictedTTFT is the ttft law's prediction for the target (0: none), SentTTFT the time to
+	// the first token from the request's send (what the gateway's receipt times, near enough).
+	PredictedTTFT, SentTTFT time.Duration
 }
 
 // decision is the part of X-Kvexact-Decision the benchmark reads.
@@ -49,6 +52,9 @@ type decision struct {
 	Endpoints []struct {
 		Name   string `json:"name"`
 		Prefix int    `json:"prefix"`
+		TTFT   *struct {
+			TotalMS float64 `json:"totalMs"`
+		} `json:"ttft"`
 		// Tiers are the blocks past Prefix lower tiers serve: the engine counts them cached.
 		Tiers []struct {
 			Blocks int `json:"blocks"`
@@ -72,6 +78,7 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 	}
 	req.Header.Set("Content-Type", "application/json")
 	r.Sent = true
+	sent := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
 		r.Err = err.Error()
@@ -91,6 +98,9 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 			for _, e := range d.Endpoints {
 				if e.Name == d.Target {
 					r.Predicted = e.Prefix * blockSize
+					if e.TTFT != nil {
+						r.PredictedTTFT = time.Duration(e.TTFT.TotalMS * float64(time.Millisecond))
+					}
 					for _, t := range e.Tiers {
 						r.Predicted += t.Blocks * blockSize
 					}
@@ -109,7 +119,7 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 && bytes.HasPrefix(line, dataPrefix) {
 			if first {
-				r.TTFT = time.Since(arrival)
+				r.TTFT, r.SentTTFT = time.Since(arrival), time.Since(sent)
 				first = false
 			}
 			if bytes.Contains(line, []byte(`"prompt_tokens"`)) {

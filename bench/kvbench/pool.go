@@ -399,6 +399,33 @@ func (p *Pool) resident(ep string) int {
 }
 
 // HitCounters reads kvexact_kv_exact_hits_total per endpoint, summed over the gateway's rules.
+// TTFTErrors sums the gateway's kvexact_ttft_prediction_error_ratio over its endpoints: the
+// receipts it observed and how many fell within ±10 % and ±25 % ((−0.1, 0.1] and (−0.25, 0.25],
+// from the cumulative buckets). Its realized TTFT runs from the upstream send, so it leaves out
+// what the client's clock adds before the decision.
+func (p *Pool) TTFTErrors() (n, within10, within25 uint64) {
+	if p.Reg == nil {
+		return 0, 0, 0
+	}
+	mfs, _ := p.Reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "kvexact_ttft_prediction_error_ratio" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			n += h.GetSampleCount()
+			cum := map[float64]uint64{}
+			for _, b := range h.GetBucket() {
+				cum[b.GetUpperBound()] = b.GetCumulativeCount()
+			}
+			within10 += cum[0.1] - cum[-0.1]
+			within25 += cum[0.25] - cum[-0.25]
+		}
+	}
+	return n, within10, within25
+}
+
 func (p *Pool) HitCounters() map[string]float64 {
 	out := map[string]float64{}
 	if p.Reg == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -63,6 +64,18 @@ type Evidence struct {
 	// tokens.
 	PredictedHits      int `json:"predictedHits,omitempty"`
 	PredictedConfirmed int `json:"predictedConfirmed,omitempty"`
+	// TTFTPredictions: answers whose decision carried a ttft-law prediction; TTFTErrorMedian and
+	// TTFTErrorMedianAbs the median of (predicted − realized) / realized and of its absolute value
+	// over them, realized timed from the request's send.
+	TTFTPredictions    int     `json:"ttftPredictions,omitempty"`
+	TTFTErrorMedian    float64 `json:"ttftErrorMedian,omitempty"`
+	TTFTErrorMedianAbs float64 `json:"ttftErrorMedianAbs,omitempty"`
+	// GatewayTTFTReceipts: the receipts the gateway's error histogram observed, timed from the
+	// upstream send; GatewayTTFTWithin10 and GatewayTTFTWithin25 the share of them within ±10 %
+	// and ±25 % (a share within ±10 % of at least 0.5 is a median absolute error of at most 10 %).
+	GatewayTTFTReceipts int     `json:"gatewayTTFTReceipts,omitempty"`
+	GatewayTTFTWithin10 float64 `json:"gatewayTTFTWithin10,omitempty"`
+	GatewayTTFTWithin25 float64 `json:"gatewayTTFTWithin25,omitempty"`
 }
 
 // Cell is one (workload, policy, load) measurement.
@@ -186,6 +199,9 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 			c.Evidence.HitCounterDelta[ep] = d
 		}
 	}
+	if n, w10, w25 := pool.TTFTErrors(); n > 0 {
+		c.Evidence.GatewayTTFTReceipts, c.Evidence.GatewayTTFTWithin10, c.Evidence.GatewayTTFTWithin25 = int(n), float64(w10)/float64(n), float64(w25)/float64(n)
+	}
 	judge(c, pol, results)
 	return c, ctx.Err()
 }
@@ -259,8 +275,13 @@ func judge(c *Cell, pol Policy, rs []Result) {
 	ev := &c.Evidence
 	ev.Tiers, ev.KVExactByEndpoint = map[string]int{}, map[string]int{}
 	completed := 0
+	var errs, abs []float64
 	for i := range rs {
 		r := &rs[i]
+		if r.PredictedTTFT > 0 && r.SentTTFT > 0 && r.Err == "" {
+			e := float64(r.PredictedTTFT-r.SentTTFT) / float64(r.SentTTFT)
+			errs, abs = append(errs, e), append(abs, math.Abs(e))
+		}
 		if !r.Headers {
 			ev.Headerless++
 			continue
@@ -299,6 +320,11 @@ func judge(c *Cell, pol Policy, rs []Result) {
 				}
 			}
 		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		slices.Sort(abs)
+		ev.TTFTPredictions, ev.TTFTErrorMedian, ev.TTFTErrorMedianAbs = len(errs), errs[len(errs)/2], abs[len(abs)/2]
 	}
 	var bad []string
 	if completed == 0 {

@@ -169,6 +169,10 @@ func runSweep(ctx context.Context, args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "%-13s %-24s load %.2f (%5.1f rps) n=%3d cached %.3f ttft p50/p90/p99 %4.0f/%4.0f/%4.0f ms tput %5.1f good %5.1f imb %.2f err %d wall %.1fs %s\n",
 			c.Workload, c.Policy, c.Load, c.Rate, c.Requests, c.CachedRatio, c.TTFT.P50, c.TTFT.P90, c.TTFT.P99, c.Throughput, c.Goodput, c.Imbalance, c.Errors, c.Wall, valid)
+		if ev := c.Evidence; ev.TTFTPredictions > 0 {
+			fmt.Fprintf(os.Stderr, "%-13s %-24s load %.2f ttft prediction error over %d answers: median %+.3f, median absolute %.3f; gateway's receipts %d, within ±10 %% %.2f, ±25 %% %.2f\n",
+				c.Workload, c.Policy, c.Load, ev.TTFTPredictions, ev.TTFTErrorMedian, ev.TTFTErrorMedianAbs, ev.GatewayTTFTReceipts, ev.GatewayTTFTWithin10, ev.GatewayTTFTWithin25)
+		}
 		rep.Command = command
 		if err := kvbench.SaveReport(results, rep); err != nil && saveErr == nil {
 			saveErr = err

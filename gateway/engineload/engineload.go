@@ -36,10 +36,11 @@ const (
 )
 
 // Report is one scrape's result: the requests the engine runs and holds waiting (every replica's),
-// and how many of them were this replica's own when the scrape was sent.
+// and how many of them were this replica's own when the scrape was sent (Own in flight, Pending of
+// them not yet past their first token).
 type Report struct {
 	Running, Waiting int
-	Own              int
+	Own, Pending     int
 	At               time.Time     // when the scrape was sent
 	Stale            time.Duration // the report is not used after At+Stale
 }
@@ -47,6 +48,11 @@ type Report struct {
 // Others is the engine's count beyond this replica's share (never negative: the engine may not
 // have admitted a request the replica already counts).
 func (r Report) Others() int { return max(0, r.Running+r.Waiting-r.Own) }
+
+// WaitingOthers is the engine's waiting requests beyond this replica's pending ones: a request past
+// its first token is running, not waiting, so only pending ones can be among the waiting, and
+// subtracting them all counts none of the replica's twice (never negative).
+func (r Report) WaitingOthers() int { return max(0, r.Waiting-r.Pending) }
 
 // Fresh reports whether the report may still be used at now.
 func (r Report) Fresh(now time.Time) bool { return !now.After(r.At.Add(r.Stale)) }

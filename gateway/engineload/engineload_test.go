@@ -112,6 +112,22 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// TestReportWaitingOthers: the engine's waiting requests beyond the replica's pending ones (those
+// not past their first token, the only ones that can be waiting), never negative: pending equal
+// to the waiting count leaves none, one fewer leaves one.
+func TestReportWaitingOthers(t *testing.T) {
+	r := Report{Running: 4, Waiting: 5, Own: 6, Pending: 2}
+	if got := r.WaitingOthers(); got != 3 {
+		t.Fatalf("waiting others %d, want 3", got)
+	}
+	for _, tc := range []struct{ pending, want int }{{5, 0}, {4, 1}, {9, 0}} {
+		r.Pending = tc.pending
+		if got := r.WaitingOthers(); got != tc.want {
+			t.Fatalf("pending %d: waiting others %d, want %d", tc.pending, got, tc.want)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 2\n"))
 	f.Add([]byte("vllm:num_requests_running{a=\"\\\"\"} NaN\n"))

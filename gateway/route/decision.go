@@ -78,7 +78,8 @@ type Decision struct {
 	received atomic.Bool // Receipt was called
 	// Under the ttft law: own is the request's uncached prompt tokens on Target (added to its
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
-	// prefill and load when routed, ttftPredicted the winner's prediction.
+	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
+	// winner's prediction.
 	own, aheadAt, loadAt int
 	lowerAt              [nLower]int // the tokens Target was predicted to load from each lower tier
 	ttftPredicted        time.Duration
@@ -103,8 +104,9 @@ func (d *Decision) Release() {
 		return
 	}
 	d.Target.active.Add(-1)
-	if !d.received.Swap(true) {
+	if !d.received.Swap(true) && d.queued {
 		d.Target.ahead.Add(-int64(d.own))
+		d.Target.pending.Add(-1)
 	}
 	if d.Decode != nil {
 		d.Decode.active.Add(-1)

@@ -45,10 +45,12 @@ type Endpoint struct {
 	// ahead is the uncached prompt tokens of the requests in flight here that have shown no first
 	// token yet (the ttft law's queued prefill), rates the endpoint's learned rates (nil before
 	// its first receipt).
-	ahead  atomic.Int64
-	rates  atomic.Pointer[estimator]
-	fenced atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
-	url    atomic.Pointer[url.URL] // Address parsed once, on first use
+	// pending counts those requests.
+	ahead   atomic.Int64
+	pending atomic.Int64
+	rates   atomic.Pointer[estimator]
+	fenced  atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
+	url     atomic.Pointer[url.URL] // Address parsed once, on first use
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
@@ -82,11 +84,15 @@ func (e *Endpoint) Fenced() string {
 
 // EngineReport is the engine's own count of requests as last scraped (gateway/engineload):
 // Running and Waiting as the engine reported them (every replica's), Own this gateway's in-flight
-// count when the scrape was sent, Others what the engine counted beyond it; At is when the
+// count when the scrape was sent, Others what the engine counted beyond it, WaitingOthers the
+// waiting requests beyond the gateway's own that had shown no first token then (Pending: only
+// those can be in the engine's waiting queue, and the ttft law already counts their prompt
+// tokens in Ahead, so subtracting them keeps each request counted once); At is when the
 // scrape was sent, Until when the report stops being used. Err is the last scrape's failure (the
 // counts are then the last good report's).
 type EngineReport struct {
 	Running, Waiting, Own, Others int
+	WaitingOthers                 int
 	At, Until                     time.Time
 	Err                           string
 }
@@ -111,6 +117,19 @@ func (e *Endpoint) Active() int { return int(e.active.Load()) }
 
 // Ahead is the uncached prompt tokens queued ahead of a new request here (ttft.go).
 func (e *Endpoint) Ahead() int { return int(e.ahead.Load()) }
+
+// Pending is the gateway's requests in flight here, routed by the ttft law, that have shown no
+// first token yet (the requests Ahead counts the tokens of).
+func (e *Endpoint) Pending() int { return int(e.pending.Load()) }
+
+// EngineWaiting is the waiting requests the engine reported beyond the gateway's own pending ones
+// (EngineReport.WaitingOthers), while the report is fresh; 0 without one.
+func (e *Endpoint) EngineWaiting() int {
+	if r := e.engine.Load(); r != nil && r.WaitingOthers > 0 && !time.Now().After(r.Until) {
+		return r.WaitingOthers
+	}
+	return 0
+}
 
 // Served counts requests routed to the endpoint.
 func (e *Endpoint) Served() uint64 { return e.served.Load() }

@@ -21,6 +21,9 @@ type Scored struct {
 	// endpoint's learned rates (zero: DefaultRates). The other laws leave them unset.
 	Ahead int
 	Rates Rates
+	// EngineWaiting is the requests the engine reported waiting beyond the gateway's own
+	// (Endpoint.EngineWaiting), queued ahead like Ahead at the endpoint's typical request size.
+	EngineWaiting int
 	// Lower is what lower tiers serve past the GPU prefix (lower.go) and LowerCredit the part of
 	// Score it earned; the ttft law prices Lower at the tiers' transfer rates instead.
 	Lower       LowerHit

@@ -221,12 +221,14 @@ func (rt *Router) queuePrefill(d *Decision) {
 				d.lowerAt[i] = n * bs
 			}
 			if ev.TTFT != nil {
-				d.ttftPredicted = ev.TTFT.total
+				d.ttftPredicted, d.aheadAt = ev.TTFT.total, ev.TTFT.EngineWaitingTokens
 			}
 		}
 	}
 	d.own = max(d.Blocks-cached, 0) * bs
-	d.aheadAt, d.loadAt = d.Target.Ahead(), d.Target.Load()
+	d.aheadAt += d.Target.Ahead()
+	d.loadAt = d.Target.Load()
 	d.queued = true
 	d.Target.ahead.Add(int64(d.own))
+	d.Target.pending.Add(1)
 }

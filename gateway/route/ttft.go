@@ -9,12 +9,15 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i)
+//	TTFT_i = fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i)
 //
-// ahead_i is the prefill work queued ahead of the request there: the uncached prompt tokens of the
-// requests the gateway has in flight on the endpoint that have not yet shown a first token
-// (Endpoint.ahead; the gateway scrapes no engine queue gauge, so work other clients send an engine
-// directly is not seen). uncached_i is the request's own prefill there: its prompt's blocks past
+// fixed_i is what every request costs however little it computes (HTTP, tokenization, scheduling,
+// one engine step, sampling): a full cache hit still takes it. ahead_i is the prefill work queued
+// ahead of the request there: the uncached prompt tokens of the requests the gateway has in flight
+// on the endpoint that have not yet shown a first token (Endpoint.ahead), plus, when the engine's
+// load gauges are scraped, the requests the engine reports waiting beyond those (work other
+// replicas or clients sent it), each priced at the endpoint's typical request (requestTokens_i).
+// uncached_i is the request's own prefill there: its prompt's blocks past
 // the endpoint's cached prefix (the score), in tokens. load_i · interference_i is decode
 // interference: each request in flight occupies a batch slot and a share of every engine step.
 // queue_i is how much of that work a new request actually waits for: 1 when the engine computes
@@ -25,6 +28,8 @@ import (
 
 // Rates are an endpoint's service rates as the ttft law uses them.
 type Rates struct {
+	// Fixed is what a request costs besides its prefill and its queue: a full hit's TTFT.
+	Fixed time.Duration `json:"fixed"`
 	// Prefill is the time to prefill one uncached prompt token.
 	Prefill time.Duration `json:"prefillPerToken"`
 	// Interference is the time each request in flight adds to a new request's first token.
@@ -34,13 +39,17 @@ type Rates struct {
 	Queue float64 `json:"queue"`
 	// Transfer is the time to load one token's KV from each lower tier (lower.go).
 	Transfer TransferRates `json:"transferPerToken"`
+	// RequestTokens is the median prompt tokens a request here computes: the work of each request
+	// the engine reports waiting that the gateway does not know the prompt of.
+	RequestTokens int `json:"requestTokens"`
 }
 
-// DefaultRates start an endpoint's estimator before any receipt from its model arrived: the
-// simulated engines' prefill (200 µs a token), a decode step of 10 ms, and lower tiers that load a
-// token's KV in a tenth (host memory) and half (storage, a shared store) of its prefill time.
+// DefaultRates start an endpoint's estimator before any receipt from its model arrived: no fixed
+// cost, the simulated engines' prefill (200 µs a token), a decode step of 10 ms, lower tiers that
+// load a token's KV in a tenth (host memory) and half (storage, a shared store) of its prefill
+// time, and 512 computed tokens a request.
 var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1,
-	Transfer: TransferRates{CPU: 20 * time.Microsecond, Disk: 100 * time.Microsecond, Shared: 100 * time.Microsecond}}
+	Transfer: TransferRates{CPU: 20 * time.Microsecond, Disk: 100 * time.Microsecond, Shared: 100 * time.Microsecond}, RequestTokens: 512}
 
 // TTFTParts is one candidate's predicted time to first token and its parts, in milliseconds, as
 // /admin/explain shows them.
@@ -50,7 +59,13 @@ type TTFTParts struct {
 	OwnTokens   int `json:"ownTokens"`
 	// LowerTokens are the request's tokens the endpoint loads from lower tiers instead.
 	LowerTokens int `json:"lowerTokens,omitempty"`
-	// AheadMS, OwnMS, TransferMS and InterferenceMS add up to TotalMS.
+	// EngineWaiting is the requests the engine reported waiting beyond the gateway's own,
+	// EngineWaitingTokens their work at Rates.RequestTokens each (queued like AheadTokens).
+	EngineWaiting       int `json:"engineWaiting,omitempty"`
+	EngineWaitingTokens int `json:"engineWaitingTokens,omitempty"`
+	// FixedMS, AheadMS (the gateway's and the engine's queued prefill), OwnMS, TransferMS and
+	// InterferenceMS add up to TotalMS.
+	FixedMS        float64 `json:"fixedMs"`
 	AheadMS        float64 `json:"aheadMs"`
 	OwnMS          float64 `json:"ownMs"`
 	TransferMS     float64 `json:"transferMs,omitempty"`
@@ -72,15 +87,17 @@ func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
 	if r == (Rates{}) {
 		r = DefaultRates
 	}
-	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r}
+	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r,
+		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens}
 	var transfer time.Duration
 	for i, n := range c.Lower {
 		transfer += time.Duration(n*bs) * r.Transfer.of(i)
 	}
-	ahead, self, inter := time.Duration(c.Ahead)*r.Prefill, time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
+	ahead := time.Duration(c.Ahead+p.EngineWaitingTokens) * r.Prefill
+	self, inter := time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
 	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
-	p.total = ahead + self + transfer + inter
-	p.AheadMS, p.OwnMS, p.TransferMS, p.InterferenceMS, p.TotalMS = ms(ahead), ms(self), ms(transfer), ms(inter), ms(p.total)
+	p.total = r.Fixed + ahead + self + transfer + inter
+	p.FixedMS, p.AheadMS, p.OwnMS, p.TransferMS, p.InterferenceMS, p.TotalMS = ms(r.Fixed), ms(ahead), ms(self), ms(transfer), ms(inter), ms(p.total)
 	return p
 }
 
@@ -108,6 +125,8 @@ const rateWindow = 64
 // rank, not by its size. Until a rate has samples it is its seed.
 type estimator struct {
 	mu           sync.Mutex
+	fixed        window
+	requestTok   window
 	prefill      window
 	interference window
 	queue        window
@@ -152,8 +171,9 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 
 // Receipt is what a response says about the endpoint that served it: its time to first token, the
 // prompt tokens it computed (prompt − cached_tokens), the uncached tokens that were queued ahead
-// and the requests in flight there when it was routed, and the prompt tokens it was predicted to
-// load from each lower tier (engines count them in cached_tokens).
+// (the gateway's own and the engine's reported waiting work) and the requests in flight there when
+// it was routed, and the prompt tokens it was predicted to load from each lower tier (engines
+// count them in cached_tokens).
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
@@ -162,15 +182,17 @@ type Receipt struct {
 	Lower    [nLower]int
 }
 
-// minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: a
-// near-total hit's TTFT is the request's fixed costs (HTTP, scheduling, sampling), and dividing
-// them by a few tokens would say nothing about prefill.
+// minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: below
+// it the fixed cost outweighs the prefill, and a receipt measures the fixed cost instead.
 const minPrefillSample = 256
 
-// observe adds one receipt. A receipt with nothing in flight (Load 0) and enough computed tokens
-// measures the prefill rate: TTFT / computed. One routed behind requests in flight measures, with
-// the own prefill removed, the rest: with nothing queued ahead, the interference per request in
-// flight; with prefill queued ahead, the share of the queued work it waited for.
+// observe adds one receipt. A receipt with nothing in flight (Load 0) measures, with few computed
+// tokens, the fixed cost (TTFT − computed · prefill), with enough of them the prefill rate
+// ((TTFT − fixed) / computed): each reads the other's current median, so the two settle together
+// from receipts of both kinds. One routed behind requests in flight measures, with its own prefill
+// and the fixed cost removed, the rest: with nothing queued ahead, the interference per request in
+// flight; with prefill queued ahead, the share of the queued work it waited for. Every receipt's
+// computed tokens feed RequestTokens.
 func (e *estimator) observe(r Receipt) {
 	if r.TTFT <= 0 {
 		return
@@ -186,7 +208,8 @@ func (e *estimator) observe(r Receipt) {
 			transfer += float64(n) * float64(cur.Transfer.of(i))
 		}
 	}
-	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0)
+	e.requestTok.add(float64(r.Computed))
+	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill)-float64(cur.Fixed), 0)
 	switch {
 	case r.Load == 0 && lower > 0:
 		// A lower tier's transfer: measured only from a receipt whose loaded tokens all came from
@@ -196,15 +219,21 @@ func (e *estimator) observe(r Receipt) {
 		}
 		e.transfer[tier].add(rest / float64(lower))
 	case r.Load == 0 && r.Computed >= minPrefillSample:
-		e.prefill.add(float64(r.TTFT) / float64(r.Computed))
+		e.prefill.add(max(float64(r.TTFT)-float64(cur.Fixed), 0) / float64(r.Computed))
+	case r.Load == 0:
+		e.fixed.add(max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0))
 	case r.Load > 0 && r.Ahead == 0:
 		e.interference.add(max(rest-transfer, 0) / float64(r.Load))
 	case r.Load > 0:
 		e.queue.add(max(rest-transfer, 0) / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
-	default:
-		return
 	}
 	next := e.seed
+	if m, ok := e.fixed.median(); ok {
+		next.Fixed = time.Duration(m)
+	}
+	if m, ok := e.requestTok.median(); ok {
+		next.RequestTokens = int(m)
+	}
 	if m, ok := e.prefill.median(); ok {
 		next.Prefill = time.Duration(m)
 	}
@@ -225,12 +254,13 @@ func (e *estimator) observe(r Receipt) {
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q, f []float64
+	var p, q, f, fx, rq []float64
 	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
+			fx, rq = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens))
 			for i := range tr {
 				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
 			}
@@ -240,7 +270,8 @@ func (rt *Router) seedRates() Rates {
 		return DefaultRates
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
-	out := Rates{Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f)}
+	out := Rates{Fixed: time.Duration(mid(fx)), Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f),
+		RequestTokens: int(mid(rq))}
 	for i := range tr {
 		out.Transfer.set(i, time.Duration(mid(tr[i])))
 	}
@@ -266,6 +297,7 @@ func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
 		return
 	}
 	d.Target.ahead.Add(-int64(d.own))
+	d.Target.pending.Add(-1)
 	rt := d.rt
 	est := d.Target.rates.Load()
 	if est == nil {

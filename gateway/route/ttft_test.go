@@ -18,7 +18,13 @@ func tq(score, load, ahead int, r Rates) Scored {
 func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 	fast := Rates{Prefill: 100 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
 	slow := Rates{Prefill: 400 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1}
-	half := Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 0.5}
+	half := Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 0.5, RequestTokens: 512}
+	fixed := func(ms int) Rates {
+		r := DefaultRates
+		r.Fixed = time.Duration(ms) * time.Millisecond
+		return r
+	}
+	waiting := func(c Scored, n int) Scored { c.EngineWaiting = n; return c }
 	law := Law{Kind: LawTTFT, BlockSize: 16}
 	for _, tc := range []struct {
 		name  string
@@ -55,6 +61,23 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 			withIndex(tq(60, 2, 1000, half), tq(0, 0, 0, half)), 64, 0, []float64{122.8, 204.8}, false},
 		// Zero rates are DefaultRates: one idle candidate holding everything but the last block.
 		{"unset rates default", withIndex(tq(63, 0, 0, Rates{})), 64, 0, []float64{3.2}, false},
+		// A fixed cost is paid by a full hit too: a holds all 64 blocks at a fixed 100 ms, b holds
+		// nothing at 5 ms: 100 against 204.8 + 5 → a; at a fixed 300 ms b wins.
+		{"a full hit still pays the fixed cost",
+			withIndex(tq(64, 0, 0, fixed(100)), tq(0, 0, 0, fixed(5))), 64, 0, []float64{100, 209.8}, false},
+		{"a large fixed cost moves the request",
+			withIndex(tq(64, 0, 0, fixed(300)), tq(0, 0, 0, fixed(5))), 64, 1, []float64{300, 209.8}, true},
+		// The engine reports 4 requests waiting beyond the gateway's own, 512 tokens each: a (holds
+		// 60, 64 own) 12.8 + 2048·0.2 = 422.4 ms against b's idle cold 204.8 → b. Without the
+		// report a keeps it (12.8, the case below).
+		{"the engine's waiting requests queue ahead",
+			withIndex(waiting(tq(60, 0, 0, DefaultRates), 4), tq(0, 0, 0, DefaultRates)), 64, 1, []float64{422.4, 204.8}, true},
+		{"no engine report, the holder keeps it",
+			withIndex(tq(60, 0, 0, DefaultRates), tq(0, 0, 0, DefaultRates)), 64, 0, []float64{12.8, 204.8}, false},
+		// Under a learned queue share the engine's waiting work is discounted like the gateway's:
+		// 12.8 + 0.5·(1000 + 2·512)·0.2 = 215.2 against b's 204.8 → b.
+		{"the engine's waiting work shares the queue share",
+			withIndex(waiting(tq(60, 0, 1000, half), 2), tq(0, 0, 0, half)), 64, 1, []float64{215.2, 204.8}, true},
 	} {
 		v := law.Pick(tc.cands, tc.q)
 		if v.Pos != tc.pos || v.Spill != tc.spill {
@@ -62,7 +85,7 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		}
 		for i, w := range tc.want {
 			p := v.TTFT[i]
-			if math.Abs(p.TotalMS-w) > 1e-9 || math.Abs(p.AheadMS+p.OwnMS+p.InterferenceMS-p.TotalMS) > 1e-6 {
+			if math.Abs(p.TotalMS-w) > 1e-9 || math.Abs(p.FixedMS+p.AheadMS+p.OwnMS+p.InterferenceMS-p.TotalMS) > 1e-6 {
 				t.Errorf("%s: candidate %d predicted %+v, want %.1f ms", tc.name, i, p, w)
 			}
 		}
@@ -93,17 +116,129 @@ func TestEstimatorConvergesAndResistsOutliers(t *testing.T) {
 	if !within(float64(got.Prefill), float64(truth.Prefill), 0.06) || !within(got.Queue, truth.Queue, 0.2) || got.Interference != truth.Interference {
 		t.Fatalf("estimate %+v, truth %+v", got, truth)
 	}
-	// Before any receipt the seed stands; a receipt with no TTFT, or an idle one with too few
-	// computed tokens to measure prefill, teaches nothing.
+	// Before any receipt the seed stands; a receipt with no TTFT teaches nothing. An idle one
+	// one token short of minPrefillSample measures the fixed cost, not the prefill rate; one at
+	// it measures the prefill rate, net of that fixed cost.
 	f := newEstimator(truth)
 	f.observe(Receipt{Computed: 1000})
-	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample - 1})
 	if f.Rates() != truth {
 		t.Fatalf("seed moved: %+v", f.Rates())
 	}
+	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample - 1})
+	if r := f.Rates(); r.Prefill != truth.Prefill || r.Fixed != time.Second-time.Duration(minPrefillSample-1)*truth.Prefill {
+		t.Fatalf("a receipt below minPrefillSample taught %+v", r)
+	}
+	fx := f.Rates().Fixed
 	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample})
-	if f.Rates().Prefill != time.Second/minPrefillSample {
-		t.Fatalf("a receipt at minPrefillSample taught %+v", f.Rates())
+	if r := f.Rates(); r.Prefill != (time.Second-fx)/minPrefillSample || r.Fixed != fx {
+		t.Fatalf("a receipt at minPrefillSample taught %+v", r)
+	}
+}
+
+// TestEstimatorLearnsTheFixedCost: receipts from an engine with a fixed cost per request (a full
+// hit still takes 32 ms), mixing near-total hits and larger prefills, idle and loaded, with
+// jitter and stalls: every rate settles near its truth, and the prediction of a full hit is the
+// fixed cost, not zero.
+func TestEstimatorLearnsTheFixedCost(t *testing.T) {
+	truth := Rates{Fixed: 32 * time.Millisecond, Prefill: 80 * time.Microsecond, Interference: 5 * time.Millisecond, Queue: 0.5}
+	e := newEstimator(DefaultRates)
+	for i := 0; i < 600; i++ {
+		jit := 0.95 + 0.1*float64(i%11)/10
+		comp := 16 * (i % 7) // near-total hits: 0–96 computed tokens
+		if i%3 == 0 {
+			comp = 300 + 37*(i%13)
+		}
+		load := (i / 2) % 3
+		ahead := 0
+		if i%4 == 3 && load > 0 {
+			ahead = 400
+		}
+		work := float64(truth.Fixed + time.Duration(comp)*truth.Prefill)
+		work += truth.Queue * float64(time.Duration(ahead)*truth.Prefill+time.Duration(load)*truth.Interference)
+		if ahead == 0 {
+			work = float64(truth.Fixed+time.Duration(comp)*truth.Prefill) + float64(time.Duration(load)*truth.Interference)
+		}
+		ttft := time.Duration(jit * work)
+		if i%5 == 4 {
+			ttft *= 20
+		}
+		e.observe(Receipt{TTFT: ttft, Computed: comp, Ahead: ahead, Load: load})
+	}
+	got := e.Rates()
+	within := func(a, b, pct float64) bool { return math.Abs(a-b) <= pct*b }
+	if !within(float64(got.Fixed), float64(truth.Fixed), 0.06) || !within(float64(got.Prefill), float64(truth.Prefill), 0.1) ||
+		!within(float64(got.Interference), float64(truth.Interference), 0.25) || !within(got.Queue, truth.Queue, 0.25) {
+		t.Fatalf("estimate %+v, truth %+v", got, truth)
+	}
+	if got.RequestTokens <= 0 || got.RequestTokens > 96 {
+		t.Fatalf("median request %d tokens, want among the near-total hits' (≤ 96)", got.RequestTokens)
+	}
+	p := predictTTFT(Scored{Score: 64, Rates: got}, 64, 16)
+	if !within(p.TotalMS, 32, 0.06) || p.FixedMS != p.TotalMS {
+		t.Fatalf("a full hit predicted %+v", p)
+	}
+}
+
+// TestEngineWaitingCountsOthersOnce: the engine's waiting requests count beyond the gateway's own
+// pending ones, only while the report is fresh (not once Until has passed), and the ttft
+// decision's queue state includes them.
+func TestEngineWaitingCountsOthersOnce(t *testing.T) {
+	var e Endpoint
+	if e.EngineWaiting() != 0 {
+		t.Fatal("waiting without a report")
+	}
+	now := time.Now()
+	e.SetEngineReport(&EngineReport{Waiting: 5, WaitingOthers: 3, Until: now.Add(time.Hour)})
+	if got := e.EngineWaiting(); got != 3 {
+		t.Fatalf("engine waiting %d, want 3", got)
+	}
+	e.SetEngineReport(&EngineReport{Waiting: 5, WaitingOthers: 3, Until: now.Add(-time.Millisecond)})
+	if got := e.EngineWaiting(); got != 0 {
+		t.Fatalf("a stale report still counts %d", got)
+	}
+
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(0)
+	})
+	bs := f.rt.rule.BlockSize
+	f.inv.Store(f.eps[0].ID, keys[:60])
+	ctx := context.Background()
+	// One waiting beyond the gateway's own: a costs 64 own + 512 queued tokens (115.2 ms), which
+	// still beats b's cold 1024 (204.8 ms); two would not (217.6 ms).
+	f.eps[0].SetEngineReport(&EngineReport{Waiting: 1, WaitingOthers: 1, Until: time.Now().Add(time.Hour)})
+	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil || d.Target != f.eps[0] {
+		t.Fatalf("route: %v %+v", err, d)
+	}
+	ev := d.Endpoints[0]
+	if ev.TTFT == nil || ev.TTFT.EngineWaiting != 1 || ev.TTFT.EngineWaitingTokens != DefaultRates.RequestTokens ||
+		math.Abs(ev.TTFT.AheadMS-ms(time.Duration(DefaultRates.RequestTokens)*DefaultRates.Prefill)) > 1e-9 {
+		t.Fatalf("a's prediction %+v", ev.TTFT)
+	}
+	if f.eps[0].Pending() != 1 || d.aheadAt != DefaultRates.RequestTokens {
+		t.Fatalf("pending %d, queue state %d", f.eps[0].Pending(), d.aheadAt)
+	}
+	d.Receipt(10*time.Millisecond, 64*bs, 60*bs)
+	d.Release()
+	if f.eps[0].Pending() != 0 || f.eps[0].Ahead() != 0 {
+		t.Fatalf("after the receipt: pending %d, ahead %d", f.eps[0].Pending(), f.eps[0].Ahead())
+	}
+	// The receipt taught a request's size here (64 computed tokens): 20 waiting, 1280 tokens, put
+	// a at 268.8 ms behind b's 204.8; released without a receipt, b's pending count drops once.
+	if r := f.eps[0].rates.Load().Rates(); r.RequestTokens != 4*bs {
+		t.Fatalf("learned request size %d", r.RequestTokens)
+	}
+	f.eps[0].SetEngineReport(&EngineReport{Waiting: 20, WaitingOthers: 20, Until: time.Now().Add(time.Hour)})
+	d2, _ := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if d2.Target != f.eps[1] || f.eps[1].Pending() != 1 {
+		t.Fatalf("twenty waiting: target %s, b pending %d", d2.TargetN, f.eps[1].Pending())
+	}
+	d2.Release()
+	d2.Release()
+	if f.eps[0].Pending() != 0 || f.eps[1].Pending() != 0 {
+		t.Fatalf("pending after release: %d %d", f.eps[0].Pending(), f.eps[1].Pending())
 	}
 }
 
