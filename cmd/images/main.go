@@ -16,9 +16,13 @@ import (
 	"time"
 
 	"github.com/kvexact/kvexact/containers"
+	"github.com/kvexact/kvexact/internal/buildinfo"
 )
 
 func main() {
+	if buildinfo.Flag("images", os.Args[1:], os.Stdout) {
+		return
+	}
 	out := flag.String("out", "", "folder for the static binaries (default: a temporary one, removed afterwards)")
 	flag.Parse()
 	if err := run(*out, flag.Args()); err != nil {
