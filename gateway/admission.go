@@ -320,7 +320,12 @@ func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 		return // left or moved since: the next certify makes a new record
 	}
 	log := g.log.With("rule", rule, "endpoint", rec.id.Name, "address", rec.id.Address)
-	res, err := g.admissionProbe(ctx, r, r.Endpoints[i], rec)
+	// covers may replace the record's certificate (a reload) while the probe runs: probe under the
+	// one read now.
+	g.adm.mu.Lock()
+	cert := rec.cert
+	g.adm.mu.Unlock()
+	res, err := g.admissionProbe(ctx, r, r.Endpoints[i], rec, cert)
 	if ctx.Err() != nil {
 		return
 	}
@@ -360,7 +365,7 @@ func (g *Gateway) admit(ctx context.Context, rule string, rec *admission) {
 }
 
 // admissionProbe runs ctk's specs on the endpoint with the rule's staged profile.
-func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.Endpoint, rec *admission) (*ctk.Result, error) {
+func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.Endpoint, rec *admission, cert *certificate.Certificate) (*ctk.Result, error) {
 	reqs := g.adm.m.requests.WithLabelValues(r.Name)
 	p, opts, err := g.probePool(r, e, func() { rec.requests.Add(1); reqs.Inc() })
 	if err != nil {
@@ -374,7 +379,7 @@ func (g *Gateway) admissionProbe(ctx context.Context, r *rules.Rule, e rules.End
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return ctk.Admit(pctx, p, rec.cert, opts)
+	return ctk.Admit(pctx, p, cert, opts)
 }
 
 // probePool is the one-endpoint pool (not normalized yet) and the options with which the gateway
