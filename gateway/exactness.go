@@ -109,6 +109,13 @@ func (x *endpointExact) held(c exactness.Cause) bool {
 	return x.sm.Held(c)
 }
 
+// endpoint is the router's endpoint the state belongs to now (a membership change rebinds it).
+func (x *endpointExact) endpoint() *route.Endpoint {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ep
+}
+
 func (x *endpointExact) certified() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()

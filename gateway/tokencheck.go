@@ -64,7 +64,8 @@ func (g *Gateway) CheckRoutedPrompt(rule, endpoint string, lastKey uint64, block
 	if x == nil || !x.certified() {
 		return
 	}
-	before, ok := endpointCounters(rt.index, x.ep.ID)
+	id := x.endpoint().ID
+	before, ok := endpointCounters(rt.index, id)
 	if !ok {
 		return
 	}
@@ -84,8 +85,9 @@ func (g *Gateway) CheckRoutedPrompt(rule, endpoint string, lastKey uint64, block
 }
 
 func (g *Gateway) finishTokenCheck(rt *ruleRuntime, x *endpointExact, lastKey uint64, blocks int, before inventory.EndpointStats, routed time.Time, grace time.Duration) {
-	after, ok := endpointCounters(rt.index, x.ep.ID)
-	held := ok && rt.holder(x.ep.ID, lastKey) != ""
+	id := x.endpoint().ID
+	after, ok := endpointCounters(rt.index, id)
+	held := ok && rt.holder(id, lastKey) != ""
 	k := g.opts.TokenDriftChecks
 	if k <= 0 {
 		k = DefaultTokenDriftChecks

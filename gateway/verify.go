@@ -129,7 +129,7 @@ func (g *Gateway) startVerifyProbes(x *endpointExact) {
 func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointExact, kinds []exactness.Kind) {
 	hc := &http.Client{Transport: g.transport()}
 	if x.held(exactness.Restart) {
-		if why, _ := g.probeOnce(ctx, hc, rt, x.ep); why != "" {
+		if why, _ := g.probeOnce(ctx, hc, rt, x.endpoint()); why != "" {
 			x.apply(exactness.Evidence{Type: exactness.ReprobeFailed, Detail: why})
 		} else {
 			x.apply(exactness.Evidence{Type: exactness.ReprobePassed})
@@ -215,7 +215,8 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 		depth-- // a prompt of whole blocks: the engine may keep its last one uncached
 	}
 	last := keys[depth-1]
-	before, _ := endpointCounters(rt.index, x.ep.ID)
+	id := x.endpoint().ID
+	before, _ := endpointCounters(rt.index, id)
 	sent := x.now()
 	path := "/v1/completions"
 	if kind == exactness.Chat {
@@ -252,7 +253,7 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 	}
 	deadline := time.Now().Add(grace)
 	for {
-		if rt.holder(x.ep.ID, last) != "" {
+		if rt.holder(id, last) != "" {
 			result("reproduced", &x.probes.Reproduced)
 			return exactness.Evidence{Type: exactness.ProbeReproduced, Kind: kind}, true
 		}
@@ -265,7 +266,7 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	after, ok := endpointCounters(rt.index, x.ep.ID)
+	after, ok := endpointCounters(rt.index, id)
 	if !ok || after.Stored == before.Stored || after.Removed != before.Removed || after.UnknownRemoves != before.UnknownRemoves ||
 		after.Retirements != before.Retirements || after.Clears != before.Clears {
 		result(fmt.Sprintf("inconclusive: the endpoint published no block the gateway could key within %s, or removed some (block size, event stream, or eviction)", grace), &x.probes.Inconclusive)
