@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,10 +74,16 @@ type naivePicker struct {
 }
 
 func (p naivePicker) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	// Naive in what it picks, correct in the protocol: a STREAMED response body (deploy/envoy's)
+	// is answered without a mutation, a full-duplex one is echoed back chunk by chunk.
+	echo := true
 	for {
 		m, err := srv.Recv()
 		if err != nil {
 			return nil
+		}
+		if pc := m.ProtocolConfig; pc != nil {
+			echo = pc.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 		}
 		var r *extprocv3.ProcessingResponse
 		switch m.Request.(type) {
@@ -91,8 +98,11 @@ func (p naivePicker) Process(srv extprocv3.ExternalProcessor_ProcessServer) erro
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			r = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 		case *extprocv3.ProcessingRequest_ResponseBody:
-			r = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
-				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: m.GetResponseBody().Body, EndOfStream: m.GetResponseBody().EndOfStream}}}}}}}
+			answer := &extprocv3.CommonResponse{}
+			if echo {
+				answer.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: m.GetResponseBody().Body, EndOfStream: m.GetResponseBody().EndOfStream}}}
+			}
+			r = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: answer}}}
 		default:
 			continue
 		}
