@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -129,7 +131,28 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 	if err := tmpl.Execute(&b, map[string]any{"AdminPort": ports[2], "ListenAddress": "127.0.0.1", "ListenPort": ports[3], "PickerAddress": "127.0.0.1", "PickerPort": pport}); err != nil {
 		return err
 	}
-	if err := start("envoy+picker", b.String(), ports[2], ports[3]); err != nil || o.Baseline == "" {
+	if err := start("envoy+picker", b.String(), ports[2], ports[3]); err != nil {
+		return err
+	}
+	// The minimal picker behind its own Envoy, the same template.
+	mp, err := startMinPicker(ctx, o, ups, dir)
+	if err != nil {
+		return fmt.Errorf("minimal picker: %w", err)
+	}
+	procs["minpicker"] = mp.proc
+	pickers["envoy+minpicker"] = mp.proc
+	var madmin, mlisten int
+	if madmin, err = freePort(); err != nil {
+		return err
+	}
+	if mlisten, err = freePort(); err != nil {
+		return err
+	}
+	b.Reset()
+	if err := tmpl.Execute(&b, map[string]any{"AdminPort": madmin, "ListenAddress": "127.0.0.1", "ListenPort": mlisten, "PickerAddress": "127.0.0.1", "PickerPort": mp.port}); err != nil {
+		return err
+	}
+	if err := start("envoy+minpicker", b.String(), madmin, mlisten); err != nil || o.Baseline == "" {
 		return err
 	}
 	// With a baseline gateway build, its picker behind its own Envoy joins the same rounds.
@@ -169,4 +192,44 @@ func startEnvoyTargets(ctx context.Context, o ProxyOptions, ups []string, dir st
 		return err
 	}
 	return start(name, b.String(), admin, listen)
+}
+
+type minPicker struct {
+	proc *groupProc
+	port int
+}
+
+// startMinPicker starts bench/minpicker (built from this module unless ProxyOptions.MinPicker names
+// a binary) on a free port, rotating over ups, in its own process group, and waits until it
+// accepts connections.
+func startMinPicker(ctx context.Context, o ProxyOptions, ups []string, dir string) (minPicker, error) {
+	bin := o.MinPicker
+	if bin == "" {
+		bin = filepath.Join(dir, "minpicker")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/kvexact/kvexact/bench/minpicker").CombinedOutput()
+		if err != nil {
+			return minPicker{}, fmt.Errorf("go build ./bench/minpicker (%v: %s): build it and pass --min-picker PATH", err, strings.TrimSpace(string(out)))
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return minPicker{}, err
+	}
+	tail := &tailBuffer{max: 4096}
+	cmd := exec.Command(bin, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--upstreams", strings.Join(ups, ","))
+	cmd.Stdout, cmd.Stderr = io.Discard, tail
+	p, err := startGroup("minpicker", cmd, tail)
+	if err != nil {
+		return minPicker{}, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return minPicker{proc: p, port: port}, nil
+		}
+		if gone, _ := p.exited(); gone || time.Now().After(deadline) || ctx.Err() != nil {
+			p.stop()
+			return minPicker{}, p.explain(fmt.Errorf("minpicker %s not listening on 127.0.0.1:%d", bin, port))
+		}
+	}
 }

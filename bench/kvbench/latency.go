@@ -44,15 +44,18 @@ type AddedLatency struct {
 }
 
 // added is the per-target medians over rounds of (target − direct).
-func added(rounds []LatencyRound) map[string]AddedLatency {
+func added(rounds []LatencyRound) map[string]AddedLatency { return addedOver(rounds, "direct") }
+
+// addedOver is the per-target medians over rounds of (target − base).
+func addedOver(rounds []LatencyRound, base string) map[string]AddedLatency {
 	p50, p99 := map[string][]float64{}, map[string][]float64{}
 	for _, r := range rounds {
-		d, ok := r.Targets["direct"]
+		d, ok := r.Targets[base]
 		if !ok {
 			continue
 		}
 		for name, f := range r.Targets {
-			if name != "direct" {
+			if name != base {
 				p50[name] = append(p50[name], f.P50us-d.P50us)
 				p99[name] = append(p99[name], f.P99us-d.P99us)
 			}

@@ -46,6 +46,9 @@ type Overhead struct {
 	AddedTTFB    map[string]AddedLatency `json:"addedTtfb,omitempty"`
 	// AddedSaturation is the added p50/p99 under wrk's closed-loop saturation.
 	AddedSaturation map[string]AddedLatency `json:"addedSaturation,omitempty"`
+	// OverEnvoy is each target's latency at the fixed rate over Envoy alone's (medians of the
+	// per-round differences): what the picker, or the minimal picker, adds to Envoy.
+	OverEnvoy map[string]AddedLatency `json:"overEnvoy,omitempty"`
 	// Baseline names the optional fourth target, another gateway build measured in the same
 	// rounds (e.g. the previous release), and its binary.
 	Baseline             string  `json:"baseline,omitempty"`
@@ -302,7 +305,11 @@ type ProxyOptions struct {
 	// shape) the baseline's picker runs behind: a previous build's own, when the shipped one
 	// changed with the picker.
 	BaselineEnvoyTemplate string
-	Log                   io.Writer
+	// MinPicker, with Envoy, is the minimal picker's binary (bench/minpicker; "" builds it): the
+	// target "envoy+minpicker", the shipped template in front of a picker that decides nothing,
+	// joins the same rounds, so the ext_proc exchange's own cost is told from the picker's.
+	MinPicker string
+	Log       io.Writer
 }
 
 // MissingTool names a program the proxy comparison needs and how to install it.
@@ -517,7 +524,7 @@ http {
 	}
 	if o.Envoy != "" {
 		err := startEnvoyTargets(ctx, o, ups, dir, targets, procs, ov)
-		for _, n := range []string{"envoy", "envoy+picker", "picker", "envoy+" + o.BaselineName, "picker-baseline"} {
+		for _, n := range []string{"envoy", "envoy+picker", "picker", "envoy+minpicker", "minpicker", "envoy+" + o.BaselineName, "picker-baseline"} {
 			if p := procs[n]; p != nil {
 				defer p.stop()
 			}
@@ -525,7 +532,7 @@ http {
 		if err != nil {
 			return err
 		}
-		order = append(order, "envoy", "envoy+picker")
+		order = append(order, "envoy", "envoy+picker", "envoy+minpicker")
 		if o.Baseline != "" {
 			order = append(order, "envoy+"+o.BaselineName)
 		}
@@ -666,6 +673,15 @@ http {
 	}
 	ov.LatencyRate = o.LatencyRate
 	ov.AddedLatency, ov.AddedTTFB = added(ov.Latency), added(ov.Stream)
+	if o.Envoy != "" {
+		ov.OverEnvoy = addedOver(ov.Latency, "envoy")
+		for _, n := range []string{"envoy+picker", "envoy+minpicker"} {
+			a := ov.OverEnvoy[n]
+			fmt.Fprintf(o.Log, "%s over envoy at %d req/s (medians of the per-round differences): %+.0f µs p50, %+.0f µs p99\n", n, o.LatencyRate, a.P50us, a.P99us)
+		}
+		a := addedOver(ov.Latency, "envoy+minpicker")["envoy+picker"]
+		fmt.Fprintf(o.Log, "envoy+picker over envoy+minpicker at %d req/s: %+.0f µs p50, %+.0f µs p99\n", o.LatencyRate, a.P50us, a.P99us)
+	}
 	sat := make([]LatencyRound, len(ov.Proxy))
 	for i, r := range ov.Proxy {
 		sat[i] = LatencyRound{Order: r.Order, Targets: r.Saturation}

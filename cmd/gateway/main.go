@@ -36,7 +36,14 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() {
+	reexec = keepMonitorAwake
+	os.Exit(run(os.Args[1:]))
+}
+
+// reexec, when set, replaces the process before run starts anything (--sysmon-awake); only main
+// sets it, so a test calling run keeps its own process.
+var reexec func() error
 
 func run(args []string) int {
 	if buildinfo.Flag("gateway", args, os.Stdout) {
@@ -73,6 +80,7 @@ func run(args []string) int {
 	peerSnapToken := fs.String("peer-snapshot-token-file", "", "file holding the peer's admin token (required with --peer-snapshot)")
 	peerSnapMax := fs.Int64("peer-snapshot-max-bytes", gateway.DefaultPeerSnapshotMaxBytes, "largest snapshot of one endpoint accepted from the peer")
 	peerSnapTimeout := fs.Duration("peer-snapshot-timeout", gateway.DefaultPeerSnapshotTimeout, "bound on fetching one endpoint's snapshot from the peer")
+	monitorAwake := fs.Bool("sysmon-awake", true, "keep the Go runtime's system monitor awake (the gateway re-executes itself once with GODEBUG=schedtrace set): less CPU per request at moderate rates; see sysmon.go")
 	gcFloor := fs.Int("gc-floor-mib", 16, "heap size below which the garbage collector does not run, in MiB (0 disables): see gcfloor.go")
 	var eppf eppFlags
 	eppf.register(fs)
@@ -88,6 +96,11 @@ func run(args []string) int {
 	if *gcFloor < 0 {
 		fmt.Fprintf(os.Stderr, "gateway: --gc-floor-mib: %d is negative\n", *gcFloor)
 		return 2
+	}
+	if *monitorAwake && reexec != nil {
+		if err := reexec(); err != nil {
+			fmt.Fprintf(os.Stderr, "gateway: --sysmon-awake: not applied, the gateway runs without it: %v\n", err)
+		}
 	}
 	defer keepGCFloor(setGCFloor(*gcFloor << 20))
 	var level slog.Level

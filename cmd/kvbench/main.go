@@ -249,6 +249,7 @@ func runOverhead(ctx context.Context, args []string) int {
 	baseline := fs.String("baseline", "", "`PATH` of a second gateway binary measured in the same rounds (e.g. the previous release); with --envoy, its picker behind its own Envoy too")
 	baselineName := fs.String("baseline-name", "baseline", "the baseline's name in the tables")
 	baselineEnvoy := fs.String("baseline-envoy-template", "", "`PATH` of the Envoy template the baseline's picker runs behind (default: the shipped deploy/envoy/envoy.yaml.tmpl)")
+	minPicker := fs.String("min-picker", "", "`PATH` of the minimal picker (go build ./bench/minpicker; default: built from this module), measured behind its own Envoy with --envoy")
 	envoy := fs.String("envoy", "", "`PATH` of an Envoy binary: Envoy alone (round robin) and Envoy in front of the gateway's Endpoint Picker join the same rounds")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -291,7 +292,7 @@ func runOverhead(ctx context.Context, args []string) int {
 			if self, proxyErr = os.Executable(); proxyErr == nil {
 				proxyErr = kvbench.MeasureProxy(ctx, kvbench.ProxyOptions{UpstreamCmd: []string{self, "upstream"}, Rounds: *rounds, Duration: *dur,
 					Warmup: *warmup, Connections: *conns, Threads: *threads, Nginx: *nginx, Wrk: *wrk, Gateway: gw, Log: os.Stderr,
-					Baseline: *baseline, BaselineName: *baselineName, LatencyRate: *latencyRate, LatencyDuration: *latencyDur, StreamRequests: *streamN, Envoy: *envoy, BaselineEnvoyTemplate: *baselineEnvoy}, ov)
+					Baseline: *baseline, BaselineName: *baselineName, LatencyRate: *latencyRate, LatencyDuration: *latencyDur, StreamRequests: *streamN, Envoy: *envoy, BaselineEnvoyTemplate: *baselineEnvoy, MinPicker: *minPicker}, ov)
 			}
 		}
 		if proxyErr != nil {
