@@ -41,6 +41,8 @@ type Result struct {
 	// PredictedTTFT is the ttft law's prediction for the target (0: none), SentTTFT the time to
 	// the first token from the request's send (what the gateway's receipt times, near enough).
 	PredictedTTFT, SentTTFT time.Duration
+	// Decision is the raw X-Kvexact-Decision header ("" when none), for the request trace.
+	Decision string
 }
 
 // decision is the part of X-Kvexact-Decision the benchmark reads.
@@ -92,6 +94,7 @@ func send(ctx context.Context, c *http.Client, url string, q *Request, arrival t
 	r.ServedBy = resp.Header.Get(sim.ReceiptHeader)
 	r.Upstream = resp.Header.Get("X-Upstream")
 	if h := resp.Header.Get(proxy.HeaderDecision); h != "" {
+		r.Decision = h
 		var d decision
 		if json.Unmarshal([]byte(h), &d) == nil {
 			r.Target, r.Tier, r.Seeded, r.PredictedHit = d.Target, d.Tier, d.Seeded, d.Predicted

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -203,6 +204,9 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 		c.Evidence.GatewayTTFTReceipts, c.Evidence.GatewayTTFTWithin10, c.Evidence.GatewayTTFTWithin25 = int(n), float64(w10)/float64(n), float64(w25)/float64(n)
 	}
 	judge(c, pol, results)
+	if dir := os.Getenv("KVBENCH_TRACE"); dir != "" {
+		writeTrace(dir, pool, w, pol, load, results, start)
+	}
 	return c, ctx.Err()
 }
 

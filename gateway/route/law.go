@@ -147,7 +147,7 @@ func leastLoaded(cands []Scored, ok func(pos int) bool) int {
 	return pos
 }
 
-// hard: cap_i = ceil(pct · totalLoad · capacity_i / (100 · totalCap)), at least 1, and at least
+// hard: cap_i = ceil(pct · (totalLoad + 1) · capacity_i / (100 · totalCap)), at least 1, and at least
 // CapFloor for a holder (2·score_i ≥ queryBlocks). The winner is the
 // best score among candidates under their cap; if no under-cap candidate has a positive score, the
 // least-loaded under-cap candidate takes it when spill relief is on (else the least-loaded with a
@@ -175,13 +175,18 @@ func (l Law) hard(cands []Scored, queryBlocks, best, pct int) Verdict {
 	return Verdict{Pos: pos, Spill: pos != best, Caps: caps}
 }
 
-// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · totalLoad ·
-// capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175).
+// loadCaps are the hard law's caps without the holder's floor: cap_i = ceil(pct · (totalLoad + 1)
+// · capacity_i / (100 · totalCap)), at least 1 (pct below 100 counts as 175). The + 1 is the
+// request being placed: consistent hashing with bounded loads bounds a bin by ⌈(1+ε)·m/n⌉ of the m
+// balls including the one it places (HAProxy's hash-balance-factor counts "the one we're about to
+// make" the same way). Without it the cap was the bound for one request fewer, which at low load
+// is a whole request per endpoint: with 2 in flight on 4 engines the cap was 1, so an engine
+// running one request was over it and a prefix it held was recomputed on an idle one.
 func loadCaps(cands []Scored, pct int) []int {
 	if pct < 100 {
 		pct = 175
 	}
-	totalLoad, totalCap := 0, 0
+	totalLoad, totalCap := 1, 0
 	for _, c := range cands {
 		totalLoad += c.Load
 		totalCap += max(c.Capacity, 1)

@@ -30,7 +30,8 @@ func TestLaws(t *testing.T) {
 		{"off: tie → least load", Law{Kind: LawOff}, withIndex(sc(5, 3), sc(5, 1)), 8, 1, false},
 		{"off: tie, tie → lowest index", Law{Kind: LawOff}, withIndex(sc(5, 1), sc(5, 1)), 8, 0, false},
 		{"hard: idle pool = argmax", hard, withIndex(sc(2, 0), sc(7, 0), sc(0, 0)), 8, 1, false},
-		// totalLoad 8 over 4 equal endpoints: cap = ceil(1.75·8/4) = 4. Endpoint 1 has load 4 → over.
+		// totalLoad 8 (and the request placed) over 4 equal endpoints: cap = ceil(1.75·9/4) = 4.
+		// Endpoint 1 has load 4 → over.
 		{"hard: hot winner over cap spills to next best under cap", hard, withIndex(sc(2, 2), sc(7, 4), sc(5, 1), sc(0, 1)), 8, 2, true},
 		{"hard: under-cap best has score 0 → stay with least-loaded positive (no relief)", hard, withIndex(sc(7, 4), sc(0, 0), sc(0, 0), sc(6, 4)), 8, 0, false},
 		{"hard: same with spill relief → least-loaded under cap", hardRelief, withIndex(sc(7, 4), sc(0, 0), sc(0, 0), sc(6, 4)), 8, 1, true},
@@ -41,8 +42,8 @@ func TestLaws(t *testing.T) {
 		{"soft: load outweighs one block", Law{Kind: LawSoft, Lambda: 32}, withIndex(sc(3, 0), sc(4, 40)), 8, 0, true},
 		// adaptive: total load 26 → factor 300 %. cap = ceil(3·26/2) = 39 → both under → argmax.
 		{"adaptive: high total load widens the cap", Law{Kind: LawAdaptive}, withIndex(sc(7, 20), sc(1, 6)), 8, 0, false},
-		// adaptive at low load is hard with 175: total 4, cap = ceil(1.75·4/2)=4; endpoint 0 load 4 over.
-		{"adaptive: low load behaves like hard", Law{Kind: LawAdaptive}, withIndex(sc(7, 4), sc(1, 0)), 8, 1, true},
+		// adaptive at low load is hard with 175: total 7, cap = ceil(1.75·8/2) = 7; endpoint 0 load 7 over.
+		{"adaptive: low load behaves like hard", Law{Kind: LawAdaptive}, withIndex(sc(7, 7), sc(1, 0)), 8, 1, true},
 	} {
 		v := tc.law.Pick(tc.cands, tc.q)
 		if v.Pos != tc.pos || v.Spill != tc.spill {
@@ -76,7 +77,7 @@ func TestHardCapFloor(t *testing.T) {
 		spill    bool
 		wantCaps []int
 	}{
-		// total 3 over 4: ceil(1.75·3/4) = 2, so the holder at 3 is over cap without a floor…
+		// total 3 over 4: ceil(1.75·(3+1)/4) = 2, so the holder at 3 is over cap without a floor…
 		{"floor 1: a holder at 3 in flight spills", floor1, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
 		// …and under the floor of 4 it keeps its request; non-holders keep the mean's cap.
 		{"floor 4: a holder at 3 in flight keeps it", floor4, withIndex(sc(6, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 0, false, []int{4, 2, 2, 2}},
@@ -85,16 +86,17 @@ func TestHardCapFloor(t *testing.T) {
 		{"floor 4: less than half is no holder, it spills", floor4, withIndex(sc(3, 3), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
 		// A shallow shared prefix (a RAG instruction) gets no floor: the request goes on to an idle
 		// endpoint instead of piling onto the few that hold the instruction.
-		{"floor 4: shallow matches stay under the mean's cap", floor4, withIndex(sc(1, 2), sc(1, 2), sc(0, 0), sc(0, 0)), 2, true, []int{2, 2, 2, 2}},
+		// Total 2: ceil(1.75·3/4) = 2, so the shallow holder at 2 is over (a floor would keep it).
+		{"floor 4: shallow matches stay under the mean's cap", floor4, withIndex(sc(1, 2), sc(0, 0), sc(0, 0), sc(0, 0)), 1, true, []int{2, 2, 2, 2}},
 		// At the floor a holder is over: cap 4, load 4 is not under; spill relief → least loaded.
 		{"floor 4: a holder at 4 spills to the least loaded", floor4, withIndex(sc(6, 4), sc(0, 1), sc(0, 0), sc(0, 0)), 2, true, []int{4, 3, 3, 3}},
-		// Over the floor the multiplicative cap decides: total 32, ceil(1.75·32/4) = 14 > 4.
-		{"floor 4: busy pool, the mean's cap rules", floor4, withIndex(sc(6, 14), sc(2, 6), sc(0, 6), sc(0, 6)), 1, true, []int{14, 14, 14, 14}},
-		{"floor 4: busy pool, under the mean's cap keeps it", floor4, withIndex(sc(6, 13), sc(2, 7), sc(0, 6), sc(0, 6)), 0, false, []int{14, 14, 14, 14}},
+		// Over the floor the multiplicative cap decides: total 33, ceil(1.75·34/4) = 15 > 4.
+		{"floor 4: busy pool, the mean's cap rules", floor4, withIndex(sc(6, 15), sc(2, 6), sc(0, 6), sc(0, 6)), 1, true, []int{15, 15, 15, 15}},
+		{"floor 4: busy pool, under the mean's cap keeps it", floor4, withIndex(sc(6, 14), sc(2, 7), sc(0, 6), sc(0, 6)), 0, false, []int{15, 15, 15, 15}},
 		// Ties among holders under the floor: equal score, equal load → the lowest position.
-		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{2, 4, 4, 2}},
+		{"floor 4: ties go to the lowest position", floor4, withIndex(sc(0, 0), sc(5, 2), sc(5, 2), sc(0, 0)), 1, false, []int{3, 4, 4, 3}},
 		// Capacity shares still shape caps above the floor.
-		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{Index: 0, Score: 9, Load: 12, Capacity: 3}, {Index: 1, Score: 1, Load: 0, Capacity: 1}}, 0, false, []int{16, 6}},
+		{"floor 4: a large share's cap exceeds the floor", floor4, []Scored{{Index: 0, Score: 9, Load: 12, Capacity: 3}, {Index: 1, Score: 1, Load: 0, Capacity: 1}}, 0, false, []int{18, 6}},
 	} {
 		v := tc.law.Pick(tc.cands, 8)
 		if v.Pos != tc.pos || v.Spill != tc.spill || !equalInts(v.Caps, tc.wantCaps) {
@@ -107,6 +109,29 @@ func TestHardCapFloor(t *testing.T) {
 	// The adaptive law is the hard law with a wider factor: the floor applies to it too.
 	if v := (Law{Kind: LawAdaptive, CapFloor: 4}).Pick(withIndex(sc(6, 3), sc(0, 0)), 8); v.Pos != 0 || v.Caps[0] != 4 {
 		t.Errorf("adaptive with floor 4: %+v, want pos 0 with cap 4", v)
+	}
+}
+
+// The cap counts the request being placed (⌈(1+ε)·m/n⌉ of m requests including it). Without it,
+// 2 in flight on 4 engines gave every engine a cap of ⌈1.75·2/4⌉ = 1: the engine running one
+// request was over it, and a prompt whose 27 of 67 blocks it held (below the holders' floor) was
+// recomputed on an idle engine. With it the cap is ⌈1.75·3/4⌉ = 2 and the holder keeps it; an
+// endpoint at the new cap still spills.
+func TestHardCapCountsThePlacedRequest(t *testing.T) {
+	law := Law{Kind: LawHard, FactorPct: 175, SpillRelief: true, CapFloor: 8}
+	v := law.Pick(withIndex(sc(0, 0), sc(27, 1), sc(0, 1), sc(0, 0)), 67)
+	if v.Pos != 1 || v.Spill || !equalInts(v.Caps, []int{2, 2, 2, 2}) {
+		t.Errorf("holder at 1 of 2 in flight: got pos %d spill %v caps %v, want pos 1 spill false caps [2 2 2 2]", v.Pos, v.Spill, v.Caps)
+	}
+	// 4 in flight: ⌈1.75·5/4⌉ = 3, the holder at 2 keeps its prefix (18 of 67 blocks).
+	v = law.Pick(withIndex(sc(0, 2), sc(0, 0), sc(0, 0), sc(18, 2)), 67)
+	if v.Pos != 3 || v.Spill || !equalInts(v.Caps, []int{3, 3, 3, 3}) {
+		t.Errorf("holder at 2 of 4 in flight: got pos %d spill %v caps %v, want pos 3 spill false caps [3 3 3 3]", v.Pos, v.Spill, v.Caps)
+	}
+	// At its cap the holder spills to the least loaded (spill relief).
+	v = law.Pick(withIndex(sc(0, 1), sc(27, 2), sc(0, 0), sc(0, 0)), 67)
+	if v.Pos != 2 || !v.Spill {
+		t.Errorf("holder at its cap: got pos %d spill %v caps %v, want pos 2 spill true", v.Pos, v.Spill, v.Caps)
 	}
 }
 
