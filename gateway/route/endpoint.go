@@ -30,7 +30,10 @@ type Endpoint struct {
 	Role     Role
 	Weight   int
 	Capacity int // KV capacity share for the load law (≥ 1)
-	Health   *health.Endpoint
+	// MaxRunning is the configured number of requests the engine runs at once (0: unknown, then
+	// learned from its load reports; Slots).
+	MaxRunning int
+	Health     *health.Endpoint
 	// RankHeader, on a data-parallel endpoint whose engine can be told the rank, is the request
 	// header naming it (engines.Hits.DPRankHeader); KV-exact then sends the request to the rank
 	// holding its blocks (Decision.Rank).
@@ -49,8 +52,11 @@ type Endpoint struct {
 	ahead   atomic.Int64
 	pending atomic.Int64
 	rates   atomic.Pointer[estimator]
-	fenced  atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
-	url     atomic.Pointer[url.URL] // Address parsed once, on first use
+	// slotsSeen is the most requests the engine reported running while it held some waiting:
+	// its running-request limit as its own reports show it (Slots).
+	slotsSeen atomic.Int64
+	fenced    atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
+	url       atomic.Pointer[url.URL] // Address parsed once, on first use
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
@@ -97,8 +103,29 @@ type EngineReport struct {
 	Err                           string
 }
 
-// SetEngineReport records the engine's latest report (nil: forget it).
-func (e *Endpoint) SetEngineReport(r *EngineReport) { e.engine.Store(r) }
+// SetEngineReport records the engine's latest report (nil: forget it). A good report with
+// requests waiting shows the engine's running-request limit reached (or blocks short, when it
+// runs fewer): the most running seen so is the limit Slots falls back to.
+func (e *Endpoint) SetEngineReport(r *EngineReport) {
+	e.engine.Store(r)
+	if r != nil && r.Err == "" && r.Waiting > 0 {
+		for n := int64(r.Running); ; {
+			old := e.slotsSeen.Load()
+			if n <= old || e.slotsSeen.CompareAndSwap(old, n) {
+				break
+			}
+		}
+	}
+}
+
+// Slots is how many requests the engine runs at once: MaxRunning when configured, else the most
+// its load reports showed running while some waited, 0 while unknown.
+func (e *Endpoint) Slots() int {
+	if e.MaxRunning > 0 {
+		return e.MaxRunning
+	}
+	return int(e.slotsSeen.Load())
+}
 
 // LastEngineReport is the engine's latest report, nil when none was read.
 func (e *Endpoint) LastEngineReport() *EngineReport { return e.engine.Load() }
