@@ -30,10 +30,7 @@ type Endpoint struct {
 	Role     Role
 	Weight   int
 	Capacity int // KV capacity share for the load law (≥ 1)
-	// MaxRunning is the configured number of requests the engine runs at once (0: unknown, then
-	// learned from its load reports; Slots).
-	MaxRunning int
-	Health     *health.Endpoint
+	Health   *health.Endpoint
 	// RankHeader, on a data-parallel endpoint whose engine can be told the rank, is the request
 	// header naming it (engines.Hits.DPRankHeader); KV-exact then sends the request to the rank
 	// holding its blocks (Decision.Rank).
@@ -52,11 +49,16 @@ type Endpoint struct {
 	ahead   atomic.Int64
 	pending atomic.Int64
 	rates   atomic.Pointer[estimator]
+	fenced  atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
+	url     atomic.Pointer[url.URL] // Address parsed once, on first use
+
+	// MaxRunning is the configured number of requests the engine runs at once (0: unknown, then
+	// learned from its load reports; Slots). It and slotsSeen come last so the fields every
+	// decision reads keep their places.
+	MaxRunning int
 	// slotsSeen is the most requests the engine reported running while it held some waiting:
 	// its running-request limit as its own reports show it (Slots).
 	slotsSeen atomic.Int64
-	fenced    atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
-	url       atomic.Pointer[url.URL] // Address parsed once, on first use
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
