@@ -547,7 +547,7 @@ func (g *Gateway) build(r *rules.Rule) (*ruleRuntime, error) {
 		}
 		h := g.newHealth(r, e)
 		h.SetAdminDown(e.AdminDown)
-		ep := &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
+		ep := &route.Endpoint{ID: id, Index: i, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), MaxRunning: e.MaxRunning, Health: h}
 		if err := rt.addRanks(e, ep); err != nil {
 			return nil, err
 		}

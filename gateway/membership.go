@@ -56,7 +56,7 @@ func (g *Gateway) applyMembership(old *ruleRuntime, r *rules.Rule) (done bool, e
 			h = g.newHealth(r, e)
 		}
 		h.SetAdminDown(e.AdminDown)
-		ep := &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), Health: h}
+		ep := &route.Endpoint{ID: id, Index: j, Name: e.Name, Address: e.Address, Role: route.Role(e.Role), Weight: e.Weight, Capacity: max(e.CapacityBlocks, 1), MaxRunning: e.MaxRunning, Health: h}
 		if i, ok := prev[e.Name]; ok {
 			ep.RankHeader, ep.DPRanks = old.eps[i].RankHeader, old.eps[i].DPRanks
 		} else if err = rt.addRanks(e, ep); err != nil {

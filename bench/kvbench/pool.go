@@ -251,7 +251,9 @@ func startSims(ctx context.Context, tok *tokenize.Tokenizer, model string, shape
 		}
 		*cleanup = append(*cleanup, func() { e.Close() })
 		sims = append(sims, e)
-		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), CapacityBlocks: shape.CapacityBlocks}
+		// The engine's running-request limit is declared as an operator declares vLLM's
+		// --max-num-seqs (the ttft law's slot wait); kvbench scrapes no load reports to learn it.
+		ep := rules.Endpoint{Name: cfg.Endpoint, Address: e.URL(), CapacityBlocks: shape.CapacityBlocks, MaxRunning: shape.MaxConcurrency}
 		if exact {
 			ep.Events.ZMQ, ep.Events.Replay = e.PublishAddrs(), e.ReplayAddrs()
 		}

@@ -128,8 +128,9 @@ func (c *call) reportUsage(t *usageTap) {
 	}
 	prompt, cached, ok := c.reportUsageOf(c.resp.server, t.tail)
 	if ok && !t.first.IsZero() {
-		// The receipt teaches the serving endpoint's rates (the ttft law's, route/ttft.go).
-		c.d.Receipt(t.first.Sub(t.sent), prompt, cached)
+		// The receipt teaches the serving endpoint's rates (the ttft law's, route/ttft.go); the
+		// answer has just ended, so the time since its first byte is its decode.
+		c.d.Receipt(t.first.Sub(t.sent), time.Since(t.first), prompt, cached)
 	}
 }
 

@@ -79,15 +79,15 @@ type Decision struct {
 	// Under the ttft law: own is the request's uncached prompt tokens on Target (added to its
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
-	// winner's prediction.
-	own, aheadAt, loadAt int
-	lowerAt              [nLower]int // the tokens Target was predicted to load from each lower tier
-	ttftPredicted        time.Duration
-	queued               bool    // the ttft law's accounting ran (queuePrefill)
-	rt                   *Router // set by take: Release gives the load units back through it
-	dry                  bool
-	keys                 []uint64 // the prompt's block keys, for predict-on-route
-	hit                  int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
+	// winner's prediction, slotWaitAt the wait for a running slot in it.
+	own, aheadAt, loadAt      int
+	lowerAt                   [nLower]int // the tokens Target was predicted to load from each lower tier
+	ttftPredicted, slotWaitAt time.Duration
+	queued                    bool    // the ttft law's accounting ran (queuePrefill)
+	rt                        *Router // set by take: Release gives the load units back through it
+	dry                       bool
+	keys                      []uint64 // the prompt's block keys, for predict-on-route
+	hit                       int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
 	// allocation per request.

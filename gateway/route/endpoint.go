@@ -51,6 +51,14 @@ type Endpoint struct {
 	rates   atomic.Pointer[estimator]
 	fenced  atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
 	url     atomic.Pointer[url.URL] // Address parsed once, on first use
+
+	// MaxRunning is the configured number of requests the engine runs at once (0: unknown, then
+	// learned from its load reports; Slots). It and slotsSeen come last so the fields every
+	// decision reads keep their places.
+	MaxRunning int
+	// slotsSeen is the most requests the engine reported running while it held some waiting:
+	// its running-request limit as its own reports show it (Slots).
+	slotsSeen atomic.Int64
 }
 
 // URL is Address parsed (once: the proxy builds every upstream request from it). The caller must
@@ -97,8 +105,29 @@ type EngineReport struct {
 	Err                           string
 }
 
-// SetEngineReport records the engine's latest report (nil: forget it).
-func (e *Endpoint) SetEngineReport(r *EngineReport) { e.engine.Store(r) }
+// SetEngineReport records the engine's latest report (nil: forget it). A good report with
+// requests waiting shows the engine's running-request limit reached (or blocks short, when it
+// runs fewer): the most running seen so is the limit Slots falls back to.
+func (e *Endpoint) SetEngineReport(r *EngineReport) {
+	e.engine.Store(r)
+	if r != nil && r.Err == "" && r.Waiting > 0 {
+		for n := int64(r.Running); ; {
+			old := e.slotsSeen.Load()
+			if n <= old || e.slotsSeen.CompareAndSwap(old, n) {
+				break
+			}
+		}
+	}
+}
+
+// Slots is how many requests the engine runs at once: MaxRunning when configured, else the most
+// its load reports showed running while some waited, 0 while unknown.
+func (e *Endpoint) Slots() int {
+	if e.MaxRunning > 0 {
+		return e.MaxRunning
+	}
+	return int(e.slotsSeen.Load())
+}
 
 // LastEngineReport is the engine's latest report, nil when none was read.
 func (e *Endpoint) LastEngineReport() *EngineReport { return e.engine.Load() }

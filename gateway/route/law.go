@@ -24,6 +24,8 @@ type Scored struct {
 	// EngineWaiting is the requests the engine reported waiting beyond the gateway's own
 	// (Endpoint.EngineWaiting), queued ahead like Ahead at the endpoint's typical request size.
 	EngineWaiting int
+	// Slots is the engine's running-request limit (Endpoint.Slots; 0: unknown, no slot wait).
+	Slots int
 	// Lower is what lower tiers serve past the GPU prefix (lower.go) and LowerCredit the part of
 	// Score it earned; the ttft law prices Lower at the tiers' transfer rates instead.
 	Lower       LowerHit

@@ -221,7 +221,7 @@ func (rt *Router) queuePrefill(d *Decision) {
 				d.lowerAt[i] = n * bs
 			}
 			if ev.TTFT != nil {
-				d.ttftPredicted, d.aheadAt = ev.TTFT.total, ev.TTFT.EngineWaitingTokens
+				d.ttftPredicted, d.aheadAt, d.slotWaitAt = ev.TTFT.total, ev.TTFT.EngineWaitingTokens, ev.TTFT.slot
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i)
+//	TTFT_i = fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i) + slot_i
 //
 // fixed_i is what every request costs however little it computes (HTTP, tokenization, scheduling,
 // one engine step, sampling): a full cache hit still takes it. ahead_i is the prefill work queued
@@ -24,6 +24,10 @@ import (
 // queued prefills one after another, less when it overlaps them (the simulated engines run up to
 // MaxConcurrency requests side by side, so below that nothing waits). prefill_i, interference_i
 // and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
+// slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
+// once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
+// ones finish — a wait that grows by a whole request's service time every slots_i requests in
+// line, which no share of the linear queue term describes.
 // Ties go to the larger exact hit, then to the lower position.
 
 // Rates are an endpoint's service rates as the ttft law uses them.
@@ -37,6 +41,9 @@ type Rates struct {
 	// Queue is the share of the queued work (queued prefill and interference) a new request
 	// waits for: 1 for an engine that serializes it.
 	Queue float64 `json:"queue"`
+	// Decode is a request's time from its first token to the end of its answer: what a running
+	// request still holds its slot for after its prefill (slotWait).
+	Decode time.Duration `json:"decode"`
 	// Transfer is the time to load one token's KV from each lower tier (lower.go).
 	Transfer TransferRates `json:"transferPerToken"`
 	// RequestTokens is the median prompt tokens a request here computes: the work of each request
@@ -63,18 +70,22 @@ type TTFTParts struct {
 	// EngineWaitingTokens their work at Rates.RequestTokens each (queued like AheadTokens).
 	EngineWaiting       int `json:"engineWaiting,omitempty"`
 	EngineWaitingTokens int `json:"engineWaitingTokens,omitempty"`
-	// FixedMS, AheadMS (the gateway's and the engine's queued prefill), OwnMS, TransferMS and
-	// InterferenceMS add up to TotalMS.
+	// Slots is the engine's running-request limit the slot wait used (0: unknown, no wait).
+	Slots int `json:"slots,omitempty"`
+	// FixedMS, AheadMS (the gateway's and the engine's queued prefill), OwnMS, TransferMS,
+	// InterferenceMS and SlotWaitMS (the wait for a running slot) add up to TotalMS.
 	FixedMS        float64 `json:"fixedMs"`
 	AheadMS        float64 `json:"aheadMs"`
 	OwnMS          float64 `json:"ownMs"`
 	TransferMS     float64 `json:"transferMs,omitempty"`
 	InterferenceMS float64 `json:"interferenceMs"`
+	SlotWaitMS     float64 `json:"slotWaitMs,omitempty"`
 	TotalMS        float64 `json:"totalMs"`
 	// Rates are the endpoint's rates the prediction used.
 	Rates Rates `json:"rates"`
-	// total is TotalMS in integer time: the law compares it, so equal work ties exactly.
-	total time.Duration
+	// total is TotalMS in integer time: the law compares it, so equal work ties exactly; slot
+	// the slot wait, which a receipt removes before it learns the queue.
+	total, slot time.Duration
 }
 
 // predictTTFT is c's prediction for a prompt of queryBlocks blocks of bs tokens.
@@ -88,7 +99,7 @@ func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
 		r = DefaultRates
 	}
 	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r,
-		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens}
+		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens, Slots: c.Slots}
 	var transfer time.Duration
 	for i, n := range c.Lower {
 		transfer += time.Duration(n*bs) * r.Transfer.of(i)
@@ -96,9 +107,27 @@ func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
 	ahead := time.Duration(c.Ahead+p.EngineWaitingTokens) * r.Prefill
 	self, inter := time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
 	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
-	p.total = r.Fixed + ahead + self + transfer + inter
+	p.slot = slotWait(c.Load, c.Slots, r)
+	p.total = r.Fixed + ahead + self + transfer + inter + p.slot
 	p.FixedMS, p.AheadMS, p.OwnMS, p.TransferMS, p.InterferenceMS, p.TotalMS = ms(r.Fixed), ms(ahead), ms(self), ms(transfer), ms(inter), ms(p.total)
+	p.SlotWaitMS = ms(p.slot)
 	return p
+}
+
+// slotWait is how long a new request waits for a running slot on an engine that runs at most
+// slots requests at once with load in flight (load already holds the engine's reported requests
+// beyond the gateway's own, Endpoint.Load). Below the limit it waits for none. At it, the slots
+// are busy with requests of service time T (the fixed cost, a typical request's prefill and its
+// decode) at ages spread evenly over T, so the first to finish does so after T/(slots+1) on
+// average and the j-th after j·T/(slots+1); the w = load − slots requests waiting ahead take
+// the first w slots that free, and each full round of slots of them costs a whole T more.
+func slotWait(load, slots int, r Rates) time.Duration {
+	if slots <= 0 || load < slots {
+		return 0
+	}
+	t := r.Fixed + time.Duration(r.RequestTokens)*r.Prefill + r.Decode
+	w := load - slots
+	return time.Duration(w/slots)*t + time.Duration(w%slots+1)*t/time.Duration(slots+1)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -130,6 +159,7 @@ type estimator struct {
 	prefill      window
 	interference window
 	queue        window
+	decode       window
 	transfer     [nLower]window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
@@ -173,13 +203,16 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 // prompt tokens it computed (prompt − cached_tokens), the uncached tokens that were queued ahead
 // (the gateway's own and the engine's reported waiting work) and the requests in flight there when
 // it was routed, and the prompt tokens it was predicted to load from each lower tier (engines
-// count them in cached_tokens).
+// count them in cached_tokens); Decode is its time from the first token to the answer's end (0:
+// not measured), SlotWait the wait for a running slot it was predicted (not part of the queue).
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
 	Ahead    int
 	Load     int
 	Lower    [nLower]int
+	Decode   time.Duration
+	SlotWait time.Duration
 }
 
 // minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: below
@@ -192,7 +225,8 @@ const minPrefillSample = 256
 // from receipts of both kinds. One routed behind requests in flight measures, with its own prefill
 // and the fixed cost removed, the rest: with nothing queued ahead, the interference per request in
 // flight; with prefill queued ahead, the share of the queued work it waited for. Every receipt's
-// computed tokens feed RequestTokens.
+// computed tokens feed RequestTokens, its decode time Decode; a receipt routed at the slot limit
+// has its predicted slot wait removed first, so the queue share learns only the rest.
 func (e *estimator) observe(r Receipt) {
 	if r.TTFT <= 0 {
 		return
@@ -209,7 +243,10 @@ func (e *estimator) observe(r Receipt) {
 		}
 	}
 	e.requestTok.add(float64(r.Computed))
-	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill)-float64(cur.Fixed), 0)
+	if r.Decode > 0 {
+		e.decode.add(float64(r.Decode))
+	}
+	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill)-float64(cur.Fixed)-float64(r.SlotWait), 0)
 	switch {
 	case r.Load == 0 && lower > 0:
 		// A lower tier's transfer: measured only from a receipt whose loaded tokens all came from
@@ -243,6 +280,9 @@ func (e *estimator) observe(r Receipt) {
 	if m, ok := e.queue.median(); ok {
 		next.Queue = m
 	}
+	if m, ok := e.decode.median(); ok {
+		next.Decode = time.Duration(m)
+	}
 	for i := range e.transfer {
 		if m, ok := e.transfer[i].median(); ok {
 			next.Transfer.set(i, time.Duration(m))
@@ -254,13 +294,13 @@ func (e *estimator) observe(r Receipt) {
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q, f, fx, rq []float64
+	var p, q, f, fx, rq, dc []float64
 	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
-			fx, rq = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens))
+			fx, rq, dc = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens)), append(dc, float64(r.Decode))
 			for i := range tr {
 				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
 			}
@@ -271,7 +311,7 @@ func (rt *Router) seedRates() Rates {
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	out := Rates{Fixed: time.Duration(mid(fx)), Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f),
-		RequestTokens: int(mid(rq))}
+		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc))}
 	for i := range tr {
 		out.Transfer.set(i, time.Duration(mid(tr[i])))
 	}
@@ -286,13 +326,14 @@ func (rt *Router) ratesOf(e *Endpoint) Rates {
 	return rt.seedRates()
 }
 
-// Receipt reports the response to a decision: its realized time to first token and how many of
-// its prompt tokens the engine served from cache (usage cached_tokens; promptTokens the prompt's).
+// Receipt reports the response to a decision: its realized time to first token, its time from the
+// first token to the answer's end (decode; 0 when not measured) and how many of its prompt tokens
+// the engine served from cache (usage cached_tokens; promptTokens the prompt's).
 // The serving endpoint's queued prefill drops by the decision's share (its prefill is over), its
 // estimator learns from the receipt, and the prediction's error is observed. Only the first call
 // counts; a dry decision, or one made under another law (which records no queue state to learn
 // against), learns nothing.
-func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
+func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedTokens int) {
 	if d == nil || d.rt == nil || d.Target == nil || !d.queued || d.received.Swap(true) {
 		return
 	}
@@ -306,7 +347,8 @@ func (d *Decision) Receipt(ttft time.Duration, promptTokens, cachedTokens int) {
 			est = d.Target.rates.Load()
 		}
 	}
-	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt})
+	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
+		Decode: decode, SlotWait: d.slotWaitAt})
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
 		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft, d.ttftPredicted)
 	}

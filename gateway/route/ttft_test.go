@@ -25,6 +25,10 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		return r
 	}
 	waiting := func(c Scored, n int) Scored { c.EngineWaiting = n; return c }
+	slots := func(c Scored, n int) Scored { c.Slots = n; return c }
+	// A request here holds its slot for 5 + 500·0.2 + 15 = 120 ms (fixed, a typical prefill and
+	// its decode); with 4 slots the j-th to free does so after j·120/5 = j·24 ms.
+	sr := Rates{Fixed: 5 * time.Millisecond, Prefill: 200 * time.Microsecond, Queue: 1, RequestTokens: 500, Decode: 15 * time.Millisecond}
 	law := Law{Kind: LawTTFT, BlockSize: 16}
 	for _, tc := range []struct {
 		name  string
@@ -78,6 +82,19 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		// 12.8 + 0.5·(1000 + 2·512)·0.2 = 215.2 against b's 204.8 → b.
 		{"the engine's waiting work shares the queue share",
 			withIndex(waiting(tq(60, 0, 1000, half), 2), tq(0, 0, 0, half)), 64, 1, []float64{215.2, 204.8}, true},
+		// The slot wait, a holding 60 of 64 blocks (64 own tokens: 12.8 ms) at sr, no interference:
+		// below the limit (3 in flight of 4 slots) 5 + 12.8 = 17.8 ms; at it (4) the first slot to
+		// free, 24 ms more: 41.8; one past it (5) the second: 65.8; 8 in flight (4 waiting ahead)
+		// a whole round of 120 and the first of the next: 5 + 12.8 + 144 = 161.8.
+		{"below the slot limit no slot wait", withIndex(slots(tq(60, 3, 0, sr), 4)), 64, 0, []float64{17.8}, false},
+		{"at the slot limit the first slot to free", withIndex(slots(tq(60, 4, 0, sr), 4)), 64, 0, []float64{41.8}, false},
+		{"one past the slot limit the second", withIndex(slots(tq(60, 5, 0, sr), 4)), 64, 0, []float64{65.8}, false},
+		{"a round of slots costs a whole request", withIndex(slots(tq(60, 8, 0, sr), 4)), 64, 0, []float64{161.8}, false},
+		{"an unknown slot count waits for none", withIndex(slots(tq(60, 5, 0, sr), 0)), 64, 0, []float64{17.8}, false},
+		// 12 in flight on a (8 waiting ahead: 2·120 + 24): 5 + 12.8 + 264 = 281.8 against b idle
+		// cold (5 + 204.8 = 209.8) → b; without the slot term a's 17.8 would keep it.
+		{"a full engine sends the request to an idle cold one",
+			withIndex(slots(tq(60, 12, 0, sr), 4), slots(tq(0, 0, 0, sr), 4)), 64, 1, []float64{281.8, 209.8}, true},
 	} {
 		v := law.Pick(tc.cands, tc.q)
 		if v.Pos != tc.pos || v.Spill != tc.spill {
@@ -85,10 +102,32 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		}
 		for i, w := range tc.want {
 			p := v.TTFT[i]
-			if math.Abs(p.TotalMS-w) > 1e-9 || math.Abs(p.FixedMS+p.AheadMS+p.OwnMS+p.InterferenceMS-p.TotalMS) > 1e-6 {
+			if math.Abs(p.TotalMS-w) > 1e-9 || math.Abs(p.FixedMS+p.AheadMS+p.OwnMS+p.InterferenceMS+p.SlotWaitMS-p.TotalMS) > 1e-6 {
 				t.Errorf("%s: candidate %d predicted %+v, want %.1f ms", tc.name, i, p, w)
 			}
 		}
+	}
+}
+
+func TestSlotsAndDecodeAreLearned(t *testing.T) {
+	// The slot count: configured wins; else the most running reported while some waited (a
+	// report with none waiting, or a failed one, shows no limit).
+	e := &Endpoint{}
+	for _, r := range []EngineReport{{Running: 6}, {Running: 3, Waiting: 2}, {Running: 9, Waiting: 1, Err: "connect"}, {Running: 2, Waiting: 5}} {
+		e.SetEngineReport(&r)
+	}
+	if e.Slots() != 3 {
+		t.Fatalf("learned slots %d, want 3", e.Slots())
+	}
+	if e.MaxRunning = 8; e.Slots() != 8 {
+		t.Fatalf("configured slots %d, want 8", e.Slots())
+	}
+	// A receipt's decode time feeds Decode; a predicted slot wait is taken out of what the queue
+	// share learns: 100 ms of TTFT, 80 of them the slot wait, over 100 ms of queued work → 0.2.
+	est := newEstimator(Rates{Prefill: time.Millisecond, Interference: 0, Queue: 1})
+	est.observe(Receipt{TTFT: 100 * time.Millisecond, Ahead: 100, Load: 4, SlotWait: 80 * time.Millisecond, Decode: 30 * time.Millisecond})
+	if r := est.Rates(); math.Abs(r.Queue-0.2) > 1e-9 || r.Decode != 30*time.Millisecond {
+		t.Fatalf("learned %+v, want queue 0.2 and decode 30ms", r)
 	}
 }
 
@@ -220,7 +259,7 @@ func TestEngineWaitingCountsOthersOnce(t *testing.T) {
 	if f.eps[0].Pending() != 1 || d.aheadAt != DefaultRates.RequestTokens {
 		t.Fatalf("pending %d, queue state %d", f.eps[0].Pending(), d.aheadAt)
 	}
-	d.Receipt(10*time.Millisecond, 64*bs, 60*bs)
+	d.Receipt(10*time.Millisecond, 0, 64*bs, 60*bs)
 	d.Release()
 	if f.eps[0].Pending() != 0 || f.eps[0].Ahead() != 0 {
 		t.Fatalf("after the receipt: pending %d, ahead %d", f.eps[0].Pending(), f.eps[0].Ahead())
@@ -290,7 +329,7 @@ func TestTTFTRouterQueuesPrefillUntilReceipt(t *testing.T) {
 		t.Fatalf("evidence lacks the prediction: %+v", d1.Endpoints)
 	}
 	// The receipt drains a's queue and teaches a's rate; Release after it drains nothing more.
-	d1.Receipt(50*time.Millisecond, 64*bs, 64*bs-minPrefillSample)
+	d1.Receipt(50*time.Millisecond, 0, 64*bs, 64*bs-minPrefillSample)
 	if got := f.eps[0].Ahead(); got != 0 {
 		t.Fatalf("after the receipt a's queued prefill is %d", got)
 	}

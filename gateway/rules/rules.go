@@ -517,6 +517,11 @@ type Endpoint struct {
 	BootstrapPort int `yaml:"bootstrapPort" json:"bootstrapPort,omitempty"`
 	// CapacityBlocks is the endpoint's KV capacity in blocks for the load law (default 1).
 	CapacityBlocks int `yaml:"capacityBlocks" json:"capacityBlocks,omitempty"`
+	// MaxRunning is how many requests the engine runs at once (vLLM --max-num-seqs, SGLang
+	// --max-running-requests); past it a new request waits for a running one to finish, a wait
+	// the ttft law adds to its prediction. 0 (the default): unknown, learned from the engine's
+	// load reports when they are scraped (the most requests seen running while some waited).
+	MaxRunning int `yaml:"maxRunning" json:"maxRunning,omitempty"`
 	// AdminDown takes the endpoint out of every tier.
 	AdminDown bool `yaml:"adminDown" json:"adminDown,omitempty"`
 }
@@ -533,6 +538,9 @@ type Events struct {
 	// and counted (kvexact_ingest_queue_full_total).
 	QueueLimit int `yaml:"queueLimit" json:"queueLimit,omitempty"`
 }
+
+// MaxMaxRunning is the largest maxRunning accepted (an engine's running-request limit).
+const MaxMaxRunning = 1_000_000
 
 // MaxQueueLimit is the largest events.queueLimit accepted.
 const MaxQueueLimit = 1_000_000
@@ -999,6 +1007,9 @@ func (ep *Endpoint) normalize(ct *contracts.Contract) error {
 	}
 	if ep.CapacityBlocks < 0 {
 		return fieldErr("capacityBlocks", "%d must be ≥ 0", ep.CapacityBlocks)
+	}
+	if ep.MaxRunning < 0 || ep.MaxRunning > MaxMaxRunning {
+		return fieldErr("maxRunning", "%d is outside 0..%d", ep.MaxRunning, MaxMaxRunning)
 	}
 	ev := &ep.Events
 	switch ct.Transport {

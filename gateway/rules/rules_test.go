@@ -94,6 +94,7 @@ func TestRejections(t *testing.T) {
 		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557", "tcp://127.0.0.1:6558"]`, "rules[0].endpoints[0].events.replay: 2 addresses for 1 ranks"},
 		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557"], queueLimit: -1`, "rules[0].endpoints[0].events.queueLimit: -1 is outside 1..1000000 messages (0: the default, 10000)"},
 		{`replay: ["tcp://127.0.0.1:6557"]`, `replay: ["tcp://127.0.0.1:6557"], queueLimit: 1000001`, "rules[0].endpoints[0].events.queueLimit: 1000001 is outside 1..1000000"},
+		{`name: b, address`, `name: b, maxRunning: -1, address`, "rules[0].endpoints[1].maxRunning: -1 is outside 0..1000000"},
 		{`"http://127.0.0.1:8002/"`, `"127.0.0.1:8002"`, `rules[0].endpoints[1].address: "127.0.0.1:8002" must start with http://`},
 		{`name: b, address`, `name: a, address`, `rules[0].endpoints[1].name: "a" is used by another endpoint`},
 		{"seed: \"0\"", "breaker: {openFor: soon}", `"soon" is not a duration`},
