@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"maps"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -157,6 +159,17 @@ type statusMetrics struct {
 	fenced *prometheus.GaugeVec
 	ep     *endpointMetrics
 	usage  *usageMetrics
+
+	mu sync.Mutex
+	// published is each rule's series set last published (set), so a republish overwrites them in
+	// place and deletes only what no longer exists: a scrape never sees a rule's gauges missing.
+	published map[string]publishedSeries
+}
+
+// publishedSeries is what set last exported for one rule.
+type publishedSeries struct {
+	exact     prometheus.Labels
+	endpoints []string
 }
 
 func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
@@ -174,8 +187,15 @@ func newStatusMetrics(reg prometheus.Registerer) *statusMetrics {
 	return m
 }
 
+// set publishes the rule's exactness gauges: written over the previous values, then the series of
+// a previous reason label or of a removed endpoint deleted. A republish that deleted first and
+// wrote after would leave a window in which a scrape finds an endpoint's gauges absent.
 func (m *statusMetrics) set(rt *ruleRuntime) {
-	m.forget(rt.rule.Name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	name := rt.rule.Name
+	prev := m.published[name]
+	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": name}) // the re-probe sets it again
 	v := 0.0
 	if rt.exact.Enabled {
 		v = 1
@@ -185,15 +205,36 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 	if code != "" && !slices.Contains(exactOffCodes, code) {
 		code = "other" // a code added without its entry here still cannot open the label set
 	}
-	m.exact.WithLabelValues(rt.rule.Name, rt.exact.Binding, code).Set(v)
+	exact := prometheus.Labels{"rule": name, "binding": rt.exact.Binding, "reason": code}
+	m.exact.With(exact).Set(v)
+	if prev.exact != nil && !maps.Equal(prev.exact, exact) {
+		m.exact.Delete(prev.exact)
+	}
+	cur := make([]string, 0, len(rt.epExact))
 	for _, x := range rt.epExact {
 		x.mu.Lock()
 		x.publish()
 		x.mu.Unlock()
+		cur = append(cur, x.name)
 	}
+	for _, ep := range prev.endpoints {
+		if !slices.Contains(cur, ep) {
+			l := prometheus.Labels{"rule": name, "endpoint": ep}
+			m.ep.eligible.DeletePartialMatch(l)
+			m.ep.reason.DeletePartialMatch(l)
+		}
+	}
+	if m.published == nil {
+		m.published = map[string]publishedSeries{}
+	}
+	m.published[name] = publishedSeries{exact: exact, endpoints: cur}
 }
 
+// forget deletes a removed rule's exactness series.
 func (m *statusMetrics) forget(rule string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.published, rule)
 	m.exact.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	m.ep.eligible.DeletePartialMatch(prometheus.Labels{"rule": rule})

@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvexact/kvexact/gateway/exactness"
+	"github.com/kvexact/kvexact/gateway/route"
+	"github.com/kvexact/kvexact/gateway/rules"
+)
+
+// series counts the samples of metric name with the given endpoint label.
+func series(t *testing.T, reg *prometheus.Registry, name, endpoint string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestStatusMetricsRepublishInPlace: republishing a rule's exactness gauges (every membership
+// change does) writes over the series, so a scrape at any moment finds each current endpoint's
+// eligibility and reasons; a removed endpoint's series go, and a changed rule reason replaces the
+// old label. The scrapes run beside the republishing: one that deleted first and wrote after is
+// caught in between.
+func TestStatusMetricsRepublishInPlace(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newStatusMetrics(reg)
+	now := func() time.Time { return time.Unix(0, 0) }
+	exact := func(name string) *endpointExact {
+		return newEndpointExact("pool", &route.Endpoint{Name: name, Address: "http://127.0.0.1:1"}, exactness.Config{}, false, "no certificate", now, m, nil)
+	}
+	rt := &ruleRuntime{rule: &rules.Rule{Name: "pool"}, exact: ExactStatus{Binding: "router", Code: "no_certificate"},
+		epExact: []*endpointExact{exact("a"), exact("b")}}
+	m.set(rt)
+	reasons := series(t, reg, "kvexact_endpoint_exact_ineligible_reason", "a")
+	if reasons != len(exactness.Causes) || series(t, reg, "kvexact_endpoint_exact_eligible", "a") != 1 {
+		t.Fatalf("after the first publish: %d reason series for a, want %d", reasons, len(exactness.Causes))
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			m.set(rt)
+		}
+	}()
+	for scrapes := 0; ; scrapes++ {
+		select {
+		case <-done:
+			if scrapes == 0 {
+				t.Log("the republishing ended before a scrape ran beside it")
+			}
+			goto removed
+		default:
+		}
+		if n := series(t, reg, "kvexact_endpoint_exact_ineligible_reason", "b"); n != reasons {
+			<-done
+			t.Fatalf("a scrape during a republish found %d reason series for b, want %d", n, reasons)
+		}
+	}
+removed:
+	rt.epExact = rt.epExact[:1]
+	rt.exact.Code = "mode_off"
+	m.set(rt)
+	if n := series(t, reg, "kvexact_endpoint_exact_ineligible_reason", "b") + series(t, reg, "kvexact_endpoint_exact_eligible", "b"); n != 0 {
+		t.Fatalf("removed endpoint b keeps %d series", n)
+	}
+	if series(t, reg, "kvexact_endpoint_exact_eligible", "a") != 1 {
+		t.Fatal("endpoint a lost its series")
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "kvexact_rule_exact_enabled" && len(mf.GetMetric()) != 1 {
+			t.Fatalf("kvexact_rule_exact_enabled has %d series after the reason changed, want 1", len(mf.GetMetric()))
+		}
+	}
+	m.forget("pool")
+	if series(t, reg, "kvexact_endpoint_exact_eligible", "a") != 0 {
+		t.Fatal("a forgotten rule keeps its endpoints' series")
+	}
+}
