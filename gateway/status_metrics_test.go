@@ -12,27 +12,10 @@ import (
 	"github.com/kvexact/kvexact/internal/promtest"
 )
 
-// series counts the samples of metric name with the given endpoint label.
+// series counts the series of metric name with the given endpoint label.
 func series(t *testing.T, reg *prometheus.Registry, name, endpoint string) int {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
-					n++
-				}
-			}
-		}
-	}
-	return n
+	return len(promtest.Series(t, reg, name, map[string]string{"endpoint": endpoint}))
 }
 
 // TestStatusMetricsRepublishInPlace: republishing a rule's exactness gauges (every membership
@@ -98,11 +81,8 @@ removed:
 	if series(t, reg, "kvexact_endpoint_exact_eligible", "a") != 1 {
 		t.Fatal("endpoint a lost its series")
 	}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() == "kvexact_rule_exact_enabled" && len(mf.GetMetric()) != 1 {
-			t.Fatalf("kvexact_rule_exact_enabled has %d series after the reason changed, want 1", len(mf.GetMetric()))
-		}
+	if got := promtest.Series(t, reg, "kvexact_rule_exact_enabled", nil); len(got) != 1 || got[0]["reason"] != "mode_off" {
+		t.Fatalf("kvexact_rule_exact_enabled after the reason changed: %v, want one series with reason mode_off", got)
 	}
 	m.forget("pool")
 	if series(t, reg, "kvexact_endpoint_exact_eligible", "a")+series(t, reg, "kvexact_endpoint_exact_fenced", "a") != 0 {
