@@ -225,12 +225,19 @@ func newEndpointMetrics(reg prometheus.Registerer) *endpointMetrics {
 	return m
 }
 
+// endpoint writes an endpoint's exactness gauges from its machine: eligibility, each cause, and
+// the re-probe's fence.
 func (m *statusMetrics) endpoint(rule, endpoint string, sm *exactness.Machine) {
 	v := 0.0
 	if sm.Eligible(exactness.Completion) {
 		v = 1
 	}
 	m.ep.eligible.WithLabelValues(rule, endpoint).Set(v)
+	fenced := 0.0
+	if sm.Held(exactness.Reprobe) {
+		fenced = 1
+	}
+	m.fenced.WithLabelValues(rule, endpoint).Set(fenced)
 	for _, c := range exactness.Causes {
 		on := 0.0
 		if sm.Held(c) {

@@ -35,24 +35,12 @@ func reasonMetric(t *testing.T, p *pool, ep, reason string) float64 {
 
 // ruleReasonLabel is the reason label of the pool rule's kvexact_rule_exact_enabled sample.
 func ruleReasonLabel(t *testing.T, p *pool) string {
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	got := promtest.Series(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"})
+	if len(got) == 0 {
+		t.Fatal("no kvexact_rule_exact_enabled sample")
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "kvexact_rule_exact_enabled" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					return l.GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("no kvexact_rule_exact_enabled sample")
-	return ""
+	return got[0]["reason"]
 }
 
 func endpointStatus(t *testing.T, p *pool, name string) gateway.EndpointStatus {

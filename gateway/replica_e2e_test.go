@@ -25,6 +25,7 @@ import (
 	"github.com/kvexact/kvexact/gateway/proxy"
 	"github.com/kvexact/kvexact/gateway/route"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 // startReplica starts another gateway with p's options over p's engines, as a second replica
@@ -426,27 +427,7 @@ func TestE2EReplicaCutFromOneEngineFencesOnlyThere(t *testing.T) {
 
 // replays is a registry's kvexact_ingest_replays_total for one endpoint and outcome.
 func replays(t *testing.T, reg *prometheus.Registry, endpoint, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "kvexact_ingest_replays_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			lab := map[string]string{}
-			for _, l := range m.GetLabel() {
-				lab[l.GetName()] = l.GetValue()
-			}
-			if lab["endpoint"] == endpoint && lab["outcome"] == outcome {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return promtest.Sum(t, reg, "kvexact_ingest_replays_total", map[string]string{"endpoint": endpoint, "outcome": outcome})
 }
 
 // TestE2ELateReplicaSeesTruncatedReplay: when the engine's replay buffer no longer holds its

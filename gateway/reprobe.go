@@ -51,7 +51,6 @@ func (g *Gateway) reprobe(ctx context.Context, hc *http.Client) {
 			} else {
 				x.apply(exactness.Evidence{Type: exactness.ReprobePassed})
 			}
-			g.statusM.fence(rt.rule.Name, e.Name, x.held(exactness.Reprobe))
 			// Each re-probe also samples the verification probes: a template or tokenizer that
 			// drifted without a restart is seen within one interval.
 			g.startVerifyProbes(x)
@@ -126,13 +125,4 @@ func (g *Gateway) runReprobe(ctx context.Context, interval time.Duration) {
 			g.reprobe(ctx, hc)
 		}
 	}
-}
-
-// fence exports the fence state.
-func (m *statusMetrics) fence(rule, endpoint string, on bool) {
-	v := 0.0
-	if on {
-		v = 1
-	}
-	m.fenced.WithLabelValues(rule, endpoint).Set(v)
 }

@@ -195,7 +195,6 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 	defer m.mu.Unlock()
 	name := rt.rule.Name
 	prev := m.published[name]
-	m.fenced.DeletePartialMatch(prometheus.Labels{"rule": name}) // the re-probe sets it again
 	v := 0.0
 	if rt.exact.Enabled {
 		v = 1
@@ -222,6 +221,7 @@ func (m *statusMetrics) set(rt *ruleRuntime) {
 			l := prometheus.Labels{"rule": name, "endpoint": ep}
 			m.ep.eligible.DeletePartialMatch(l)
 			m.ep.reason.DeletePartialMatch(l)
+			m.fenced.DeletePartialMatch(l)
 		}
 	}
 	if m.published == nil {

@@ -25,6 +25,7 @@ const schedtraceAwake = "schedtrace=2147483647"
 func keepMonitorAwake() error {
 	env, ok := awakeEnv(os.Environ())
 	if !ok {
+		dropAwake()
 		return nil
 	}
 	exe, err := os.Executable()
@@ -55,4 +56,39 @@ func awakeEnv(environ []string) ([]string, bool) {
 		}
 	}
 	return append(env, "GODEBUG="+strings.Join(append(godebug, schedtraceAwake), ",")), true
+}
+
+// dropAwake takes the gateway's schedtrace setting out of its GODEBUG again once the runtime has
+// read it: the runtime reads schedtrace only at start (a later change of GODEBUG re-reads only the
+// settings that may change while running), so the monitor stays awake, and a process the gateway
+// starts (client-go runs a kubeconfig's exec credential plugin with the gateway's environment) does
+// not inherit a setting meant for the gateway. The other settings stay, and so does an operator's
+// own schedtrace of another value (one of exactly schedtraceAwake reads as the gateway's).
+func dropAwake() {
+	v, ok := os.LookupEnv("GODEBUG")
+	if !ok {
+		return
+	}
+	rest, dropped := withoutAwake(v)
+	switch {
+	case !dropped:
+	case rest == "":
+		os.Unsetenv("GODEBUG")
+	default:
+		os.Setenv("GODEBUG", rest)
+	}
+}
+
+// withoutAwake is a GODEBUG value without the setting awakeEnv adds, and whether it had it.
+func withoutAwake(godebug string) (string, bool) {
+	var kept []string
+	dropped := false
+	for _, setting := range strings.Split(godebug, ",") {
+		if setting == schedtraceAwake {
+			dropped = true
+			continue
+		}
+		kept = append(kept, setting)
+	}
+	return strings.Join(kept, ","), dropped
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/assemble"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/promtest"
 )
 
 const (
@@ -168,24 +169,5 @@ func long(t *testing.T) {
 
 // metric sums the series of one counter of the gateway's registry that carry labels.
 func (g *gw) metric(name string, labels map[string]string) float64 {
-	mfs, err := g.reg.Gather()
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return promtest.Sum(g.t, g.reg, name, labels)
 }

@@ -80,3 +80,30 @@ func Sum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]str
 	}
 	return sum
 }
+
+// Series returns the label sets of every series of name whose labels include every pair in labels
+// (as Value matches them), in the registry's order: how many there are, or a label's value.
+func Series(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []map[string]string {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gathering metrics: %v", err)
+	}
+	var out []map[string]string
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !matches(m, labels) {
+				continue
+			}
+			l := make(map[string]string, len(m.GetLabel()))
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
