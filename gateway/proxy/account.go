@@ -87,12 +87,16 @@ type usageTap struct {
 	stream bool
 	sent   time.Time // when the upstream request was sent
 	first  time.Time
+	// d is told of the first token (route.Decision.FirstToken): its prefill is over, so it no
+	// longer queues ahead of the next request on its endpoint.
+	d *route.Decision
 }
 
 func (t *usageTap) Read(p []byte) (int, error) {
 	n, err := t.ReadCloser.Read(p)
 	if n > 0 && t.stream && t.first.IsZero() {
 		t.first = time.Now()
+		t.d.FirstToken()
 	}
 	if n > 0 {
 		if n >= usageTail {
@@ -116,7 +120,7 @@ func (c *call) tapUsage(resp *http.Response, sent time.Time) *usageTap {
 	// In the call: one allocation less per request; the tail grows to at most usageTail. sent is
 	// where the receipt's time to first token starts.
 	t := &c.resp.tap
-	*t = usageTap{ReadCloser: resp.Body, stream: strings.HasPrefix(header(resp.Header, "Content-Type"), "text/event-stream"), sent: sent}
+	*t = usageTap{ReadCloser: resp.Body, stream: strings.HasPrefix(header(resp.Header, "Content-Type"), "text/event-stream"), sent: sent, d: c.d}
 	resp.Body = t
 	return t
 }

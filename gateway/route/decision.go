@@ -76,6 +76,7 @@ type Decision struct {
 
 	released atomic.Bool
 	received atomic.Bool // Receipt was called
+	drained  atomic.Bool // own left Target's queued prefill (first token, receipt or release)
 	// Under the ttft law: own is the request's uncached prompt tokens on Target (added to its
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
@@ -87,6 +88,7 @@ type Decision struct {
 	rt                        *Router // set by take: Release gives the load units back through it
 	dry                       bool
 	keys                      []uint64 // the prompt's block keys, for predict-on-route
+	tokens                    int      // the prompt's length in tokens (its last, partial block included)
 	hit                       int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
@@ -104,14 +106,29 @@ func (d *Decision) Release() {
 		return
 	}
 	d.Target.active.Add(-1)
-	if !d.received.Swap(true) && d.queued {
-		d.Target.ahead.Add(-int64(d.own))
-		d.Target.pending.Add(-1)
-	}
+	d.received.Store(true)
+	d.drain()
 	if d.Decode != nil {
 		d.Decode.active.Add(-1)
 	}
 	d.rt.admission.released()
+}
+
+// FirstToken reports that the answer's first token came: the request's prefill is over, so its
+// uncached tokens leave its target's queued prefill (the ttft law's ahead) now rather than when
+// its answer ends. Safe on nil and idempotent.
+func (d *Decision) FirstToken() {
+	if d != nil && d.rt != nil {
+		d.drain()
+	}
+}
+
+// drain takes the decision's own prefill out of its target's queue, once.
+func (d *Decision) drain() {
+	if d.queued && !d.drained.Swap(true) {
+		d.Target.ahead.Add(-int64(d.own))
+		d.Target.pending.Add(-1)
+	}
 }
 
 // LastKey is the key of the prompt's deepest full block as the gateway computed it (its chain

@@ -36,7 +36,7 @@ func (rt *Router) promptKeys(ctx context.Context, req *Request, d *Decision) ([]
 	if m != MissNone {
 		return nil, m, reason
 	}
-	d.Blocks, d.keys, d.hit = len(keys), keys, len(keys)
+	d.Blocks, d.keys, d.hit, d.tokens = len(keys), keys, len(keys), tokens
 	if len(keys) == 0 {
 		return nil, MissHashes, "the prompt is shorter than one block"
 	}

@@ -48,7 +48,7 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 		}
 		return pick{ep: w, tier: TierPlacement, miss: m, reason: reason}, nil
 	}
-	v := rt.law.Pick(s.cands, len(keys))
+	v := rt.law.PickPrompt(s.cands, len(keys), d.tokens)
 	if v.Pos < 0 {
 		return passed(MissNoWorker, "the load law found no candidate"), nil
 	}

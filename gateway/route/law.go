@@ -100,6 +100,13 @@ type Verdict struct {
 // Pick applies the law. queryBlocks is the prompt's block count (the soft law's "uncached" is
 // queryBlocks − score). cands must be in endpoint order.
 func (l Law) Pick(cands []Scored, queryBlocks int) Verdict {
+	return l.PickPrompt(cands, queryBlocks, 0)
+}
+
+// PickPrompt is Pick for a prompt of promptTokens tokens: the ttft law also prices the tokens
+// past its last full block, which every engine computes (0, or fewer than queryBlocks full
+// blocks hold: a prompt that ends on a block boundary).
+func (l Law) PickPrompt(cands []Scored, queryBlocks, promptTokens int) Verdict {
 	if len(cands) == 0 {
 		return Verdict{Pos: -1}
 	}
@@ -110,7 +117,7 @@ func (l Law) Pick(cands []Scored, queryBlocks int) Verdict {
 	case LawSoft:
 		return l.soft(cands, queryBlocks, best)
 	case LawTTFT:
-		return l.ttft(cands, queryBlocks, best)
+		return l.ttft(cands, queryBlocks, promptTokens, best)
 	case LawAdaptive:
 		total := 0
 		for _, c := range cands {

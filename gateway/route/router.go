@@ -209,7 +209,8 @@ func (rt *Router) miss(d *Decision, m Miss, reason string) {
 	}
 }
 
-// queuePrefill adds the decision's uncached prompt tokens to its target's queued prefill (the
+// queuePrefill adds the decision's uncached prompt tokens (the blocks past the target's cached
+// prefix and the prompt's partial last block) to its target's queued prefill (the
 // ttft law's "ahead", until the receipt or the release) and keeps what the prediction stood on.
 func (rt *Router) queuePrefill(d *Decision) {
 	cached := 0
@@ -225,7 +226,7 @@ func (rt *Router) queuePrefill(d *Decision) {
 			}
 		}
 	}
-	d.own = max(d.Blocks-cached, 0) * bs
+	d.own = max(d.Blocks-cached, 0)*bs + max(d.tokens-d.Blocks*bs, 0)
 	d.aheadAt += d.Target.Ahead()
 	d.loadAt = d.Target.Load()
 	d.queued = true

@@ -18,7 +18,8 @@ import (
 // load gauges are scraped, the requests the engine reports waiting beyond those (work other
 // replicas or clients sent it), each priced at the endpoint's typical request (requestTokens_i).
 // uncached_i is the request's own prefill there: its prompt's blocks past
-// the endpoint's cached prefix (the score), in tokens. load_i · interference_i is decode
+// the endpoint's cached prefix (the score), in tokens, and the tokens of its partial last block,
+// which no engine caches and every engine computes. load_i · interference_i is decode
 // interference: each request in flight occupies a batch slot and a share of every engine step.
 // queue_i is how much of that work a new request actually waits for: 1 when the engine computes
 // queued prefills one after another, less when it overlaps them (the simulated engines run up to
@@ -88,12 +89,15 @@ type TTFTParts struct {
 	total, slot time.Duration
 }
 
-// predictTTFT is c's prediction for a prompt of queryBlocks blocks of bs tokens.
-// The blocks lower tiers serve are neither prefilled nor free: each costs its tier's transfer.
-func predictTTFT(c Scored, queryBlocks, bs int) TTFTParts {
+// predictTTFT is c's prediction for a prompt of promptTokens tokens, queryBlocks full blocks of bs
+// tokens and a partial last block of the rest (promptTokens below queryBlocks·bs: none). The
+// partial block is never cached, so the engine computes its tokens wherever the request goes
+// (vLLM computes every uncached prompt token: tokens cost, not blocks). The blocks lower tiers
+// serve are neither prefilled nor free: each costs its tier's transfer.
+func predictTTFT(c Scored, queryBlocks, promptTokens, bs int) TTFTParts {
 	bs = max(bs, 1)
 	gpu := c.Score - c.LowerCredit
-	own := max(queryBlocks-gpu-c.Lower.Blocks(), 0) * bs
+	own := max(queryBlocks-gpu-c.Lower.Blocks(), 0)*bs + max(promptTokens-queryBlocks*bs, 0)
 	r := c.Rates
 	if r == (Rates{}) {
 		r = DefaultRates
@@ -133,11 +137,11 @@ func slotWait(load, slots int, r Rates) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ttft picks the lowest predicted TTFT; ties to the larger score, then the lower position.
-func (l Law) ttft(cands []Scored, queryBlocks, best int) Verdict {
+func (l Law) ttft(cands []Scored, queryBlocks, promptTokens, best int) Verdict {
 	parts := make([]TTFTParts, len(cands))
 	pos := -1
 	for i, c := range cands {
-		parts[i] = predictTTFT(c, queryBlocks, l.BlockSize)
+		parts[i] = predictTTFT(c, queryBlocks, promptTokens, l.BlockSize)
 		if pos < 0 || parts[i].total < parts[pos].total ||
 			(parts[i].total == parts[pos].total && c.Score > cands[pos].Score) {
 			pos = i
@@ -154,15 +158,17 @@ const rateWindow = 64
 // rank, not by its size. Until a rate has samples it is its seed.
 type estimator struct {
 	mu           sync.Mutex
-	fixed        window
+	fixed        samples
 	requestTok   window
-	prefill      window
+	prefill      samples
 	interference window
 	queue        window
 	decode       window
 	transfer     [nLower]window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
+	// scratch holds fit's residuals and the line's slopes between every two samples.
+	scratch [rateWindow + rateWindow*(rateWindow-1)/2]float64
 }
 
 // window is a ring of the last rateWindow samples.
@@ -188,6 +194,94 @@ func (w *window) median() (float64, bool) {
 		return s[w.n/2], true
 	}
 	return (s[w.n/2-1] + s[w.n/2]) / 2, true
+}
+
+// samples is a ring of the last rateWindow receipts the fixed cost, the interference and the
+// prefill rate are measured from, kept raw (time to first token net of the slot wait, computed
+// tokens, load), so that each estimate is recomputed from the others' current values rather than
+// frozen with the values they had when the receipt came: the first receipts of a new endpoint
+// arrive while the prefill rate is still its seed, and a fixed cost measured against it stayed
+// in the window for 64 receipts.
+type samples struct {
+	v    [rateWindow]sample
+	n    int
+	next int
+}
+
+type sample struct{ ttft, computed, load float64 }
+
+func (s *samples) add(x sample) {
+	s.v[s.next] = x
+	s.next = (s.next + 1) % rateWindow
+	s.n = min(s.n+1, rateWindow)
+}
+
+// medianOf is the median of buf, which it sorts.
+func medianOf(buf []float64) float64 {
+	slices.Sort(buf)
+	if len(buf)%2 == 1 {
+		return buf[len(buf)/2]
+	}
+	return (buf[len(buf)/2-1] + buf[len(buf)/2]) / 2
+}
+
+// line fits TTFT − computed · p = fixed + load · interference over the samples (receipts with
+// nothing queued ahead): with two or more loads among them, the Theil–Sen line (the interference
+// the median of the slopes between samples at different loads, the fixed cost the median of what
+// is left), robust to stalls as the medians are. With one load only the interference cannot be
+// told from the fixed cost: it keeps itf when known (measured by other receipts), else the fixed
+// cost takes it all (a seed's interference, a guess, would otherwise eat a fixed cost it exceeds).
+func (s *samples) line(p, itf float64, known bool, buf []float64) (fixed, interference float64) {
+	r := buf[:s.n]
+	for i := range r {
+		r[i] = s.v[i].ttft - s.v[i].computed*p
+	}
+	slopes := buf[s.n:s.n]
+	for i := range s.n {
+		for j := i + 1; j < s.n; j++ {
+			if dl := s.v[i].load - s.v[j].load; dl != 0 {
+				slopes = append(slopes, (r[i]-r[j])/dl)
+			}
+		}
+	}
+	switch {
+	case len(slopes) > 0:
+		itf = max(medianOf(slopes), 0)
+	case !known && s.v[0].load > 0:
+		itf = 0
+	}
+	for i := range r {
+		r[i] -= s.v[i].load * itf
+	}
+	return max(medianOf(r), 0), itf
+}
+
+// fit recomputes the fixed cost, the interference and the prefill rate from their receipts: the
+// fixed cost and the interference are the line through the receipts with nothing queued ahead
+// (line), the prefill rate the median of (TTFT − fixed) / computed over the idle ones with many
+// computed tokens; each reads the others' values, so they are iterated to their common solution
+// (the line's receipts compute few tokens, so each round shrinks the error by their share of the
+// prefill receipts' tokens: a few rounds settle it).
+func (e *estimator) fit(next *Rates) {
+	if e.fixed.n == 0 && e.prefill.n == 0 {
+		return
+	}
+	f, itf, p := float64(next.Fixed), float64(next.Interference), float64(next.Prefill)
+	for range 3 {
+		if e.fixed.n > 0 {
+			f, itf = e.fixed.line(p, itf, e.interference.n > 0, e.scratch[:])
+		}
+		if e.prefill.n == 0 {
+			break
+		}
+		buf := e.scratch[:e.prefill.n]
+		for i := range buf {
+			x := e.prefill.v[i]
+			buf[i] = max(x.ttft-f, 0) / x.computed
+		}
+		p = medianOf(buf)
+	}
+	next.Fixed, next.Interference, next.Prefill = time.Duration(f), time.Duration(itf), time.Duration(p)
 }
 
 func newEstimator(seed Rates) *estimator {
@@ -219,12 +313,16 @@ type Receipt struct {
 // it the fixed cost outweighs the prefill, and a receipt measures the fixed cost instead.
 const minPrefillSample = 256
 
-// observe adds one receipt. A receipt with nothing in flight (Load 0) measures, with few computed
-// tokens, the fixed cost (TTFT − computed · prefill), with enough of them the prefill rate
-// ((TTFT − fixed) / computed): each reads the other's current median, so the two settle together
-// from receipts of both kinds. One routed behind requests in flight measures, with its own prefill
-// and the fixed cost removed, the rest: with nothing queued ahead, the interference per request in
-// flight; with prefill queued ahead, the share of the queued work it waited for. Every receipt's
+// observe adds one receipt. An idle one (nothing in flight) with enough computed tokens measures
+// the prefill rate ((TTFT − fixed) / computed); one with few computed tokens, nothing queued ahead
+// and no slot wait, idle or behind requests in flight that are past their prefill, measures the
+// fixed cost and the interference: TTFT − computed · prefill = fixed + load · interference. The
+// three are refitted together from their raw receipts at each receipt (fit), so none keeps a value
+// measured against another's seed. One with more computed tokens routed behind requests in flight,
+// or one that waited for a slot, measures, with its own prefill and the fixed cost removed, the
+// rest: with nothing queued ahead, the interference per request in flight (used while the fit
+// cannot tell it from the fixed cost); with prefill queued ahead, the share of the queued work it
+// waited for. Every receipt's
 // computed tokens feed RequestTokens, its decode time Decode; a receipt routed at the slot limit
 // has its predicted slot wait removed first, so the queue share learns only the rest.
 func (e *estimator) observe(r Receipt) {
@@ -247,6 +345,7 @@ func (e *estimator) observe(r Receipt) {
 		e.decode.add(float64(r.Decode))
 	}
 	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill)-float64(cur.Fixed)-float64(r.SlotWait), 0)
+	raw := sample{ttft: max(float64(r.TTFT)-float64(r.SlotWait), 0), computed: float64(r.Computed), load: float64(r.Load)}
 	switch {
 	case r.Load == 0 && lower > 0:
 		// A lower tier's transfer: measured only from a receipt whose loaded tokens all came from
@@ -256,23 +355,19 @@ func (e *estimator) observe(r Receipt) {
 		}
 		e.transfer[tier].add(rest / float64(lower))
 	case r.Load == 0 && r.Computed >= minPrefillSample:
-		e.prefill.add(max(float64(r.TTFT)-float64(cur.Fixed), 0) / float64(r.Computed))
-	case r.Load == 0:
-		e.fixed.add(max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill), 0))
+		e.prefill.add(raw)
+	case lower == 0 && r.Ahead == 0 && r.SlotWait == 0 && r.Computed < minPrefillSample:
+		// Few computed tokens, nothing queued ahead, no slot wait: the fixed cost and the
+		// interference of the requests in flight (fit).
+		e.fixed.add(raw)
 	case r.Load > 0 && r.Ahead == 0:
 		e.interference.add(max(rest-transfer, 0) / float64(r.Load))
 	case r.Load > 0:
 		e.queue.add(max(rest-transfer, 0) / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
 	}
 	next := e.seed
-	if m, ok := e.fixed.median(); ok {
-		next.Fixed = time.Duration(m)
-	}
 	if m, ok := e.requestTok.median(); ok {
 		next.RequestTokens = int(m)
-	}
-	if m, ok := e.prefill.median(); ok {
-		next.Prefill = time.Duration(m)
 	}
 	if m, ok := e.interference.median(); ok {
 		next.Interference = time.Duration(m)
@@ -283,6 +378,7 @@ func (e *estimator) observe(r Receipt) {
 	if m, ok := e.decode.median(); ok {
 		next.Decode = time.Duration(m)
 	}
+	e.fit(&next)
 	for i := range e.transfer {
 		if m, ok := e.transfer[i].median(); ok {
 			next.Transfer.set(i, time.Duration(m))
@@ -337,8 +433,7 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 	if d == nil || d.rt == nil || d.Target == nil || !d.queued || d.received.Swap(true) {
 		return
 	}
-	d.Target.ahead.Add(-int64(d.own))
-	d.Target.pending.Add(-1)
+	d.drain()
 	rt := d.rt
 	est := d.Target.rates.Load()
 	if est == nil {

@@ -157,7 +157,8 @@ func TestEstimatorConvergesAndResistsOutliers(t *testing.T) {
 	}
 	// Before any receipt the seed stands; a receipt with no TTFT teaches nothing. An idle one
 	// one token short of minPrefillSample measures the fixed cost, not the prefill rate; one at
-	// it measures the prefill rate, net of that fixed cost.
+	// it measures the prefill rate, net of that fixed cost, and the fixed cost is recomputed
+	// against it: one round is (1 s − fx) / 256 and 1 s − 255 · that, the next round starts there.
 	f := newEstimator(truth)
 	f.observe(Receipt{Computed: 1000})
 	if f.Rates() != truth {
@@ -169,8 +170,48 @@ func TestEstimatorConvergesAndResistsOutliers(t *testing.T) {
 	}
 	fx := f.Rates().Fixed
 	f.observe(Receipt{TTFT: time.Second, Computed: minPrefillSample})
-	if r := f.Rates(); r.Prefill != (time.Second-fx)/minPrefillSample || r.Fixed != fx {
+	if r := f.Rates(); r.Prefill >= (time.Second-fx)/minPrefillSample || r.Fixed <= fx {
 		t.Fatalf("a receipt at minPrefillSample taught %+v", r)
+	}
+}
+
+// TestFixedCostForgetsTheSeedPrefill: a new endpoint's first receipts are near-total hits read
+// while the prefill rate is still its seed (200 µs a token, the engine's is 150 µs); the fixed cost
+// they measure against the seed (TTFT 17.5 ms − 90 · 0.2 ms < 0: 0) must not stay once idle
+// misses have taught the real rate. Near-total hits routed behind requests in flight (nothing
+// queued ahead, no interference) measure it too. The truth: 4 ms + 150 µs a computed token.
+func TestFixedCostForgetsTheSeedPrefill(t *testing.T) {
+	truth := func(comp int) time.Duration { return 4*time.Millisecond + time.Duration(comp)*150*time.Microsecond }
+	seed := DefaultRates
+	seed.Interference = 0
+	e := newEstimator(seed)
+	for i := 0; i < 10; i++ {
+		e.observe(Receipt{TTFT: truth(90), Computed: 90})
+	}
+	for i := 0; i < 3; i++ {
+		e.observe(Receipt{TTFT: truth(1080), Computed: 1080})
+	}
+	for i := 0; i < 4; i++ {
+		e.observe(Receipt{TTFT: truth(90), Computed: 90, Load: 2})
+	}
+	got := e.Rates()
+	if d := got.Fixed - 4*time.Millisecond; d < -100*time.Microsecond || d > 100*time.Microsecond {
+		t.Fatalf("fixed %v, want 4ms (rates %+v)", got.Fixed, got)
+	}
+	if d := got.Prefill - 150*time.Microsecond; d < -time.Microsecond || d > time.Microsecond {
+		t.Fatalf("prefill %v, want 150µs", got.Prefill)
+	}
+	// An endpoint that is never idle on a near-total hit: its fixed cost is learned from the
+	// near-total hits routed behind requests in flight.
+	busy := newEstimator(seed)
+	for i := 0; i < 3; i++ {
+		busy.observe(Receipt{TTFT: truth(1080), Computed: 1080})
+	}
+	for i := 0; i < 5; i++ {
+		busy.observe(Receipt{TTFT: truth(90), Computed: 90, Load: 1 + i%3})
+	}
+	if d := busy.Rates().Fixed - 4*time.Millisecond; d < -100*time.Microsecond || d > 100*time.Microsecond {
+		t.Fatalf("fixed %v from loaded receipts, want 4ms (rates %+v)", busy.Rates().Fixed, busy.Rates())
 	}
 }
 
@@ -212,7 +253,7 @@ func TestEstimatorLearnsTheFixedCost(t *testing.T) {
 	if got.RequestTokens <= 0 || got.RequestTokens > 96 {
 		t.Fatalf("median request %d tokens, want among the near-total hits' (≤ 96)", got.RequestTokens)
 	}
-	p := predictTTFT(Scored{Score: 64, Rates: got}, 64, 16)
+	p := predictTTFT(Scored{Score: 64, Rates: got}, 64, 0, 16)
 	if !within(p.TotalMS, 32, 0.06) || p.FixedMS != p.TotalMS {
 		t.Fatalf("a full hit predicted %+v", p)
 	}
@@ -353,5 +394,79 @@ func TestTTFTRouterQueuesPrefillUntilReceipt(t *testing.T) {
 	d2.Release()
 	if f.eps[0].Ahead() != 0 || f.eps[1].Ahead() != 0 {
 		t.Fatalf("queues after release: %d %d", f.eps[0].Ahead(), f.eps[1].Ahead())
+	}
+}
+
+// TestTTFTLawPricesThePartialBlock: the engine computes every uncached prompt token, the partial
+// last block's included (the score counts full blocks only). A prompt of 64 full blocks of 16 and
+// 12 tokens more (1036 tokens): a holds 62 blocks at 200 µs a token, b 63 at 350 µs. Priced by
+// blocks, a computes 32 tokens (6.4 ms) and b 16 (5.6 ms) → b; by tokens a computes 44 (8.8 ms)
+// and b 28 (9.8 ms) → a.
+func TestTTFTLawPricesThePartialBlock(t *testing.T) {
+	a := Rates{Prefill: 200 * time.Microsecond, Queue: 1}
+	b := Rates{Prefill: 350 * time.Microsecond, Queue: 1}
+	law := Law{Kind: LawTTFT, BlockSize: 16}
+	for _, tc := range []struct {
+		name   string
+		tokens int
+		pos    int
+		want   []float64
+		own    []int
+	}{
+		{"the partial block is computed", 64*16 + 12, 0, []float64{8.8, 9.8}, []int{44, 28}},
+		{"a prompt on a block boundary has none", 64 * 16, 1, []float64{6.4, 5.6}, []int{32, 16}},
+		{"no token count: full blocks only", 0, 1, []float64{6.4, 5.6}, []int{32, 16}},
+	} {
+		v := law.PickPrompt(withIndex(tq(62, 0, 0, a), tq(63, 0, 0, b)), 64, tc.tokens)
+		if v.Pos != tc.pos {
+			t.Errorf("%s: pos %d, want %d (%+v)", tc.name, v.Pos, tc.pos, v.TTFT)
+		}
+		for i := range tc.want {
+			if p := v.TTFT[i]; math.Abs(p.TotalMS-tc.want[i]) > 1e-9 || p.OwnTokens != tc.own[i] {
+				t.Errorf("%s: candidate %d predicted %.3f ms over %d own tokens, want %.1f over %d", tc.name, i, p.TotalMS, p.OwnTokens, tc.want[i], tc.own[i])
+			}
+		}
+	}
+}
+
+// TestTTFTRouterQueuesThePartialBlock: the decision's own prefill, which its target's queue holds
+// until the receipt, counts the prompt's partial last block: 64 full blocks and 12 tokens, a holds
+// 60 → 4 blocks and 12 tokens.
+func TestTTFTRouterQueuesThePartialBlock(t *testing.T) {
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64*16 + 12}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(0)
+	})
+	if bs := f.rt.rule.BlockSize; bs != 16 {
+		t.Fatalf("block size %d", bs)
+	}
+	f.inv.Store(f.eps[0].ID, keys[:60])
+	d, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	if err != nil || d.Target != f.eps[0] {
+		t.Fatalf("route: %v %+v", err, d)
+	}
+	if got := f.eps[0].Ahead(); got != 4*16+12 {
+		t.Fatalf("a's queued prefill %d, want %d", got, 4*16+12)
+	}
+	for _, ev := range d.Endpoints {
+		if ev.Name == "a" && (ev.TTFT == nil || ev.TTFT.OwnTokens != 4*16+12) {
+			t.Fatalf("a's prediction %+v", ev.TTFT)
+		}
+	}
+	// The first token ends the prefill: the queue drains then, once, not again at the receipt
+	// (which still teaches) or the release.
+	d.FirstToken()
+	d.FirstToken()
+	if got := f.eps[0].Ahead(); got != 0 {
+		t.Fatalf("after the first token a's queued prefill is %d", got)
+	}
+	d.Receipt(20*time.Millisecond, 10*time.Millisecond, 64*16+12, 60*16)
+	d.Release()
+	if got := f.eps[0].Ahead(); got != 0 {
+		t.Fatalf("after the receipt and the release a's queued prefill is %d", got)
+	}
+	if _, ok := f.eps[0].Rates(); !ok {
+		t.Fatal("the receipt after the first token taught nothing")
 	}
 }
