@@ -147,7 +147,8 @@ type Spec struct {
 	// this many blocks (block size × TinyTokenBytes each), announced with medium CPU in the
 	// self-describing form (self_describing_kv_events). The released CPU worker refuses the CPU
 	// platform, so the tier's copies are made by the project's worker (OffloadSpec,
-	// scripts/vllm_offload/kvexact_offload.py; docs/vllm-engine.md). 0: no connector.
+	// scripts/vllm_offload/kvexact_offload.py; docs/vllm-engine.md), which Start puts on the
+	// engine's PYTHONPATH (a container would need the folder too). 0: no connector.
 	OffloadBlocks int
 	// Extra arguments for the server.
 	Extra []string
@@ -277,9 +278,10 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 }
 
 // ServerArgs is the interpreter's command line of the engine s (after the python executable): the
-// OpenAI server on Host:Port with dummy weights, prefix caching and, unless NoEvents, the KV
-// event publisher and replay socket, and with OffloadBlocks vLLM's offloading connector. Ports, Host, BlockSize, HashAlgo, DP and ServedModel must be set
-// (Start fills them); a container runs the same line (containers.StartVLLMCPU).
+// OpenAI server on Host:Port with dummy weights, prefix caching, unless NoEvents the KV event
+// publisher and replay socket, and with OffloadBlocks vLLM's offloading connector. Ports, Host,
+// BlockSize, HashAlgo, DP and ServedModel must be set (Start fills them); a container runs the
+// same line (containers.StartVLLMCPU).
 func ServerArgs(s Spec) []string {
 	args := []string{"-m", "vllm.entrypoints.openai.api_server", "--model", s.Model, "--served-model-name", s.ServedModel,
 		"--host", s.Host, "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
