@@ -60,6 +60,7 @@ vectors:
 # captured as the release's sample file (source engine; parity checks it without the engine).
 vectors-engine: pyenv
 	$(GO) run ./cmd/vllmpool capture -out vectors/vllm/v0.31.0/events-samples.json
+	$(GO) run ./cmd/vllmpool capture-offload -out vectors/vllm/v0.31.0/offload-samples.json
 
 # The pinned Python environments (.cache/py/NAME from scripts/python/NAME.txt); .ci/run calls it.
 pyenv:

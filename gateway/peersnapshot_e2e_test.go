@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/sim"
 	"github.com/kvexact/kvexact/gateway"
+	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/internal/promtest"
 )
 
@@ -95,6 +97,20 @@ func TestE2EReplicaSeedsFromPeerSnapshot(t *testing.T) {
 	}
 	if !same(r) {
 		t.Fatal("the seeded replica's inventory differs from the peer's at its first ready moment")
+	}
+	// TierInventory is the tier's residency as TierAged holds it, whatever the order.
+	for _, s := range p.sims {
+		ep := s.Config().Endpoint
+		aged := p.g.TierAged("pool", ep, engines.TierCPU)
+		got, ok := p.g.TierInventory("pool", ep, engines.TierCPU)
+		slices.SortFunc(aged, func(a, b inventory.KeyCount) int { return cmp.Compare(a.Key, b.Key) })
+		slices.SortFunc(got, func(a, b inventory.KeyCount) int { return cmp.Compare(a.Key, b.Key) })
+		if !ok || len(got) == 0 || !slices.Equal(got, aged) {
+			t.Fatalf("%s: TierInventory(cpu) %d keys (%v), TierAged %d", ep, len(got), ok, len(aged))
+		}
+	}
+	if _, ok := p.g.TierInventory("pool", "nobody", engines.TierCPU); ok {
+		t.Fatal("TierInventory answers for an endpoint the rule does not have")
 	}
 	for i := range ds {
 		if a, b := p.overlap(follow(i), home[i]), r.overlap(follow(i), home[i]); a != b || a == 0 {

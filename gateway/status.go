@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/route"
 )
@@ -109,6 +110,30 @@ func (g *Gateway) Inventory(rule, endpoint string) ([]inventory.KeyCount, bool) 
 	for _, e := range rt.eps {
 		if e.Name == endpoint {
 			return rt.index.Snapshot(e.ID), true
+		}
+	}
+	return nil, false
+}
+
+// TierInventory returns an endpoint's keys in one tier's residency with their counts (the GPU's is
+// Inventory's); false for an unknown rule or endpoint, or a lower tier the rule does not index
+// (lowerTiers false).
+func (g *Gateway) TierInventory(rule, endpoint string, tier engines.Tier) ([]inventory.KeyCount, bool) {
+	if tier == engines.TierGPU {
+		return g.Inventory(rule, endpoint)
+	}
+	rt, ok := g.runtime(rule)
+	if !ok {
+		return nil, false
+	}
+	for _, e := range rt.eps {
+		if e.Name != endpoint {
+			continue
+		}
+		for _, l := range rt.lower {
+			if l.Tier == tier {
+				return l.Index.Snapshot(e.ID), true
+			}
 		}
 	}
 	return nil, false

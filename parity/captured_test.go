@@ -2,6 +2,7 @@ package parity
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,6 +11,7 @@ import (
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm"
 	"github.com/kvexact/kvexact/gateway/hashcore"
+	"github.com/kvexact/kvexact/vectors"
 )
 
 // capturedCorpus is what the captured file must hold: the request shapes whose keys the gateway
@@ -24,7 +26,57 @@ var capturedCorpus = []string{"completion", "completion_shared_prefix", "chat", 
 // tagged extra keys from each sample's request): every store chained on the root or on a block an
 // earlier sample stored, every removal of a block the file stored. No engine is needed.
 func TestEventSamplesVLLMCaptured(t *testing.T) {
-	f := evLoad(t, "vllm/v0.31.0/events-samples.json")
+	checkCaptured(t, "vllm/v0.31.0/events-samples.json", capturedCorpus)
+}
+
+// offloadCorpus is what the captured offload file must hold (cmd/vllmpool capture-offload).
+var offloadCorpus = []string{"store", "filler_a", "filler_b", "filler_c", "filler_d", "load", "filler_e", "filler_f",
+	"reset", "load_after_reset", "reset_external", "store_after_reset_external"}
+
+// TestEventSamplesVLLMOffloadCaptured: the payloads a real vLLM v0.31.0 engine with the offloading
+// connector published (vectors/vllm/v0.31.0/offload-samples.json, cmd/vllmpool capture-offload)
+// pass TestEventSamplesVLLMCaptured's checks — the host stores' keys too are the gateway's keys
+// of their own tokens, chained on blocks the GPU stored — and hold what the gateway's lower tier
+// rests on: host stores and host evictions with medium CPU, each store self-describing (one block,
+// its parent, its tokens, the block size), and every batch carrying one flagged SecondaryTier.
+func TestEventSamplesVLLMOffloadCaptured(t *testing.T) {
+	f := checkCaptured(t, "vllm/v0.31.0/offload-samples.json", offloadCorpus)
+	var stores, removals int
+	for _, s := range f.Samples {
+		b, err := vllm.DecodeBatch(s.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu := false
+		for _, e := range b.Events {
+			if e.Medium != "CPU" {
+				continue
+			}
+			cpu = true
+			switch e.Kind {
+			case engines.BlockStored:
+				stores++
+				if len(e.BlockHashes) != 1 || len(e.TokenIDs) != 32 || e.BlockSize != 32 {
+					t.Errorf("%s: a host store of %d blocks, parent %v, %d tokens, block size %d (want one self-describing block)", s.Name, len(e.BlockHashes), e.HasParent, len(e.TokenIDs), e.BlockSize)
+				}
+			case engines.BlockRemoved:
+				removals++
+			}
+		}
+		if cpu != slices.Contains(s.Flags, "SecondaryTier") {
+			t.Errorf("%s: a CPU-medium event %v, flags %v", s.Name, cpu, s.Flags)
+		}
+	}
+	if stores == 0 || removals == 0 {
+		t.Errorf("%d host stores and %d host removals captured: want both", stores, removals)
+	}
+}
+
+// checkCaptured checks a file of captured v0.31.0 payloads (TestEventSamplesVLLMCaptured) whose
+// sample names cover corpus, and returns it.
+func checkCaptured(t *testing.T, rel string, corpus []string) *vectors.SampleFile {
+	t.Helper()
+	f := evLoad(t, rel)
 	if f.Header.Source != "engine" {
 		t.Fatalf("source %q, want engine", f.Header.Source)
 	}
@@ -106,7 +158,7 @@ func TestEventSamplesVLLMCaptured(t *testing.T) {
 		})
 		seen[trimIndex(s.Name)] = true
 	}
-	for _, c := range capturedCorpus {
+	for _, c := range corpus {
 		if !seen[c] {
 			t.Errorf("no captured sample for %s", c)
 		}
@@ -114,6 +166,7 @@ func TestEventSamplesVLLMCaptured(t *testing.T) {
 	if kinds[engines.BlockStored] == 0 || kinds[engines.BlockRemoved] == 0 || kinds[engines.AllBlocksCleared] == 0 {
 		t.Errorf("event kinds captured %v: want stores, removals and a clear", kinds)
 	}
+	return f
 }
 
 // trimIndex drops the _N a capture adds when one request published several batches.

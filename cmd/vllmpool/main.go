@@ -2,10 +2,11 @@
 // dummy weights; engines/vllm/vllmpool) and stops it again by PID:
 //
 //	vllmpool up -dir DIR [-n 3] [-model llama3] [-seeds 0,0,unset] [-block-size 32] [-hash-algo sha256]
-//	            [-kv-blocks 96] [-lora] [-dp 1] [-listen 127.0.0.1:8080] [-admin 127.0.0.1:8081]
+//	            [-kv-blocks 96] [-lora] [-dp 1] [-offload-blocks 0] [-listen 127.0.0.1:8080] [-admin 127.0.0.1:8081]
 //	vllmpool restart -dir DIR -name vllm-1 [-seed 1|unset]
 //	vllmpool down -dir DIR
 //	vllmpool capture -out vectors/vllm/v0.31.0/events-samples.json
+//	vllmpool capture-offload -out vectors/vllm/v0.31.0/offload-samples.json
 //
 // up writes DIR/pool.yaml (for ctk certify), DIR/gateway.yaml (for the gateway), DIR/pids (one
 // process-group id a line) and each engine's log, prints one line per engine, and returns once
@@ -53,8 +54,10 @@ func main() {
 		err = down(os.Args[2:])
 	case "capture":
 		err = capture(os.Args[2:])
+	case "capture-offload":
+		err = captureOffload(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (up, restart, down, capture)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (up, restart, down, capture, capture-offload)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vllmpool:", err)
@@ -73,6 +76,7 @@ func up(args []string) error {
 	kvBlocks := fs.Int("kv-blocks", 96, "KV cache blocks per engine (0: vLLM's own sizing)")
 	lora := fs.Bool("lora", false, "generate a dummy LoRA adapter and serve it on every engine")
 	dp := fs.Int("dp", 1, "data-parallel size per engine")
+	offload := fs.Int("offload-blocks", 0, "host-memory blocks of vLLM's offloading connector per engine (0: none; docs/vllm-engine.md)")
 	binding := fs.String("binding", "", "the staged binding in pool.yaml and gateway.yaml: auto (default), engine or router")
 	firstPort := fs.Int("port", 0, "first engine's HTTP port; engine i takes port+i (0: free ports)")
 	listen := fs.String("listen", "127.0.0.1:8080", "the gateway config's client listener")
@@ -118,7 +122,7 @@ func up(args []string) error {
 	specs := make([]vllmpool.Spec, *n)
 	for i := range specs {
 		specs[i] = vllmpool.Spec{Name: fmt.Sprintf("vllm-%d", i), Model: model, ServedModel: *arch, BlockSize: *blockSize,
-			HashAlgo: *algo, Seed: seedOf(i), KVBlocks: *kvBlocks, LoRA: loraDir, DP: *dp}
+			HashAlgo: *algo, Seed: seedOf(i), KVBlocks: *kvBlocks, LoRA: loraDir, DP: *dp, OffloadBlocks: *offload}
 		if *firstPort != 0 {
 			specs[i].Port = *firstPort + i
 		}

@@ -346,6 +346,14 @@ func FuzzDecodeVLLM(f *testing.F) {
 	for _, s := range loadSamples(f) {
 		f.Add(s.bytes(f))
 	}
+	// A real engine's offloading-connector batches (host stores and evictions, medium CPU).
+	off, err := vectors.LoadSamples(filepath.Join("..", "..", "vectors", "vllm", "v0.31.0", "offload-samples.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range off.Samples {
+		f.Add(s.Payload)
+	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeBatch(p)
 		if err != nil {

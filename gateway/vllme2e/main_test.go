@@ -1,8 +1,9 @@
 // Package vllme2e_test runs the gateway end to end against real vLLM engines (the CPU build in
 // .cache/py/vllm, a tiny llama3 with dummy weights, serving a dummy LoRA adapter): certified by ctk against the live engines,
 // then KV-exact routing checked against the engines' own usage receipts, and the simulator held to
-// the same engines (simulator_test.go). The engines start once for the package (TestMain) and are
-// stopped by PID when it ends.
+// the same engines (simulator_test.go). The engines start once for the package (TestMain), with
+// one more beside them that offloads to a host tier (offload_test.go), and are stopped by PID when
+// it ends.
 package vllme2e_test
 
 import (
@@ -106,9 +107,14 @@ func TestMain(m *testing.M) {
 				engines[i], errs[i] = env.Start(context.Background(), vllmpool.Spec{Name: fmt.Sprintf("e%d", i), Model: model, Seed: &seed0, KVBlocks: kvBlocks, LoRA: lora}, startTimeout)
 			})
 		}
+		// The engine with the offloading connector starts beside the pool (offload_test.go): its
+		// own start, in parallel, costs the package less than a restart of e0 or e1 would.
+		wg.Go(func() {
+			offEngine, offErr = env.Start(context.Background(), vllmpool.Spec{Name: "off", Model: model, Seed: &seed0, KVBlocks: kvBlocks, OffloadBlocks: offloadBlocks}, startTimeout)
+		})
 		wg.Wait()
 		defer func() {
-			for _, e := range engines {
+			for _, e := range append(engines, offEngine) {
 				if e != nil {
 					e.Stop()
 				}
@@ -120,7 +126,7 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
-		fmt.Printf("vllme2e: 2 engines up in %v\n", time.Since(start).Round(time.Second))
+		fmt.Printf("vllme2e: engines up in %v\n", time.Since(start).Round(time.Second))
 		for _, e := range engines {
 			certified = append(certified, e.Spec)
 		}

@@ -8,7 +8,8 @@ import (
 
 // TestServerCommand: the command line and environment a process or a container of the engine gets
 // name the spec's ports, and Describe gives the addresses the gateway dials for the same ports;
-// PYTHONHASHSEED is set exactly when a seed is given, and the host's environment is not in it.
+// PYTHONHASHSEED is set exactly when a seed is given, and the host's environment is not in it; the
+// offloading connector is configured exactly when host blocks are asked (64 blocks: 1 MiB).
 func TestServerCommand(t *testing.T) {
 	t.Setenv("PYTHONHASHSEED", "7")
 	s := Spec{Name: "e", Model: "/m/llama3", Port: 41000, EventsPort: 41001, ReplayPort: 41002, KVBlocks: 96}.Filled()
@@ -30,6 +31,15 @@ func TestServerCommand(t *testing.T) {
 	all.Host = "0.0.0.0"
 	if j := strings.Join(ServerArgs(all), " "); !strings.Contains(j, "--host 0.0.0.0 ") || !strings.Contains(j, `"replay_endpoint":"tcp://0.0.0.0:41002"`) || Describe(all).URL != d.URL {
 		t.Errorf("host 0.0.0.0: %s; describe %s", j, Describe(all).URL)
+	}
+	if strings.Contains(joined, "--kv-transfer-config") {
+		t.Errorf("no offload asked, yet a connector is configured: %s", joined)
+	}
+	off := s
+	off.OffloadBlocks = 64
+	if j := strings.Join(ServerArgs(off), " "); !strings.Contains(j, `--kv-transfer-config {"kv_connector":"OffloadingConnector","kv_role":"kv_both",`) ||
+		!strings.Contains(j, `"spec_name":"HostCopyOffloadingSpec","spec_module_path":"kvexact_offload","cpu_bytes_to_use":1048576,"self_describing_kv_events":true`) {
+		t.Errorf("offload 64 blocks: %s", j)
 	}
 	s.NoEvents = true
 	if strings.Contains(strings.Join(ServerArgs(s), " "), "--kv-events-config") || Describe(s).Publish != nil {

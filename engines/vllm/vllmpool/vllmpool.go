@@ -32,6 +32,16 @@ const Release = "v0.31.0"
 // cannot run on this build.
 const BlockSize = 32
 
+// TinyTokenBytes is one token's KV in bytes on the tiny models (scripts/tinymodel.py: 2 layers,
+// keys and values, 1 KV head of 64, bfloat16): a block of the offloading connector's host memory
+// (cpu_bytes_to_use) is block size × TinyTokenBytes (16 KiB at BlockSize).
+const TinyTokenBytes = 2 * 2 * 1 * 64 * 2
+
+// OffloadSpec is the offloading spec an engine with OffloadBlocks loads through the connector's
+// out-of-tree hook (spec_name, spec_module_path): vLLM's CPUOffloadingSpec with a worker that runs
+// on the CPU platform, in scripts/vllm_offload (put on the engine's PYTHONPATH).
+const OffloadSpec = "HostCopyOffloadingSpec"
+
 // MissingEnvHint is what a test that needs the environment says when it is absent.
 const MissingEnvHint = "the vLLM environment .cache/py/vllm is missing: run make pyenv (or scripts/pyenv.sh vllm)"
 
@@ -102,6 +112,10 @@ func (e *Env) TinyModel(dir, arch, lora string) error {
 	return nil
 }
 
+// OffloadPath is the folder of the offloading spec module (OffloadSpec) an engine with
+// OffloadBlocks needs on its PYTHONPATH.
+func (e *Env) OffloadPath() string { return filepath.Join(e.Root, "scripts", "vllm_offload") }
+
 // Spec is one engine to start. Zero values take the defaults noted.
 type Spec struct {
 	// Name is the endpoint's name in the pool file and the gateway rule.
@@ -129,6 +143,13 @@ type Spec struct {
 	LoRA string
 	// DP is the data-parallel size (default 1).
 	DP int
+	// OffloadBlocks gives the engine vLLM's offloading connector with a host-memory (CPU) tier of
+	// this many blocks (block size × TinyTokenBytes each), announced with medium CPU in the
+	// self-describing form (self_describing_kv_events). The released CPU worker refuses the CPU
+	// platform, so the tier's copies are made by the project's worker (OffloadSpec,
+	// scripts/vllm_offload/kvexact_offload.py; docs/vllm-engine.md), which Start puts on the
+	// engine's PYTHONPATH (a container would need the folder too). 0: no connector.
+	OffloadBlocks int
 	// Extra arguments for the server.
 	Extra []string
 	// Log receives the engine's output (default: a file beside Model, see Engine.LogPath).
@@ -223,6 +244,9 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 	args := ServerArgs(s)
 	cmd := exec.Command(env.Python, args...)
 	cmd.Env = engineEnv(s.Seed)
+	if s.OffloadBlocks > 0 {
+		cmd.Env = append(cmd.Env, "PYTHONPATH="+env.OffloadPath())
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if s.Log != nil {
 		cmd.Stdout, cmd.Stderr = s.Log, s.Log
@@ -254,9 +278,10 @@ func (env *Env) start(ctx context.Context, s Spec, timeout time.Duration) (*Engi
 }
 
 // ServerArgs is the interpreter's command line of the engine s (after the python executable): the
-// OpenAI server on Host:Port with dummy weights, prefix caching and, unless NoEvents, the KV
-// event publisher and replay socket. Ports, Host, BlockSize, HashAlgo, DP and ServedModel must be set
-// (Start fills them); a container runs the same line (containers.StartVLLMCPU).
+// OpenAI server on Host:Port with dummy weights, prefix caching, unless NoEvents the KV event
+// publisher and replay socket, and with OffloadBlocks vLLM's offloading connector. Ports, Host,
+// BlockSize, HashAlgo, DP and ServedModel must be set (Start fills them); a container runs the
+// same line (containers.StartVLLMCPU).
 func ServerArgs(s Spec) []string {
 	args := []string{"-m", "vllm.entrypoints.openai.api_server", "--model", s.Model, "--served-model-name", s.ServedModel,
 		"--host", s.Host, "--port", strconv.Itoa(s.Port), "--enforce-eager", "--load-format", "dummy",
@@ -278,6 +303,11 @@ func ServerArgs(s Spec) []string {
 	}
 	if s.DP > 1 {
 		args = append(args, "--data-parallel-size", strconv.Itoa(s.DP))
+	}
+	if s.OffloadBlocks > 0 {
+		args = append(args, "--kv-transfer-config", fmt.Sprintf(
+			`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":%q,"spec_module_path":"kvexact_offload","cpu_bytes_to_use":%d,"self_describing_kv_events":true}}`,
+			OffloadSpec, s.OffloadBlocks*s.BlockSize*TinyTokenBytes))
 	}
 	return append(args, s.Extra...)
 }
