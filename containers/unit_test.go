@@ -1,12 +1,25 @@
 package containers_test
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvexact/kvexact/containers"
+	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 )
+
+// TestVLLMCPURefusesOffload: a container engine with an offload tier is refused before anything
+// starts, naming the field (the offload spec's folder is not bound into the container).
+func TestVLLMCPURefusesOffload(t *testing.T) {
+	var h *containers.Harness // never reached: the refusal comes first
+	_, _, err := h.StartVLLMCPU(context.Background(), &vllmpool.Env{}, nil, vllmpool.Spec{Name: "E0", Model: "m", OffloadBlocks: 64}, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "OffloadBlocks (64)") {
+		t.Fatalf("StartVLLMCPU with OffloadBlocks: %v, want a refusal naming OffloadBlocks", err)
+	}
+}
 
 func TestParseMetrics(t *testing.T) {
 	text := `# HELP kvexact_ingest_gaps_total Sequence discontinuities.

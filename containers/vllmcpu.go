@@ -28,7 +28,8 @@ const VLLMCPUImageHint = "image " + VLLMCPUImage + " is missing: run scripts/vll
 // folder are bound read-only at their host paths: a venv works only at the path it was made at, and
 // copying its 6 GB into every image would cost minutes and disk per build. It waits at most timeout
 // for the server's startup line. The returned description is the engine as vllmpool.Pool and
-// vllmpool.Rule see it.
+// vllmpool.Rule see it. It refuses data-parallel ranks, LoRA adapters and an offload tier
+// (Spec.OffloadBlocks), none of whose files are bound into the container.
 func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, nw *Network, s vllmpool.Spec, timeout time.Duration) (*Engine, *vllmpool.Engine, error) {
 	if nw != nil {
 		s.Host = bindHost(nw)
@@ -36,6 +37,12 @@ func (h *Harness) StartVLLMCPU(ctx context.Context, env *vllmpool.Env, nw *Netwo
 	s = s.Filled()
 	if s.DP != 1 || s.LoRA != "" {
 		return nil, nil, fmt.Errorf("vllm container %s: data-parallel ranks and LoRA adapters are not bound into the container", s.Name)
+	}
+	if s.OffloadBlocks > 0 {
+		// The connector loads the project's offload spec (vllmpool.OffloadSpec) from
+		// scripts/vllm_offload, which a process engine gets on its PYTHONPATH and the container
+		// has neither in its image nor among its binds: the engine would fail at start.
+		return nil, nil, fmt.Errorf("vllm container %s: vllmpool.Spec.OffloadBlocks (%d) is not supported in a container: the offload spec (scripts/vllm_offload) is not bound into it; run the engine as a process (vllmpool.Env.Start)", s.Name, s.OffloadBlocks)
 	}
 	ports, err := FreePorts(3)
 	if err != nil {

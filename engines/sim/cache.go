@@ -458,9 +458,20 @@ func (c *cache) release(s *seq) {
 	s.reserve = 0
 }
 
-// clear drops every cached key (blocks in use stay allocated but lose their keys). It reports
-// how many copies were dropped.
+// clear drops every cached key (blocks in use stay allocated but lose their keys), the offload
+// tier's included (a restart, or vLLM's reset with reset_external). It reports how many GPU copies
+// were dropped.
 func (c *cache) clear() int {
+	n := c.clearGPU()
+	if c.off != nil {
+		c.off.clear()
+	}
+	return n
+}
+
+// clearGPU is clear without the offload tier: vLLM's plain /reset_prefix_cache keeps the host's
+// copies (offload.go).
+func (c *cache) clearGPU() int {
 	n := c.copies
 	for i := range c.blocks {
 		b := &c.blocks[i]
@@ -470,9 +481,6 @@ func (c *cache) clear() int {
 	c.copies = 0
 	if c.win != nil {
 		c.win.clear()
-	}
-	if c.off != nil {
-		c.off.clear()
 	}
 	return n
 }

@@ -559,8 +559,17 @@ var ErrBusy = errors.New("cache not cleared: requests are running")
 
 // ClearCache drops every cached block: vLLM and SGLang announce AllBlocksCleared, TensorRT-LLM
 // (which has no clear event) one removal per block, llama.cpp erases its slots. Like vLLM's
-// reset_prefix_cache and SGLang's flush_cache it refuses while requests are running.
-func (e *Engine) ClearCache() error {
+// reset_prefix_cache and SGLang's flush_cache it refuses while requests are running. As vLLM's
+// plain reset, an offload tier (Config.OffloadBlocks) keeps its copies: ClearCacheExternal
+// empties it too.
+func (e *Engine) ClearCache() error { return e.clearCache(false) }
+
+// ClearCacheExternal is ClearCache that empties the offload tier too, as vLLM's
+// /reset_prefix_cache?reset_external=true does (still the one AllBlocksCleared, nothing announced
+// for the host). Without an offload tier it is ClearCache.
+func (e *Engine) ClearCacheExternal() error { return e.clearCache(true) }
+
+func (e *Engine) clearCache(external bool) error {
 	for _, r := range e.ranks {
 		if r.running.Load() > 0 || r.waiting.Load() > 0 {
 			return ErrBusy
@@ -580,7 +589,11 @@ func (e *Engine) ClearCache() error {
 			r.cache.removeAll()
 			r.emitLocked(r.cache.take())
 		} else {
-			r.cache.clear()
+			if external {
+				r.cache.clear()
+			} else {
+				r.cache.clearGPU()
+			}
 			r.cache.take()
 			r.emitLocked([]engines.Event{{Kind: engines.AllBlocksCleared}})
 		}

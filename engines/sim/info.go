@@ -201,8 +201,21 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 
 // ---- cache resets ----
 
+// handleResetPrefixCache is vLLM's dev-mode reset: ?reset_external=true (a FastAPI bool: 1, true,
+// on, yes) empties the offload tier too, the plain reset keeps it.
 func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
-	if err := e.ClearCache(); err != nil {
+	clearCache := e.ClearCache
+	switch v := strings.ToLower(r.URL.Query().Get("reset_external")); v {
+	case "", "0", "false", "off", "no":
+	case "1", "true", "on", "yes":
+		clearCache = e.ClearCacheExternal
+	default:
+		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []map[string]any{{
+			"type": "bool_parsing", "loc": []string{"query", "reset_external"},
+			"msg": "Input should be a valid boolean, unable to interpret input", "input": r.URL.Query().Get("reset_external")}}})
+		return
+	}
+	if err := clearCache(); err != nil {
 		e.writeError(w, http.StatusBadRequest, err.Error(), "")
 		return
 	}

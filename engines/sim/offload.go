@@ -11,18 +11,28 @@ import (
 //
 //   - write-through: the blocks a request computes are stored to host memory as the GPU caches
 //     them (_build_store_jobs offloads each scheduled chunk), one copy per block hash (the
-//     manager keys chunks by hash); a block already on the host is only touched;
-//   - the host evicts its least recently used block when full;
+//     manager keys chunks by hash); a block already on the host is not stored again;
+//   - the host evicts its least recently used block when full; a request's blocks are ranked
+//     from its last to its first (the LRU policy's touch and on_request_finished take them
+//     reversed), so of a prompt the host evicts the last blocks first, as the GPU does (the
+//     simulator ranks them when they are stored or loaded, the engine again when the request
+//     finishes);
 //   - a request's lookup continues the GPU prefix on the host: the leading blocks past the GPU
 //     hit that the host holds are loaded (a transfer, not a prefill) into fresh GPU blocks, which
 //     the GPU then caches as it caches computed ones, and engines count them in cached_tokens
 //     (vLLM's num_cached_tokens is local + external);
-//   - every host store and eviction is announced with medium "CPU" in the self-describing form
-//     (the same hashes, parent, tokens and block size as the GPU's store, extra_keys None as the
-//     engine defers them; an eviction one BlockRemoved per block), in the step that made it (the
-//     engine announces a store when its transfer completes, a step or two later: the
-//     simulator's transfer is instant);
-//   - a cache reset empties the host too (reset_cache evicts every stored chunk).
+//   - every host store is announced with medium "CPU" in the self-describing form, one
+//     BlockStored per block (its hash, parent, tokens and block size as the GPU's store gives
+//     them, extra_keys None as the engine defers them), in the step that made it (the engine
+//     announces a store when its transfer completes, a step or two later: the simulator's
+//     transfer is instant);
+//   - the room a store needs is evicted before it and announced as one BlockRemoved (medium
+//     CPU, group 0) carrying every block evicted for it, as real v0.31.0 publishes a host
+//     eviction (vectors/vllm/v0.31.0/offload-samples.json);
+//   - a plain cache reset (/reset_prefix_cache) keeps the host's copies and announces nothing
+//     for them, as real v0.31.0 does (docs/vllm-engine.md, finding 13): a prompt still loads
+//     from the host afterwards; /reset_prefix_cache?reset_external=true empties the host too
+//     (reset_cache evicts every stored chunk), again with only the one AllBlocksCleared.
 //
 // Blocks are offloaded at the GPU's block size (blocks_per_chunk 1). Not safe for concurrent
 // use: the rank's lock guards it with the cache.
@@ -36,63 +46,94 @@ func newOffloadTier(capacity int) *offloadTier {
 	return &offloadTier{cap: capacity, lru: list.New(), keys: map[uint64]*list.Element{}}
 }
 
-// hits is how many of keys, from the first, the host holds; each is touched.
+// hits is how many of keys, from the first, the host holds; they are touched from the last to
+// the first (the policy's touch takes them reversed), so a prompt's first block is the most
+// recently used.
 func (o *offloadTier) hits(keys []uint64) int {
 	n := 0
 	for n < len(keys) {
-		el, ok := o.keys[keys[n]]
-		if !ok {
+		if _, ok := o.keys[keys[n]]; !ok {
 			break
 		}
-		o.lru.MoveToBack(el)
 		n++
 	}
+	o.touchReversed(keys[:n])
 	return n
 }
 
-// store offloads blocks [first, last) of s, announcing each run of newly stored blocks and each
-// eviction on c's pending events.
-func (o *offloadTier) store(c *cache, s *seq, first, last int) {
-	runStart := -1
-	flush := func(end int) {
-		if runStart >= 0 && c.onStored != nil {
-			ev := c.onStored(s, runStart, end)
-			ev.Medium = mediumCPU
-			// vLLM defers the offload events' extra keys (OffloadingEventsTracker: extra_keys None).
-			ev.ExtraKeys, ev.HasExtraKeys = nil, false
-			c.pending = append(c.pending, ev)
-		}
-		runStart = -1
-	}
-	// The blocks already on the host are touched first, so the room the others need is never
-	// taken from them (the manager filters stored keys out before it evicts).
-	for i := first; i < last; i++ {
-		if el, ok := o.keys[s.keys[i]]; ok {
+// touchReversed makes keys (those the host holds) the most recently used, the first of them
+// last: vLLM's LRU policy ranks a request's blocks in reverse (touch, on_request_finished), so a
+// prompt's last blocks are evicted first (vectors/vllm/v0.31.0/offload-samples.json).
+func (o *offloadTier) touchReversed(keys []uint64) {
+	for i := len(keys) - 1; i >= 0; i-- {
+		if el, ok := o.keys[keys[i]]; ok {
 			o.lru.MoveToBack(el)
 		}
+	}
+}
+
+// store offloads blocks [first, last) of s, announcing each newly stored block and the room they
+// needed on c's pending events. As the manager's prepare_store, which the scheduler
+// calls once per request and step with every block to offload: the blocks already on the host
+// are kept out of the eviction, the room the others need is evicted first (least recently used
+// first) and announced as ONE BlockRemoved carrying every block evicted (the engine publishes it
+// in the step that schedules the store, before the host stores it announces when the transfer
+// ends), and when the host cannot make that room (too few blocks outside the store) nothing is
+// stored. The store's blocks are then ranked as the request's (touchReversed).
+func (o *offloadTier) store(c *cache, s *seq, first, last int) {
+	keys := s.keys[first:last]
+	fresh := 0
+	for _, k := range keys {
+		if _, ok := o.keys[k]; !ok {
+			fresh++
+		}
+	}
+	if fresh == 0 {
+		o.touchReversed(keys)
+		return
+	}
+	if need := o.lru.Len() + fresh - o.cap; need > 0 {
+		if need > o.lru.Len()-(len(keys)-fresh) {
+			return // prepare_store returns None: an allocation failure, the blocks are not offloaded
+		}
+		protected := make(map[uint64]bool, len(keys)-fresh)
+		for _, k := range keys {
+			if _, ok := o.keys[k]; ok {
+				protected[k] = true
+			}
+		}
+		gone := make([]uint64, 0, need)
+		for el := o.lru.Front(); len(gone) < need; {
+			next := el.Next()
+			if k := el.Value.(uint64); !protected[k] {
+				o.lru.Remove(el)
+				delete(o.keys, k)
+				gone = append(gone, k)
+			}
+			el = next
+		}
+		ev := engines.Event{Kind: engines.BlockRemoved, BlockHashes: gone, Medium: mediumCPU}
+		if c.pol.groupTagged {
+			ev.GroupIdx, ev.HasGroupIdx = 0, true
+		}
+		c.pending = append(c.pending, ev)
 	}
 	for i := first; i < last; i++ {
 		key := s.keys[i]
 		if _, ok := o.keys[key]; ok {
-			flush(i)
 			continue
 		}
-		for o.lru.Len() >= o.cap {
-			flush(i) // the eviction is announced after the stores before it
-			old := o.lru.Remove(o.lru.Front()).(uint64)
-			delete(o.keys, old)
-			ev := engines.Event{Kind: engines.BlockRemoved, BlockHashes: []uint64{old}, Medium: mediumCPU}
-			if c.pol.groupTagged {
-				ev.GroupIdx, ev.HasGroupIdx = 0, true
-			}
+		o.keys[key] = o.lru.PushBack(key)
+		if c.onStored != nil {
+			// One BlockStored per block, its own parent, as the tracker announces a chunk
+			// (blocks_per_chunk 1); vLLM defers the offload events' extra keys (extra_keys None).
+			ev := c.onStored(s, i, i+1)
+			ev.Medium = mediumCPU
+			ev.ExtraKeys, ev.HasExtraKeys = nil, false
 			c.pending = append(c.pending, ev)
 		}
-		o.keys[key] = o.lru.PushBack(key)
-		if runStart < 0 {
-			runStart = i
-		}
 	}
-	flush(last)
+	o.touchReversed(keys)
 }
 
 func (o *offloadTier) clear() {

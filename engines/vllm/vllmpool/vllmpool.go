@@ -148,7 +148,8 @@ type Spec struct {
 	// self-describing form (self_describing_kv_events). The released CPU worker refuses the CPU
 	// platform, so the tier's copies are made by the project's worker (OffloadSpec,
 	// scripts/vllm_offload/kvexact_offload.py; docs/vllm-engine.md), which Start puts on the
-	// engine's PYTHONPATH (a container would need the folder too). 0: no connector.
+	// engine's PYTHONPATH (containers.StartVLLMCPU refuses it: the folder is not bound into a
+	// container). 0: no connector.
 	OffloadBlocks int
 	// Extra arguments for the server.
 	Extra []string
