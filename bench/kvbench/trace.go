@@ -23,12 +23,16 @@ type TraceLine struct {
 	Tier      string  `json:"tier,omitempty"`
 	// Prev is the earlier request (by arrival) sharing the longest block prefix, Shared those
 	// blocks, PrevEndpoint where it went and PrevDoneMS when it finished (from the run's start).
-	Prev         int             `json:"prev"`
-	Shared       int             `json:"shared"`
-	PrevEndpoint string          `json:"prevEndpoint,omitempty"`
-	PrevDoneMS   float64         `json:"prevDoneMs,omitempty"`
-	TTFTMS       float64         `json:"ttftMs"`
-	Decision     json.RawMessage `json:"decision,omitempty"`
+	Prev         int     `json:"prev"`
+	Shared       int     `json:"shared"`
+	PrevEndpoint string  `json:"prevEndpoint,omitempty"`
+	PrevDoneMS   float64 `json:"prevDoneMs,omitempty"`
+	TTFTMS       float64 `json:"ttftMs"`
+	// SentTTFTMS is the time to first token from the request's send, what the ttft law's
+	// prediction (PredictedMS, the target's totalMs) is compared against.
+	SentTTFTMS  float64         `json:"sentTtftMs,omitempty"`
+	PredictedMS float64         `json:"predictedMs,omitempty"`
+	Decision    json.RawMessage `json:"decision,omitempty"`
 }
 
 func writeTrace(dir string, pool *Pool, w *Workload, pol Policy, load float64, rs []Result, start time.Time) {
@@ -49,7 +53,8 @@ func writeTrace(dir string, pool *Pool, w *Workload, pol Policy, load float64, r
 		if ep == "" {
 			ep = r.Want
 		}
-		l := TraceLine{I: i, ArrivalMS: ms(q.Arrival), Blocks: len(keys[i]), Prompt: r.Prompt, Cached: r.Cached, Endpoint: ep, Tier: r.Tier, Prev: -1, TTFTMS: ms(r.TTFT)}
+		l := TraceLine{I: i, ArrivalMS: ms(q.Arrival), Blocks: len(keys[i]), Prompt: r.Prompt, Cached: r.Cached, Endpoint: ep, Tier: r.Tier, Prev: -1, TTFTMS: ms(r.TTFT),
+			SentTTFTMS: ms(r.SentTTFT), PredictedMS: ms(r.PredictedTTFT)}
 		for j := 0; j < i; j++ {
 			n := 0
 			for n < len(keys[i]) && n < len(keys[j]) && keys[i][n] == keys[j][n] {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvexact/kvexact/gateway/rules"
 )
 
 func TestParseUsage(t *testing.T) {
@@ -140,5 +143,32 @@ func BenchmarkUsageAccount(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestReceiptLearnsTheGatewayTime: under the ttft law, a streamed answer's receipt teaches the
+// serving endpoint the request's time in the gateway before its upstream send (route
+// Decision.Sent), which the receipt's time to first token, timed from that send, does not hold.
+func TestReceiptLearnsTheGatewayTime(t *testing.T) {
+	up := newUpstream(t, "a", func(u *upstream, w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"x\"}]}\n\n")
+		_, _ = io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":70,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\n")
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	})
+	p := newPool(t, "vllm", 3, []epSpec{{name: "a", addr: up.srv.URL}}, fixedKeyer{keys: []uint64{1, 2, 3, 4}},
+		func(r *rules.Rule) { r.LoadLaw.Kind = "ttft" }, func(c *Config) { c.Usage = func(UsageReport) {} })
+	resp, _ := p.post(t, "/v1/completions", `{"model":"m","prompt":"hello","stream":true}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// The receipt comes after the relay's last byte, which the client may read first: wait for it
+	// (a bound on a missing receipt, not a timing assertion).
+	r, ok := p.eps[0].Rates()
+	for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); r, ok = p.eps[0].Rates() {
+		time.Sleep(time.Millisecond)
+	}
+	if !ok || r.Gateway <= 0 {
+		t.Fatalf("learned %+v (%v), want the gateway's own time", r, ok)
 	}
 }

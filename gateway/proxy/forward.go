@@ -29,6 +29,9 @@ func (c *call) single(ep *route.Endpoint) (*route.Endpoint, error) {
 		o = new(outbound)
 	}
 	sent := time.Now()
+	// The gateway's own time so far: the client's time to first token holds it, the receipt's
+	// (timed from sent) does not, so the ttft law learns it apart.
+	c.d.Sent(sent.Sub(c.start))
 	resp, l, err := c.sendOn(o, c.ctx, ep, c.in.raw, false)
 	if err != nil {
 		return c.sendFailed(ep, err)

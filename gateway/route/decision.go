@@ -80,10 +80,12 @@ type Decision struct {
 	// Under the ttft law: own is the request's uncached prompt tokens on Target (added to its
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
-	// winner's prediction, slotWaitAt the wait for a running slot in it.
+	// winner's prediction, slotWaitAt the wait for a running slot in it; gateway the request's
+	// time in the gateway before its upstream send (Sent).
 	own, aheadAt, loadAt      int
 	lowerAt                   [nLower]int // the tokens Target was predicted to load from each lower tier
 	ttftPredicted, slotWaitAt time.Duration
+	gateway                   time.Duration
 	queued                    bool    // the ttft law's accounting ran (queuePrefill)
 	rt                        *Router // set by take: Release gives the load units back through it
 	dry                       bool

@@ -9,7 +9,13 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i) + slot_i
+//	TTFT_i = gateway_i + fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i) + slot_i
+//
+// gateway_i is the gateway's own time from a request's arrival to its upstream send (reading the
+// body, tokenizing, hashing, routing): the client's time to first token holds it, the receipts'
+// (timed from the upstream send) do not, so it is learned apart, from the time each receipt's
+// request spent in the gateway before it was sent (Decision.Sent). It is about the same on every
+// candidate, so it rarely moves a decision; it makes the prediction the time a client sees.
 //
 // fixed_i is what every request costs however little it computes (HTTP, tokenization, scheduling,
 // one engine step, sampling): a full cache hit still takes it. ahead_i is the prefill work queued
@@ -23,7 +29,10 @@ import (
 // interference: each request in flight occupies a batch slot and a share of every engine step.
 // queue_i is how much of that work a new request actually waits for: 1 when the engine computes
 // queued prefills one after another, less when it overlaps them (the simulated engines run up to
-// MaxConcurrency requests side by side, so below that nothing waits). prefill_i, interference_i
+// MaxConcurrency requests side by side, so below that nothing waits). The interference is learned
+// as if that share were 1 (the fit's line) but used scaled by it; using it unscaled, as learned,
+// measured worse on the simulated pool (docs/benchmarks/ttft.md, *The gateway's own time*): the
+// learned interference is biased there, and a share near 0 hides it. prefill_i, interference_i
 // and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
 // slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
 // once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
@@ -50,6 +59,9 @@ type Rates struct {
 	// RequestTokens is the median prompt tokens a request here computes: the work of each request
 	// the engine reports waiting that the gateway does not know the prompt of.
 	RequestTokens int `json:"requestTokens"`
+	// Gateway is the gateway's own time from a request's arrival to its upstream send, which the
+	// client's time to first token holds and the receipts' does not.
+	Gateway time.Duration `json:"gateway,omitempty"`
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: no fixed
@@ -73,8 +85,10 @@ type TTFTParts struct {
 	EngineWaitingTokens int `json:"engineWaitingTokens,omitempty"`
 	// Slots is the engine's running-request limit the slot wait used (0: unknown, no wait).
 	Slots int `json:"slots,omitempty"`
-	// FixedMS, AheadMS (the gateway's and the engine's queued prefill), OwnMS, TransferMS,
-	// InterferenceMS and SlotWaitMS (the wait for a running slot) add up to TotalMS.
+	// GatewayMS (the gateway's own time before the upstream send), FixedMS, AheadMS (the
+	// gateway's and the engine's queued prefill), OwnMS, TransferMS, InterferenceMS and SlotWaitMS
+	// (the wait for a running slot) add up to TotalMS.
+	GatewayMS      float64 `json:"gatewayMs,omitempty"`
 	FixedMS        float64 `json:"fixedMs"`
 	AheadMS        float64 `json:"aheadMs"`
 	OwnMS          float64 `json:"ownMs"`
@@ -112,7 +126,8 @@ func predictTTFT(c Scored, queryBlocks, promptTokens, bs int) TTFTParts {
 	self, inter := time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
 	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
 	p.slot = slotWait(c.Load, c.Slots, r)
-	p.total = r.Fixed + ahead + self + transfer + inter + p.slot
+	p.total = r.Gateway + r.Fixed + ahead + self + transfer + inter + p.slot
+	p.GatewayMS = ms(r.Gateway)
 	p.FixedMS, p.AheadMS, p.OwnMS, p.TransferMS, p.InterferenceMS, p.TotalMS = ms(r.Fixed), ms(ahead), ms(self), ms(transfer), ms(inter), ms(p.total)
 	p.SlotWaitMS = ms(p.slot)
 	return p
@@ -164,6 +179,7 @@ type estimator struct {
 	interference window
 	queue        window
 	decode       window
+	gateway      window
 	transfer     [nLower]window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
@@ -298,7 +314,9 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 // (the gateway's own and the engine's reported waiting work) and the requests in flight there when
 // it was routed, and the prompt tokens it was predicted to load from each lower tier (engines
 // count them in cached_tokens); Decode is its time from the first token to the answer's end (0:
-// not measured), SlotWait the wait for a running slot it was predicted (not part of the queue).
+// not measured), SlotWait the wait for a running slot it was predicted (not part of the queue);
+// Gateway the request's time in the gateway from its arrival to its upstream send (0: not
+// measured), which TTFT (timed from the send) does not hold.
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
@@ -307,6 +325,7 @@ type Receipt struct {
 	Lower    [nLower]int
 	Decode   time.Duration
 	SlotWait time.Duration
+	Gateway  time.Duration
 }
 
 // minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: below
@@ -322,9 +341,9 @@ const minPrefillSample = 256
 // or one that waited for a slot, measures, with its own prefill and the fixed cost removed, the
 // rest: with nothing queued ahead, the interference per request in flight (used while the fit
 // cannot tell it from the fixed cost); with prefill queued ahead, the share of the queued work it
-// waited for. Every receipt's
-// computed tokens feed RequestTokens, its decode time Decode; a receipt routed at the slot limit
-// has its predicted slot wait removed first, so the queue share learns only the rest.
+// waited for. Every receipt's computed tokens feed RequestTokens, its decode time Decode, its time in the
+// gateway Gateway; a receipt routed at the slot limit has its predicted slot wait removed first,
+// so the queue share learns only the rest.
 func (e *estimator) observe(r Receipt) {
 	if r.TTFT <= 0 {
 		return
@@ -343,6 +362,9 @@ func (e *estimator) observe(r Receipt) {
 	e.requestTok.add(float64(r.Computed))
 	if r.Decode > 0 {
 		e.decode.add(float64(r.Decode))
+	}
+	if r.Gateway > 0 {
+		e.gateway.add(float64(r.Gateway))
 	}
 	rest := max(float64(r.TTFT)-float64(r.Computed)*float64(cur.Prefill)-float64(cur.Fixed)-float64(r.SlotWait), 0)
 	raw := sample{ttft: max(float64(r.TTFT)-float64(r.SlotWait), 0), computed: float64(r.Computed), load: float64(r.Load)}
@@ -378,6 +400,9 @@ func (e *estimator) observe(r Receipt) {
 	if m, ok := e.decode.median(); ok {
 		next.Decode = time.Duration(m)
 	}
+	if m, ok := e.gateway.median(); ok {
+		next.Gateway = time.Duration(m)
+	}
 	e.fit(&next)
 	for i := range e.transfer {
 		if m, ok := e.transfer[i].median(); ok {
@@ -390,13 +415,14 @@ func (e *estimator) observe(r Receipt) {
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q, f, fx, rq, dc []float64
+	var p, q, f, fx, rq, dc, gw []float64
 	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
 			fx, rq, dc = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens)), append(dc, float64(r.Decode))
+			gw = append(gw, float64(r.Gateway))
 			for i := range tr {
 				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
 			}
@@ -407,7 +433,7 @@ func (rt *Router) seedRates() Rates {
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	out := Rates{Fixed: time.Duration(mid(fx)), Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f),
-		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc))}
+		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc)), Gateway: time.Duration(mid(gw))}
 	for i := range tr {
 		out.Transfer.set(i, time.Duration(mid(tr[i])))
 	}
@@ -443,9 +469,21 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 		}
 	}
 	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
-		Decode: decode, SlotWait: d.slotWaitAt})
+		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway})
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
-		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft, d.ttftPredicted)
+		// The prediction holds the gateway's own time, the receipt's TTFT does not.
+		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft+d.gateway, d.ttftPredicted)
+	}
+}
+
+// Sent reports that the request was sent upstream after gateway in the gateway since its arrival
+// (its body read, tokenized, hashed and routed): the receipt teaches the target's estimator that
+// time (Rates.Gateway), which the receipt's time to first token, timed from the send, does not
+// hold. A retry's send replaces an earlier one's. Safe on nil; call it before Receipt, from the
+// goroutine that calls Receipt.
+func (d *Decision) Sent(gateway time.Duration) {
+	if d != nil {
+		d.gateway = gateway
 	}
 }
 

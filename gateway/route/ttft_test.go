@@ -470,3 +470,98 @@ func TestTTFTRouterQueuesThePartialBlock(t *testing.T) {
 		t.Fatal("the receipt after the first token taught nothing")
 	}
 }
+
+// TestGatewayTimeLearned: each receipt's time in the gateway before its upstream send
+// (Receipt.Gateway; 0: not measured) feeds Rates.Gateway, their median, which every prediction
+// adds. Seed: prefill 1 ms a token, interference 10 ms, queue share 1. Receipts computing nothing:
+// idle 5 ms, 2 in flight 25 ms, idle 5 ms → the line: fixed 5, interference 10. A full hit then
+// predicts gateway + 5 idle, gateway + 5 + 2·10 at 2 in flight.
+func TestGatewayTimeLearned(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	seed := Rates{Prefill: time.Millisecond, Interference: 10 * time.Millisecond, Queue: 1}
+	line := []Receipt{{TTFT: ms(5)}, {TTFT: ms(25), Load: 2}, {TTFT: ms(5)}}
+	withGW := func(gw ...float64) []Receipt {
+		out := make([]Receipt, len(line))
+		for i := range line {
+			out[i] = line[i]
+			if i < len(gw) {
+				out[i].Gateway = ms(gw[i])
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		receipts []Receipt
+		load     int
+		gateway  float64 // learned, ms
+		want     float64 // predicted total, ms
+	}{
+		{"no gateway time measured", withGW(), 0, 0, 5},
+		{"no gateway time, 2 in flight", withGW(), 2, 0, 25},
+		// 2, 3 and 40 ms (a stalled one): the median, 3 ms, on top.
+		{"the gateway's own time, its median", withGW(2, 3, 40), 0, 3, 8},
+		{"the gateway's own time, 2 in flight", withGW(2, 3, 40), 2, 3, 28},
+		// Two receipts measured it (1.5 and 2.5 ms), the third did not: the median of the two.
+		{"an unmeasured gateway time teaches nothing", withGW(1.5, 2.5, 0), 0, 2, 7},
+	} {
+		e := newEstimator(seed)
+		for _, r := range tc.receipts {
+			e.observe(r)
+		}
+		r := e.Rates()
+		if r.Fixed != ms(5) || r.Interference != ms(10) || r.Gateway != ms(tc.gateway) {
+			t.Errorf("%s: learned %+v, want fixed 5ms, interference 10ms, gateway %.1fms", tc.name, r, tc.gateway)
+			continue
+		}
+		p := predictTTFT(Scored{Score: 4, Load: tc.load, Rates: r}, 4, 0, 16)
+		if math.Abs(p.TotalMS-tc.want) > 1e-9 || p.GatewayMS != tc.gateway ||
+			math.Abs(p.GatewayMS+p.FixedMS+p.AheadMS+p.OwnMS+p.InterferenceMS+p.SlotWaitMS-p.TotalMS) > 1e-9 {
+			t.Errorf("%s: predicted %+v, want %.1f ms with %.1f of the gateway's", tc.name, p, tc.want, tc.gateway)
+		}
+	}
+}
+
+// TestTTFTDecisionLearnsTheGatewayTime: the time the proxy reports the request spent in the
+// gateway before its send (Decision.Sent) reaches the target's rates at the receipt, and the next
+// decision's prediction holds it: a holds all 64 blocks but the last (16 own tokens), its first
+// receipt 3 ms in the gateway. A receipt without a send teaches none.
+func TestTTFTDecisionLearnsTheGatewayTime(t *testing.T) {
+	keys := keysN(64)
+	for _, tc := range []struct {
+		name string
+		sent bool
+		want time.Duration
+	}{{"sent after 3 ms", true, 3 * time.Millisecond}, {"no send reported", false, 0}} {
+		f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64 * 16}, func(r *rules.Rule) {
+			r.LoadLaw.Kind = "ttft"
+			r.PredictOnRoute = ttl(0)
+		})
+		f.inv.Store(f.eps[0].ID, keys)
+		d, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+		if err != nil || d.Target != f.eps[0] {
+			t.Fatalf("%s: route: %v %+v", tc.name, err, d)
+		}
+		if tc.sent {
+			d.Sent(3 * time.Millisecond)
+		}
+		d.FirstToken()
+		d.Receipt(10*time.Millisecond, 0, 64*16, 63*16)
+		d.Release()
+		r, ok := f.eps[0].Rates()
+		if !ok || r.Gateway != tc.want {
+			t.Errorf("%s: learned %+v, want the gateway's time %v", tc.name, r, tc.want)
+			continue
+		}
+		d2, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+		if err != nil {
+			t.Fatalf("%s: route: %v", tc.name, err)
+		}
+		for _, ev := range d2.Endpoints {
+			if ev.Name == "a" && (ev.TTFT == nil || ev.TTFT.GatewayMS != ms(tc.want)) {
+				t.Errorf("%s: a's prediction %+v, want %v of the gateway's", tc.name, ev.TTFT, tc.want)
+			}
+		}
+		d2.Release()
+	}
+}
