@@ -13,29 +13,73 @@ import (
 // counter's or gauge's value, a histogram's sample count. A series that does not exist reads 0.
 func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
+	for _, m := range matching(t, g, name, labels) {
+		if v, ok := value(m); ok {
+			return v
+		}
+	}
+	return 0
+}
+
+// Sum adds up every series of name whose labels include every pair in labels (as Value reads
+// each): a counter's total over the labels left out.
+func Sum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, m := range matching(t, g, name, labels) {
+		v, _ := value(m)
+		sum += v
+	}
+	return sum
+}
+
+// Series returns the label sets of every series of name whose labels include every pair in labels
+// (as Value matches them), in the registry's order: how many there are, or a label's value.
+func Series(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []map[string]string {
+	t.Helper()
+	var out []map[string]string
+	for _, m := range matching(t, g, name, labels) {
+		l := make(map[string]string, len(m.GetLabel()))
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// matching gathers g and returns the series of name whose labels include every pair in labels.
+func matching(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []*dto.Metric {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatalf("gathering metrics: %v", err)
 	}
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if !matches(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
+			if matches(m, labels) {
+				out = append(out, m)
 			}
 		}
 	}
-	return 0
+	return out
+}
+
+// value is a counter's or gauge's value or a histogram's sample count; false for other kinds.
+func value(m *dto.Metric) (float64, bool) {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue(), true
+	case m.Gauge != nil:
+		return m.Gauge.GetValue(), true
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount()), true
+	}
+	return 0, false
 }
 
 func matches(m *dto.Metric, labels map[string]string) bool {
@@ -49,61 +93,4 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return n == len(labels)
-}
-
-// Sum adds up every series of name whose labels include every pair in labels (as Value reads
-// each): a counter's total over the labels left out.
-func Sum(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gathering metrics: %v", err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !matches(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return sum
-}
-
-// Series returns the label sets of every series of name whose labels include every pair in labels
-// (as Value matches them), in the registry's order: how many there are, or a label's value.
-func Series(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) []map[string]string {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gathering metrics: %v", err)
-	}
-	var out []map[string]string
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !matches(m, labels) {
-				continue
-			}
-			l := make(map[string]string, len(m.GetLabel()))
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			out = append(out, l)
-		}
-	}
-	return out
 }
