@@ -130,7 +130,7 @@ func capture(args []string) error {
 			c.body["model"] = "llama3"
 		}
 		c.body["max_tokens"], c.body["temperature"] = 1, 0
-		if err := post(e.URL+c.path, c.body); err != nil {
+		if _, err := post(e.URL+c.path, c.body); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
 		batches, err := replay.settle()
@@ -188,18 +188,19 @@ func capture(args []string) error {
 	return nil
 }
 
-func post(url string, body map[string]any) error {
+// post sends a JSON body and returns the answer's body; any status but 200 is an error.
+func post(url string, body map[string]any) ([]byte, error) {
 	b, _ := json.Marshal(body)
 	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, raw)
+		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, raw)
 	}
-	return nil
+	return raw, nil
 }
 
 func tokenize(base, text string) ([]int, error) {

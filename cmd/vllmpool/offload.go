@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -190,15 +188,9 @@ func captureOffload(args []string) error {
 
 // postUsage posts a completion and returns its usage: prompt tokens and cached tokens.
 func postUsage(url string, body map[string]any) (prompt, cached int, err error) {
-	b, _ := json.Marshal(body)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	raw, err := post(url, body)
 	if err != nil {
 		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, raw)
 	}
 	var u struct {
 		Usage struct {
