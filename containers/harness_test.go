@@ -373,6 +373,12 @@ func (p *pool) explain(text string) *containers.Decision {
 // last description cond gave.
 func (p *pool) eventually(within time.Duration, what string, cond func() (bool, string)) {
 	p.t.Helper()
+	p.eventuallyDiag(within, what, cond, nil)
+}
+
+// eventuallyDiag is eventually that, on a failure, also logs what diag reports (nil: nothing).
+func (p *pool) eventuallyDiag(within time.Duration, what string, cond func() (bool, string), diag func() string) {
+	p.t.Helper()
 	deadline := time.Now().Add(within)
 	var last string
 	for {
@@ -382,6 +388,9 @@ func (p *pool) eventually(within time.Duration, what string, cond func() (bool, 
 		}
 		last = desc
 		if time.Now().After(deadline) {
+			if diag != nil {
+				p.t.Log(diag())
+			}
 			p.t.Fatalf("%s: not within %s: %s", what, within, last)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -408,7 +408,7 @@ func vllmRestarted(p *pool, restart func(context.Context, *containers.Engine) er
 	p.waitConnected("E0", r0+1)
 	fresh := prompt(fmt.Sprintf("vllm-after-restart-%v", r0), 150)
 	realDirect(p.t, p, "E0", fresh)
-	p.eventually(60*time.Second, "the old process's blocks gone, the new prompt's learned", func() (bool, string) {
+	p.eventuallyDiag(60*time.Second, "the old process's blocks gone, the new prompt's learned", func() (bool, string) {
 		inv := p.inventory("E0")
 		stale := 0
 		for k := range old {
@@ -419,15 +419,61 @@ func vllmRestarted(p *pool, restart func(context.Context, *containers.Engine) er
 		d := p.explain(fresh)
 		return stale == 0 && d.Blocks > 0 && d.Overlap("E0") == d.Blocks,
 			fmt.Sprintf("%d stale of %d, new prompt overlap %d of %d", stale, len(old), d.Overlap("E0"), d.Blocks)
-	})
+	}, func() string { return ingestDiag(p, "E0") })
 	p.waitHealthy("E0")
-	p.eventually(60*time.Second, "the new prompt routed kv-exact to the restarted engine", func() (bool, string) {
+	p.eventuallyDiag(60*time.Second, "the new prompt routed kv-exact to the restarted engine", func() (bool, string) {
 		d := p.explain(fresh)
 		return d.Tier == "kv-exact" && d.Target == "E0", fmt.Sprintf("%+v", d)
-	})
+	}, func() string { return ingestDiag(p, "E0") })
 	if c := vllmSend(p, fresh, 2); c.Endpoint != "E0" || c.CachedTokens == 0 {
 		p.t.Fatalf("re-learned prompt served by %s with %d cached tokens, want E0 with a hit", c.Endpoint, c.CachedTokens)
 	}
+}
+
+// ingestDiag is what the gateway knows of ep's event stream and exactness, for a failure's log:
+// the inventory's size, the ingest counters by label (clears by cause, gaps, replays, reconnects),
+// the exactness state with its holds, verification and probes, and every line of the gateway's log
+// about ep's ingest, inventory or exactness (the failure's log tail is cut to the last lines).
+func ingestDiag(p *pool, ep string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "--- gateway's view of %s ---\n", ep)
+	if inv, err := p.gw.Inventory(p.ctx(), ruleName, ep); err != nil {
+		fmt.Fprintf(&b, "inventory: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "inventory: %d blocks\n", len(inv))
+	}
+	if m, err := p.gw.Metrics(p.ctx()); err != nil {
+		fmt.Fprintf(&b, "metrics: %v\n", err)
+	} else {
+		for _, s := range m {
+			if strings.HasPrefix(s.Name, "kvexact_ingest_") && s.Labels["endpoint"] == ep && s.Value != 0 &&
+				!strings.HasSuffix(s.Name, "_bucket") {
+				fmt.Fprintf(&b, "%s%v %v\n", s.Name, s.Labels, s.Value)
+			}
+		}
+	}
+	if e, err := endpointStatus(p, ep); err != nil {
+		fmt.Fprintf(&b, "status: %v\n", err)
+	} else if e.Exact != nil {
+		x := e.Exact
+		fmt.Fprintf(&b, "exact: state %s, holds %v, restarts detected %d, reasons %q\n", x.State, x.Holds, x.Restarts, x.Reasons)
+		if x.Verification != nil {
+			fmt.Fprintf(&b, "verification: %+v\n", *x.Verification)
+		}
+		fmt.Fprintf(&b, "probes: sent %d, reproduced %d, inconclusive %d, last %v\n", x.Probes.Sent, x.Probes.Reproduced, x.Probes.Inconclusive, x.Probes.LastResult)
+		fmt.Fprintf(&b, "resident %d, excluded %q, breaker %s, event error %q\n", e.Resident, e.Excluded, e.Breaker, e.EventErr)
+	}
+	if logs, err := p.gw.Container.Logs(p.ctx()); err != nil {
+		fmt.Fprintf(&b, "gateway log: %v\n", err)
+	} else {
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, "endpoint="+ep+" ") && (strings.Contains(l, "ingest:") || strings.Contains(l, "KV-exact") ||
+				strings.Contains(l, "inventory") || strings.Contains(l, "process")) {
+				b.WriteString(l + "\n")
+			}
+		}
+	}
+	return b.String()
 }
 
 // endpointStatus is ep's entry in the gateway's status.

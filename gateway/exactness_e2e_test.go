@@ -397,6 +397,52 @@ func TestE2ERestartDropsInventoryAtOnce(t *testing.T) {
 	}
 }
 
+// TestE2ERestartSeenOnStreamBeforeHTTP: e1's engine restarts as vLLM does, its event sockets
+// up while its HTTP server still refuses connections. The reconnect's replay shows the new
+// publisher (cleared, unverified) and the verification probes find no server: the round waits for
+// it rather than spend its attempts, so once the engine serves, its new process is verified
+// without waiting for a periodic re-probe. The new process's blocks are learned; the re-probe that
+// then reads the new process_start_time_seconds must keep them (the stream saw that process first)
+// and not count the restart twice.
+func TestE2ERestartSeenOnStreamBeforeHTTP(t *testing.T) {
+	p := startPool(t, poolSpec{family: "vllm", release: "v0.25.1", n: 2, seed: strp("0"), mode: 3, certify: true, replay: true,
+		gwMod: func(o *gateway.Options) { o.TokenCheckGrace = 200 * time.Millisecond }})
+	old, fresh := docs(2)[0], docs(2)[1]
+	direct(t, p.sims[1], old)
+	eventually(t, 5*time.Second, "e1's inventory to hold the prompt", func() bool { return p.overlap(old, "e1") > 0 })
+	s, err := sim.Restart(context.Background(), p.sims[1], func(c *sim.Config) { c.Faults.Refuse = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	p.sims[1] = s
+	eventually(t, 5*time.Second, "the restart seen on e1's event stream", func() bool {
+		st := endpointStatus(t, p, "e1")
+		return p.overlap(old, "e1") == 0 && st.Exact.Restarts == 1 && st.Exact.State == "verifying"
+	})
+	// Longer than a round's attempts (5, one grace apart) while the engine refuses.
+	time.Sleep(2 * time.Second)
+	off := false
+	if _, err := s.SetFaults(sim.FaultPatch{Refuse: &off}); err != nil {
+		t.Fatal(err)
+	}
+	direct(t, s, fresh)
+	var learned int
+	eventually(t, 5*time.Second, "the new process's blocks learned", func() bool {
+		learned = p.overlap(fresh, "e1")
+		return learned > 0
+	})
+	eventually(t, 10*time.Second, "e1 verified once its engine serves, with no re-probe", func() bool {
+		return endpointStatus(t, p, "e1").Exact.State == "eligible"
+	})
+	p.g.Reprobe(context.Background())
+	st := endpointStatus(t, p, "e1")
+	if n := p.overlap(fresh, "e1"); n != learned || st.Exact.Restarts != 1 || st.Exact.State != "eligible" {
+		t.Fatalf("after the re-probe read the new process's identity: overlap %d of %d, %d restarts, %s %v",
+			n, learned, st.Exact.Restarts, st.Exact.State, st.Exact.Holds)
+	}
+}
+
 // TestE2ETemplateDriftSeenOnlyByRealizedHits: e1's engine renders chats with another template than
 // the certified one (here one that puts the last question first). Its events are self-consistent, so
 // the live parity watch sees nothing; but the gateway, holding the certified template's blocks on

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"context"
+	"net/http"
+
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/inventory"
 )
@@ -26,4 +29,10 @@ func (g *Gateway) TierAged(rule, endpoint string, tier engines.Tier) []inventory
 		}
 	}
 	return nil
+}
+
+// Reprobe runs one periodic re-probe now (the identity, the version and the model, then a
+// verification round), as the ReprobeInterval ticker does.
+func (g *Gateway) Reprobe(ctx context.Context) {
+	g.reprobe(ctx, &http.Client{Transport: g.transport()})
 }

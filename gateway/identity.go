@@ -24,6 +24,13 @@ type processIdentity struct {
 	version string  // the last /version answer ("" not seen yet)
 }
 
+// started is the process start time last read (0: not seen).
+func (p *processIdentity) started() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start
+}
+
 // checkVersion records the engine's /version answer and reports a change since the last one (an
 // upgrade, even within the same contract, restarts the engine: its blocks must be verified again).
 func (p *processIdentity) checkVersion(v string) string {
@@ -96,11 +103,22 @@ func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) {
 	}
 }
 
-// newProcess is a restart seen on the engine's identity rather than its event stream: the
-// inventory goes at once (the new process's first event may be far off), then the restart's
-// evidence as for any other.
+// newProcess is a restart seen on the engine's identity: the inventory goes at once (the new
+// process's first event may be far off), then the restart's evidence as for any other. Unless
+// the event stream saw the process first: an engine's event sockets often answer long before its
+// HTTP server (vLLM binds its publisher while its API server is still starting), so the stream's
+// clear (a sequence regression, a replay without the last message) came after this process
+// started, and what the inventory learned since is the new process's own blocks — dropping them
+// would lose them until the engine stores them again. Then nothing is dropped, and a restart
+// evidence the stream already raised is not raised twice (its verification probes and parity
+// blocks were the new process's).
 func (ew *endpointWatch) newProcess(why string) {
-	if ew.drop != nil {
+	cleared, restarted := ew.seenOnStream(ew.proc.started())
+	if cleared && restarted {
+		ew.log.Info("new engine process already seen on the event stream: its inventory is kept", "why", why)
+		return
+	}
+	if !cleared && ew.drop != nil {
 		ew.drop()
 	}
 	ew.reset()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/gateway/exactness"
@@ -49,6 +50,12 @@ type endpointWatch struct {
 	// the gateway was there (a certification's cache clear), so it restarts nothing.
 	history   map[int]bool
 	seenRanks map[int]bool // ranks whose replay was asked for before
+
+	// clearedAt is when the event stream last cleared the inventory on a new publisher's sign (a
+	// restart cause, or a reconnect without replay: nothing of the connection before is applied
+	// after it); restartedAt when such a clear last raised the restart evidence. A new process
+	// seen on the identity (newProcess) that started before them was already seen on the stream.
+	clearedAt, restartedAt time.Time
 }
 
 // newEndpointWatch builds the endpoint's watch; hasher is the rule's engine binding (nil for the
@@ -98,7 +105,12 @@ func (ew *endpointWatch) trace(t ingest.Trace) {
 		}
 	case "clear":
 		ew.reset()
-		if why, ok := restartCauses[t.Reason]; ok && !ew.inHistory(t.Rank) {
+		why, ok := restartCauses[t.Reason]
+		restart := ok && !ew.inHistory(t.Rank)
+		if ok || t.Reason == "reconnect" {
+			ew.streamCleared(t.Wall, restart)
+		}
+		if restart {
 			ew.restarted(why)
 		}
 	case "event":
@@ -147,6 +159,34 @@ func (ew *endpointWatch) inHistory(rank int) bool {
 	ew.mu.Lock()
 	defer ew.mu.Unlock()
 	return ew.history[rank]
+}
+
+// streamCleared records a clear of the event stream on a new publisher's sign, at (zero: now);
+// restart says it raised the restart evidence.
+func (ew *endpointWatch) streamCleared(at time.Time, restart bool) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	ew.clearedAt = at
+	if restart {
+		ew.restartedAt = at
+	}
+}
+
+// seenOnStream says, for a process that started at start (Unix seconds, the engine's clock; 0 not
+// known), whether the event stream cleared the inventory on a new publisher's sign since, and
+// whether that clear raised the restart evidence: then the inventory holds nothing of an older
+// process, and the restart's verification is already this process's.
+func (ew *endpointWatch) seenOnStream(start float64) (cleared, restarted bool) {
+	if start <= 0 {
+		return false, false
+	}
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	after := func(t time.Time) bool { return !t.IsZero() && float64(t.UnixMicro())/1e6 >= start }
+	return after(ew.clearedAt), after(ew.restartedAt)
 }
 
 func (ew *endpointWatch) reset() {

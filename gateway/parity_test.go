@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +49,90 @@ func TestHistoryIsNoRestart(t *testing.T) {
 	ew.trace(ingest.Trace{Type: "clear", Reason: "regression"})
 	if !x.held(exactness.Restart) {
 		t.Fatal("a regression replayed on a reconnect did not make the endpoint unverified")
+	}
+}
+
+// TestNewProcessSeenOnStreamFirst: an engine's event sockets answer before its HTTP server (vLLM
+// binds its publisher while its API server still starts), so on a restart the event stream shows
+// the new process first: the reconnect's replay no longer holds the last message applied, the
+// inventory is cleared and the restart evidence raised, and the new process's blocks are learned.
+// When the identity (process_start_time_seconds) shows the same process later, at the next
+// re-probe, it must not drop those blocks, nor raise the restart a second time. A new process the
+// stream did not show (its sequence continued, or it published nothing yet) still drops the
+// inventory and is a restart.
+func TestNewProcessSeenOnStreamFirst(t *testing.T) {
+	var start atomic.Int64
+	start.Store(time.Now().Add(-time.Hour).UnixMicro())
+	var up atomic.Bool
+	up.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %f\n", float64(start.Load())/1e6)
+	}))
+	defer srv.Close()
+	x := newEndpointExact("r", &route.Endpoint{Name: "e0", Address: srv.URL}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
+	g := &Gateway{log: slog.New(slog.DiscardHandler)}
+	ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew.reconnect, ew.verify = nil, nil
+	drops := 0
+	ew.drop = func() { drops++ }
+	ctx := t.Context()
+	ew.trace(ingest.Trace{Type: "connect", Count: 1})
+	ew.trace(ingest.Trace{Type: "replay", Reason: "requested"})
+	ew.trace(ingest.Trace{Type: "replay", Reason: "completed"})
+	g.probeProcess(ctx, ew) // the process as the rule starts
+	if drops != 0 || x.restarts != 0 {
+		t.Fatalf("first identity read: %d drops, %d restarts", drops, x.restarts)
+	}
+
+	// The engine restarts: its HTTP server is not up yet when the stream reconnects and the
+	// replay shows the new publisher.
+	up.Store(false)
+	start.Store(time.Now().Add(-time.Second).UnixMicro())
+	ew.trace(ingest.Trace{Type: "connect", Count: 2})
+	g.probeProcess(ctx, ew) // the reconnect's identity check: nothing to read yet
+	ew.trace(ingest.Trace{Type: "replay", Reason: "requested"})
+	ew.trace(ingest.Trace{Type: "clear", Reason: "publisher_restart"})
+	ew.trace(ingest.Trace{Type: "replay", Reason: "completed"})
+	if x.restarts != 1 || !x.held(exactness.Restart) {
+		t.Fatalf("the stream's restart: %d restarts, held %v", x.restarts, x.held(exactness.Restart))
+	}
+	// The new process's blocks are learned; its verification lifts the hold.
+	x.apply(exactness.Evidence{Type: exactness.Certified})
+	up.Store(true)
+	g.probeProcess(ctx, ew) // the next re-probe reads the new process's start time
+	if drops != 0 {
+		t.Fatal("the identity dropped the inventory the stream had rebuilt from the new process")
+	}
+	if x.restarts != 1 || x.held(exactness.Restart) {
+		t.Fatalf("the identity raised the stream's restart again: %d restarts, held %v", x.restarts, x.held(exactness.Restart))
+	}
+
+	// A new process the stream did not show: dropped and unverified.
+	time.Sleep(10 * time.Millisecond)
+	start.Store(time.Now().UnixMicro())
+	g.probeProcess(ctx, ew)
+	if drops != 1 || x.restarts != 2 || !x.held(exactness.Restart) {
+		t.Fatalf("a new process seen only on its identity: %d drops, %d restarts, held %v", drops, x.restarts, x.held(exactness.Restart))
+	}
+
+	// A reconnect without replay clears the inventory but raises no restart: a new process seen
+	// after it keeps the inventory (nothing of the old connection is in it) and is a restart.
+	x.apply(exactness.Evidence{Type: exactness.Certified})
+	time.Sleep(10 * time.Millisecond)
+	start.Store(time.Now().UnixMicro())
+	time.Sleep(10 * time.Millisecond)
+	ew.trace(ingest.Trace{Type: "connect", Count: 3})
+	ew.trace(ingest.Trace{Type: "clear", Reason: "reconnect"})
+	g.probeProcess(ctx, ew)
+	if drops != 1 || x.restarts != 3 || !x.held(exactness.Restart) {
+		t.Fatalf("a new process after a reconnect's clear: %d drops, %d restarts, held %v", drops, x.restarts, x.held(exactness.Restart))
 	}
 }
 

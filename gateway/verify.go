@@ -36,6 +36,13 @@ import (
 // periodic re-probe starts a new round.
 const verifyAttempts = 5
 
+// verifyWaitMax bounds how long a restart's round waits, beyond its attempts, for an engine that
+// does not answer its probes yet: a restarted engine's event stream (which raised the hold) is
+// often up long before its HTTP server (vLLM binds its publisher while its API server still
+// starts; loading a large model takes minutes), and a round spent on refused connections would
+// leave KV-exact off until the next periodic re-probe.
+const verifyWaitMax = 10 * time.Minute
+
 // ProbeStatus is the verification probes' account on an endpoint in /admin/status.
 type ProbeStatus struct {
 	Sent          uint64    `json:"sent"`
@@ -145,6 +152,7 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 	// reconnects as the engine restarts misses what was published before it joined), and one lost
 	// message must not read as a template or tokenizer that changed.
 	missed := map[exactness.Kind]bool{}
+	waitUntil := time.Now().Add(verifyWaitMax)
 	for attempt := 0; attempt < verifyAttempts && len(pending) > 0; attempt++ {
 		if attempt > 0 {
 			select {
@@ -154,8 +162,10 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 			}
 		}
 		var left []exactness.Kind
+		answered := false
 		for _, k := range pending {
-			ev, conclusive := g.probeKind(ctx, hc, rt, x, k, grace)
+			ev, conclusive, ans := g.probeKind(ctx, hc, rt, x, k, grace)
+			answered = answered || ans
 			if conclusive && ev.Type == exactness.ProbeNotReproduced && !missed[k] {
 				missed[k], conclusive = true, false
 			}
@@ -166,6 +176,9 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 			}
 		}
 		pending = left
+		if !answered && len(pending) > 0 && x.held(exactness.Restart) && time.Now().Before(waitUntil) {
+			attempt-- // the engine is not serving yet: waiting for it uses up no attempt
+		}
 	}
 	g.probeForParity(ctx, hc, rt, x, kinds, grace)
 }
@@ -188,7 +201,7 @@ func (g *Gateway) probeForParity(ctx context.Context, hc *http.Client, rt *ruleR
 		if !short || i > v.ParityNeeded/probeBlocks || ctx.Err() != nil {
 			return
 		}
-		ev, conclusive := g.probeKind(ctx, hc, rt, x, kind, grace)
+		ev, conclusive, _ := g.probeKind(ctx, hc, rt, x, kind, grace)
 		if !conclusive || ev.Type != exactness.ProbeReproduced {
 			return // a missing block is the kinds' round's to judge, not this count's
 		}
@@ -201,13 +214,14 @@ func (g *Gateway) probeForParity(ctx context.Context, hc *http.Client, rt *ruleR
 const probeBlocks = 6
 
 // probeKind sends one probe of kind and waits up to grace for its deepest full block; it returns
-// the evidence and whether it is conclusive.
-func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntime, x *endpointExact, kind exactness.Kind, grace time.Duration) (exactness.Evidence, bool) {
+// the evidence, whether it is conclusive, and whether the engine served the probe (false: no
+// answer, or a 502, 503 or 504 — an engine still starting or not reachable).
+func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntime, x *endpointExact, kind exactness.Kind, grace time.Duration) (ev exactness.Evidence, conclusive, answered bool) {
 	var nb [6]byte
 	_, _ = rand.Read(nb[:])
 	body, rr, ok := probeRequest(rt, kind, hex.EncodeToString(nb[:]))
 	if !ok {
-		return exactness.Evidence{}, false
+		return exactness.Evidence{}, false, true
 	}
 	keys, n, _, _ := rt.keyer.Keys(ctx, rr)
 	depth := len(keys)
@@ -237,32 +251,34 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(x.addr, "/")+path, bytes.NewReader(body))
 	if err != nil {
-		return exactness.Evidence{}, false
+		return exactness.Evidence{}, false, true
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	if err != nil {
 		result("inconclusive: the engine did not answer the probe: "+err.Error(), &x.probes.Inconclusive)
-		return exactness.Evidence{}, false
+		return exactness.Evidence{}, false, false
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		result(fmt.Sprintf("inconclusive: the engine answered the probe with HTTP %d", resp.StatusCode), &x.probes.Inconclusive)
-		return exactness.Evidence{}, false
+		unavailable := resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable ||
+			resp.StatusCode == http.StatusGatewayTimeout
+		return exactness.Evidence{}, false, !unavailable
 	}
 	deadline := time.Now().Add(grace)
 	for {
 		if rt.holder(id, last) != "" {
 			result("reproduced", &x.probes.Reproduced)
-			return exactness.Evidence{Type: exactness.ProbeReproduced, Kind: kind}, true
+			return exactness.Evidence{Type: exactness.ProbeReproduced, Kind: kind}, true, true
 		}
 		if !time.Now().Before(deadline) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return exactness.Evidence{}, false
+			return exactness.Evidence{}, false, true
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -270,7 +286,7 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 	if !ok || after.Stored == before.Stored || after.Removed != before.Removed || after.UnknownRemoves != before.UnknownRemoves ||
 		after.Retirements != before.Retirements || after.Clears != before.Clears {
 		result(fmt.Sprintf("inconclusive: the endpoint published no block the gateway could key within %s, or removed some (block size, event stream, or eviction)", grace), &x.probes.Inconclusive)
-		return exactness.Evidence{}, false
+		return exactness.Evidence{}, false, true
 	}
 	leg := "the tokenizer, block size or hash binding"
 	if kind == exactness.Chat {
@@ -279,5 +295,5 @@ func (g *Gateway) probeKind(ctx context.Context, hc *http.Client, rt *ruleRuntim
 	detail := fmt.Sprintf("a %d-token %s probe sent at %s: its block %d (key %016x) is not among the %d blocks the engine stored within %s — %s no longer matches the certified one",
 		n, kind, sent.UTC().Format(time.RFC3339), depth, last, after.Stored-before.Stored, grace, leg)
 	result("not reproduced: "+detail, &x.probes.NotReproduced)
-	return exactness.Evidence{Type: exactness.ProbeNotReproduced, Kind: kind, Detail: detail}, true
+	return exactness.Evidence{Type: exactness.ProbeNotReproduced, Kind: kind, Detail: detail}, true, true
 }
