@@ -285,7 +285,9 @@ func (c Client) completion(ctx context.Context, path string, body any) (*Complet
 	return out, nil
 }
 
-// PostClear POSTs a cache-clear URL (a full URL or a path) and wants a 2xx.
+// PostClear POSTs a cache-clear URL (a full URL or a path) and wants a 2xx that does not refuse.
+// vLLM answers a reset it refuses (blocks still held by a running request or a transfer) with
+// 200 and {"success": false}: that is a refusal (*ClearRefusedError), not a clear.
 func (c Client) PostClear(ctx context.Context, path string) error {
 	status, b, err := c.Do(ctx, http.MethodPost, path, nil)
 	if err != nil {
@@ -294,7 +296,23 @@ func (c Client) PostClear(ctx context.Context, path string) error {
 	if status < 200 || status > 299 {
 		return &HTTPError{Op: "POST " + path, URL: path, Status: status, Body: clip(string(b), 300)}
 	}
+	var answer struct {
+		Success *bool `json:"success"`
+	}
+	if json.Unmarshal(b, &answer) == nil && answer.Success != nil && !*answer.Success {
+		return &ClearRefusedError{URL: path, Body: clip(string(b), 300)}
+	}
 	return nil
+}
+
+// ClearRefusedError is a cache clear the engine answered with success false: nothing was cleared.
+type ClearRefusedError struct {
+	URL  string
+	Body string
+}
+
+func (e *ClearRefusedError) Error() string {
+	return fmt.Sprintf("POST %s: the engine refused the cache reset (%s): requests or transfers still hold blocks; retry when it is idle", e.URL, e.Body)
 }
 
 func clip(s string, n int) string {

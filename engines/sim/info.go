@@ -202,7 +202,9 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 // ---- cache resets ----
 
 // handleResetPrefixCache is vLLM's dev-mode reset: ?reset_external=true (a FastAPI bool: 1, true,
-// on, yes) empties the offload tier too, the plain reset keeps it.
+// on, yes) empties the offload tier too, the plain reset keeps it. A reset answers {"success":
+// true} as vLLM's does; while requests run it is refused with 400, where vLLM answers 200
+// {"success": false} (docs/simulator.md).
 func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	clearCache := e.ClearCache
 	switch v := strings.ToLower(r.URL.Query().Get("reset_external")); v {
@@ -219,7 +221,8 @@ func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) 
 		e.writeError(w, http.StatusBadRequest, err.Error(), "")
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// vLLM answers {"success": bool} (entrypoints/serve/dev/cache/api_router.py).
+	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }
 
 func (e *Engine) handleFlushCache(w http.ResponseWriter, r *http.Request) {

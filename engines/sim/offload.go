@@ -32,7 +32,9 @@ import (
 //   - a plain cache reset (/reset_prefix_cache) keeps the host's copies and announces nothing
 //     for them, as real v0.31.0 does (docs/vllm-engine.md, finding 13): a prompt still loads
 //     from the host afterwards; /reset_prefix_cache?reset_external=true empties the host too
-//     (reset_cache evicts every stored chunk), again with only the one AllBlocksCleared.
+//     (reset_cache evicts every stored chunk), again with only the one AllBlocksCleared; both
+//     answer {"success": true}. gateway/vllme2e's TestSimulatorOffloadResetsHeldToEngine holds
+//     the two resets to the real engine.
 //
 // Blocks are offloaded at the GPU's block size (blocks_per_chunk 1). Not safe for concurrent
 // use: the rank's lock guards it with the cache.

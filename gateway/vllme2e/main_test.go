@@ -320,14 +320,7 @@ func sendWith(t *testing.T, base, path string, req map[string]any, stream bool, 
 			t.Fatalf("decision header %q: %v", d, err)
 		}
 	}
-	var u struct {
-		Usage *struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
+	var u usageBody
 	take := func(b []byte) {
 		if json.Unmarshal(b, &u) == nil && u.Usage != nil {
 			r.prompt = u.Usage.PromptTokens
@@ -349,6 +342,16 @@ func sendWith(t *testing.T, base, path string, req map[string]any, stream bool, 
 		t.Fatalf("%s: status %d: %s", path, r.status, raw)
 	}
 	return r
+}
+
+// usageBody is the usage an engine reports in a response (or a stream's last chunk).
+type usageBody struct {
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
 }
 
 // explain is the router's dry run: the endpoints' evidence for a request.

@@ -162,15 +162,8 @@ func generate(t *testing.T, base, path string, req map[string]any, maxTokens int
 	if resp.StatusCode != 200 {
 		t.Fatalf("%s%s: status %d: %s", base, path, resp.StatusCode, raw)
 	}
-	var u struct {
-		Usage struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(raw, &u); err != nil || u.Usage.PromptTokensDetails == nil {
+	var u usageBody
+	if err := json.Unmarshal(raw, &u); err != nil || u.Usage == nil || u.Usage.PromptTokensDetails == nil {
 		t.Fatalf("%s%s: no usage.prompt_tokens_details in %s (%v)", base, path, raw, err)
 	}
 	return result{u.Usage.PromptTokens, u.Usage.PromptTokensDetails.CachedTokens}
