@@ -65,10 +65,12 @@ type Rates struct {
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: no fixed
-// cost, the simulated engines' prefill (200 µs a token), a decode step of 10 ms, lower tiers that
-// load a token's KV in a tenth (host memory) and half (storage, a shared store) of its prefill
-// time, and 512 computed tokens a request.
-var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Interference: 10 * time.Millisecond, Queue: 1,
+// cost, the simulated engines' prefill (200 µs a token), no interference (an engine batches its
+// running requests into each step, so a request in flight adds at most its share of one; the
+// simulated engines add none, and the line's receipts measure it where it is not), lower tiers
+// that load a token's KV in a tenth (host memory) and half (storage, a shared store) of its
+// prefill time, and 512 computed tokens a request.
+var DefaultRates = Rates{Prefill: 200 * time.Microsecond, Queue: 1,
 	Transfer: TransferRates{CPU: 20 * time.Microsecond, Disk: 100 * time.Microsecond, Shared: 100 * time.Microsecond}, RequestTokens: 512}
 
 // TTFTParts is one candidate's predicted time to first token and its parts, in milliseconds, as
@@ -242,20 +244,49 @@ func medianOf(buf []float64) float64 {
 }
 
 // line fits TTFT − computed · p = fixed + load · interference over the samples (receipts with
-// nothing queued ahead): with two or more loads among them, the Theil–Sen line (the interference
-// the median of the slopes between samples at different loads, the fixed cost the median of what
-// is left), robust to stalls as the medians are. With one load only the interference cannot be
-// told from the fixed cost: it keeps itf when known (measured by other receipts), else the fixed
-// cost takes it all (a seed's interference, a guess, would otherwise eat a fixed cost it exceeds).
+// nothing queued ahead): the Theil–Sen line (the interference the median of the slopes between
+// samples at different loads, the fixed cost the median of what is left), robust to stalls as the
+// medians are. Two guards keep a few waited receipts from setting the slope, which a median alone
+// does not when a load holds one receipt (every slope to it is that receipt's): a sample far above
+// the others (above the median residual by more than the median itself and waitSpread robust
+// deviations: a slot, KV-block or host wait, which only ever adds time) takes no part in the line,
+// and only loads held by at least minLinePerLoad of the kept samples give slopes. Without slopes
+// the interference cannot be told from the fixed cost: it keeps itf when known (measured by other
+// receipts) or when every sample is idle (nothing to tell apart), else the fixed cost takes it all
+// (a seed's interference, a guess, would otherwise eat a fixed cost it exceeds).
 func (s *samples) line(p, itf float64, known bool, buf []float64) (fixed, interference float64) {
 	r := buf[:s.n]
 	for i := range r {
 		r[i] = s.v[i].ttft - s.v[i].computed*p
 	}
+	tmp := buf[s.n : 2*s.n]
+	copy(tmp, r)
+	m := medianOf(tmp)
+	for i := range tmp {
+		tmp[i] = abs(r[i] - m)
+	}
+	cut := m + max(m, 0) + waitSpread*1.4826*medianOf(tmp)
+	// same[i] is how many kept samples share sample i's load (0: i is not kept).
+	var same [rateWindow]int
+	loaded := false
+	for i := range s.n {
+		loaded = loaded || s.v[i].load > 0
+		if r[i] > cut {
+			continue
+		}
+		for j := range s.n {
+			if r[j] <= cut && s.v[j].load == s.v[i].load {
+				same[i]++
+			}
+		}
+	}
 	slopes := buf[s.n:s.n]
 	for i := range s.n {
+		if same[i] < minLinePerLoad {
+			continue
+		}
 		for j := i + 1; j < s.n; j++ {
-			if dl := s.v[i].load - s.v[j].load; dl != 0 {
+			if dl := s.v[i].load - s.v[j].load; dl != 0 && same[j] >= minLinePerLoad {
 				slopes = append(slopes, (r[i]-r[j])/dl)
 			}
 		}
@@ -263,13 +294,31 @@ func (s *samples) line(p, itf float64, known bool, buf []float64) (fixed, interf
 	switch {
 	case len(slopes) > 0:
 		itf = max(medianOf(slopes), 0)
-	case !known && s.v[0].load > 0:
+	case !known && loaded:
 		itf = 0
 	}
+	kept := buf[s.n:s.n]
 	for i := range r {
-		r[i] -= s.v[i].load * itf
+		if same[i] > 0 {
+			kept = append(kept, r[i]-s.v[i].load*itf)
+		}
 	}
-	return max(medianOf(r), 0), itf
+	return max(medianOf(kept), 0), itf
+}
+
+// waitSpread is how many robust deviations (1.4826 · the median absolute deviation) above the
+// median residual, besides the median itself, a line sample may lie before it counts as a wait;
+// minLinePerLoad is how many kept samples a load needs before it gives the line a slope.
+const (
+	waitSpread     = 4
+	minLinePerLoad = 2
+)
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // fit recomputes the fixed cost, the interference and the prefill rate from their receipts: the
@@ -385,7 +434,11 @@ func (e *estimator) observe(r Receipt) {
 	case r.Load > 0 && r.Ahead == 0:
 		e.interference.add(max(rest-transfer, 0) / float64(r.Load))
 	case r.Load > 0:
-		e.queue.add(max(rest-transfer, 0) / (float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference)))
+		// With no interference the queued work is the queued prefill alone: a prefill rate
+		// learned at 0 leaves nothing to divide by, and the receipt teaches no share.
+		if work := float64(r.Ahead)*float64(cur.Prefill) + float64(r.Load)*float64(cur.Interference); work > 0 {
+			e.queue.add(max(rest-transfer, 0) / work)
+		}
 	}
 	next := e.seed
 	if m, ok := e.requestTok.median(); ok {
@@ -480,7 +533,9 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 // (its body read, tokenized, hashed and routed): the receipt teaches the target's estimator that
 // time (Rates.Gateway), which the receipt's time to first token, timed from the send, does not
 // hold. A retry's send replaces an earlier one's. Safe on nil; call it before Receipt, from the
-// goroutine that calls Receipt.
+// goroutine that calls Receipt. Only the single-endpoint path calls it: a P/D attempt never calls
+// Receipt (its prefill leg is read whole, no first token is timed, and the decode leg's usage
+// counts the pulled KV as cached), so no estimator would learn the gateway's time from it.
 func (d *Decision) Sent(gateway time.Duration) {
 	if d != nil {
 		d.gateway = gateway

@@ -25,6 +25,9 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		return r
 	}
 	waiting := func(c Scored, n int) Scored { c.EngineWaiting = n; return c }
+	// dr is DefaultRates with an interference of 10 ms learned (the defaults assume none).
+	dr := DefaultRates
+	dr.Interference = 10 * time.Millisecond
 	slots := func(c Scored, n int) Scored { c.Slots = n; return c }
 	// A request here holds its slot for 5 + 500·0.2 + 15 = 120 ms (fixed, a typical prefill and
 	// its decode); with 4 slots the j-th to free does so after j·120/5 = j·24 ms.
@@ -41,21 +44,21 @@ func TestTTFTLawPicksTheHandComputation(t *testing.T) {
 		// 64 blocks = 1024 tokens. a holds 60 (64 own tokens), 2 in flight with 3000 tokens queued:
 		// 3064·0.2 + 2·10 = 632.8 ms. b holds nothing, idle: 1024·0.2 = 204.8 ms → b, a spill.
 		{"deep holder behind a long queue loses to an idle cold endpoint",
-			withIndex(tq(60, 2, 3000, DefaultRates), tq(0, 0, 0, DefaultRates)), 64, 1, []float64{632.8, 204.8}, true},
+			withIndex(tq(60, 2, 3000, dr), tq(0, 0, 0, dr)), 64, 1, []float64{632.8, 204.8}, true},
 		// Same, a's queue 500 tokens: 564·0.2 + 20 = 132.8 ms < 204.8 → a keeps it.
 		{"a short queue keeps the holder",
-			withIndex(tq(60, 2, 500, DefaultRates), tq(0, 0, 0, DefaultRates)), 64, 0, []float64{132.8, 204.8}, false},
+			withIndex(tq(60, 2, 500, dr), tq(0, 0, 0, dr)), 64, 0, []float64{132.8, 204.8}, false},
 		// Decode interference alone: a holds 32 (512 own) with 30 in flight: 102.4 + 300 = 402.4;
 		// b holds 0, 1 in flight: 204.8 + 10 = 214.8 → b.
 		{"decode interference moves a request",
-			withIndex(tq(32, 30, 0, DefaultRates), tq(0, 1, 0, DefaultRates)), 64, 1, []float64{402.4, 214.8}, true},
+			withIndex(tq(32, 30, 0, dr), tq(0, 1, 0, dr)), 64, 1, []float64{402.4, 214.8}, true},
 		// Rates differ: a (slow, holds 16: 768 own) 307.2 ms; b (fast, holds 0) 102.4 ms → b.
 		{"the learned rate decides between cold and warm",
 			withIndex(tq(16, 0, 0, slow), tq(0, 0, 0, fast)), 64, 1, []float64{307.2, 102.4}, true},
 		// Equal predictions: a holds 8 (896 own) with none queued, b holds 16 (768 own) with 128
 		// queued → both 896·0.2 + 10 = 189.2 ms; the tie goes to the larger exact hit, b.
 		{"tie to the larger exact hit",
-			withIndex(tq(8, 1, 0, DefaultRates), tq(16, 1, 128, DefaultRates)), 64, 1, []float64{189.2, 189.2}, false},
+			withIndex(tq(8, 1, 0, dr), tq(16, 1, 128, dr)), 64, 1, []float64{189.2, 189.2}, false},
 		// An engine that overlaps half its queued work: a (queue 0.5) holds 60 with 3000 queued
 		// and 2 in flight: 12.8 + 0.5·(600 + 20) = 322.8 ms; b idle cold 204.8 → b still; with
 		// 1000 queued: 12.8 + 0.5·(200 + 20) = 122.8 → a.
@@ -474,12 +477,13 @@ func TestTTFTRouterQueuesThePartialBlock(t *testing.T) {
 // TestGatewayTimeLearned: each receipt's time in the gateway before its upstream send
 // (Receipt.Gateway; 0: not measured) feeds Rates.Gateway, their median, which every prediction
 // adds. Seed: prefill 1 ms a token, interference 10 ms, queue share 1. Receipts computing nothing:
-// idle 5 ms, 2 in flight 25 ms, idle 5 ms → the line: fixed 5, interference 10. A full hit then
+// idle 5 ms, 2 in flight 25 ms, idle 5 ms, 2 in flight 25 ms → the line: fixed 5, interference 10
+// (each load held by two receipts, as the line needs before it takes a slope). A full hit then
 // predicts gateway + 5 idle, gateway + 5 + 2·10 at 2 in flight.
 func TestGatewayTimeLearned(t *testing.T) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	seed := Rates{Prefill: time.Millisecond, Interference: 10 * time.Millisecond, Queue: 1}
-	line := []Receipt{{TTFT: ms(5)}, {TTFT: ms(25), Load: 2}, {TTFT: ms(5)}}
+	line := []Receipt{{TTFT: ms(5)}, {TTFT: ms(25), Load: 2}, {TTFT: ms(5)}, {TTFT: ms(25), Load: 2}}
 	withGW := func(gw ...float64) []Receipt {
 		out := make([]Receipt, len(line))
 		for i := range line {
@@ -502,7 +506,7 @@ func TestGatewayTimeLearned(t *testing.T) {
 		// 2, 3 and 40 ms (a stalled one): the median, 3 ms, on top.
 		{"the gateway's own time, its median", withGW(2, 3, 40), 0, 3, 8},
 		{"the gateway's own time, 2 in flight", withGW(2, 3, 40), 2, 3, 28},
-		// Two receipts measured it (1.5 and 2.5 ms), the third did not: the median of the two.
+		// Two receipts measured it (1.5 and 2.5 ms), the others did not: the median of the two.
 		{"an unmeasured gateway time teaches nothing", withGW(1.5, 2.5, 0), 0, 2, 7},
 	} {
 		e := newEstimator(seed)
@@ -563,5 +567,78 @@ func TestTTFTDecisionLearnsTheGatewayTime(t *testing.T) {
 			}
 		}
 		d2.Release()
+	}
+}
+
+// TestInterferenceLine: the line TTFT − computed · prefill = fixed + load · interference through
+// near-total hits with nothing queued ahead, the prefill rate known (150 µs a token). Each case
+// builds its receipts from a truth (fixed, interference) with ±0.4 ms of jitter, some of them
+// carrying a wait (a slot, KV-block or host wait: time no line through the others explains), and
+// wants the learned interference within tol of the truth and the fixed cost within 0.5 ms.
+func TestInterferenceLine(t *testing.T) {
+	type rc struct {
+		load int
+		wait float64 // ms added to the line's TTFT
+	}
+	spread := func(n int, loads ...int) []rc {
+		out := make([]rc, n)
+		for i := range out {
+			out[i].load = loads[i%len(loads)]
+		}
+		return out
+	}
+	waited := func(rs []rc, every int, ms float64) []rc {
+		for i := every - 1; i < len(rs); i += every {
+			rs[i].wait = ms
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name       string
+		fixed, itf float64 // truth, ms
+		seed       float64 // the seed's interference, ms
+		receipts   []rc
+		want, tol  float64 // learned interference, ms
+	}{
+		// Running requests that do not slow a new one (the simulated engines): no slope.
+		{"no interference, loads 0–3", 3, 0, 0, spread(40, 0, 1, 2, 3), 0, 0.3},
+		{"no interference, seeded at 10 ms", 3, 0, 10, spread(40, 0, 1, 2, 3), 0, 0.3},
+		// A known slope is learned as it is.
+		{"5 ms a request in flight", 32, 5, 0, spread(40, 0, 1, 2, 3), 5, 0.3},
+		{"1 ms a request in flight, loads 0–6", 4, 1, 0, spread(42, 0, 1, 2, 3, 4, 5, 6), 1, 0.2},
+		// Waits of 100 ms on every 5th receipt, at every load: neither slope moves.
+		{"no interference, a fifth waited", 3, 0, 0, waited(spread(40, 0, 1, 2, 3), 5, 100), 0, 0.3},
+		{"5 ms, a fifth waited", 32, 5, 0, waited(spread(40, 0, 1, 2, 3), 5, 100), 5, 0.5},
+		// The traced case: idle near-hits and one receipt routed behind a request in flight that
+		// waited 130 ms. All its slopes are that wait; a load held once gives none.
+		{"one waited receipt alone at its load", 3, 0, 0, []rc{{0, 0}, {0, 0}, {1, 130}, {0, 0}, {0, 0}}, 0, 0},
+		{"one receipt alone at its load, no wait", 3, 0, 0, []rc{{0, 0}, {0, 0}, {2, 0}, {0, 0}}, 0, 0},
+		// Two waited receipts at load 2 against idle ones: far above the rest, they are waits.
+		{"two waited receipts at a load of their own", 3, 0, 0, []rc{{0, 0}, {0, 0}, {2, 60}, {0, 0}, {2, 80}, {0, 0}}, 0, 0},
+		// Idle receipts only: nothing tells the interference from the fixed cost; the seed stands.
+		{"idle receipts keep the seed", 3, 0, 10, spread(8, 0), 10, 0},
+	} {
+		seed := Rates{Prefill: 150 * time.Microsecond, Interference: time.Duration(tc.seed * float64(time.Millisecond)), Queue: 1}
+		e := newEstimator(seed)
+		for i, r := range tc.receipts {
+			comp := 80 + i%17
+			jit := 0.4 * (float64(i%9)/4 - 1) // −0.4 … +0.4 ms
+			ttft := tc.fixed + float64(r.load)*tc.itf + jit + r.wait
+			e.observe(Receipt{TTFT: time.Duration(ttft*float64(time.Millisecond)) + time.Duration(comp)*seed.Prefill, Computed: comp, Load: r.load})
+		}
+		got := e.Rates()
+		if d := ms(got.Interference) - tc.want; math.Abs(d) > tc.tol+1e-9 {
+			t.Errorf("%s: interference %v, want %.1f ± %.1f ms (rates %+v)", tc.name, got.Interference, tc.want, tc.tol, got)
+		}
+		if d := ms(got.Fixed) - tc.fixed; math.Abs(d) > 0.5 {
+			t.Errorf("%s: fixed %v, want %.1f ms", tc.name, got.Fixed, tc.fixed)
+		}
+	}
+	// No interference and a prefill rate of 0: a receipt with prefill queued ahead has no queued
+	// work to be a share of, and leaves the share as it was (not NaN).
+	e := newEstimator(Rates{Queue: 1})
+	e.observe(Receipt{TTFT: 10 * time.Millisecond, Computed: 300, Ahead: 100, Load: 2})
+	if q := e.Rates().Queue; q != 1 {
+		t.Fatalf("queue share %v from no queued work, want the seed's 1", q)
 	}
 }
