@@ -308,7 +308,24 @@ func (p *pool) complete(prompt string, stream bool) completion {
 	c := completion{status: resp.StatusCode, endpoint: resp.Header.Get(proxy.HeaderEndpoint), servedBy: resp.Header.Get(sim.ReceiptHeader),
 		prefill: resp.Header.Get(proxy.HeaderPrefill), prefilledBy: resp.Header.Get(sim.PrefilledByHeader),
 		decision: resp.Header.Get(proxy.HeaderDecision), body: string(raw)}
-	var usage struct {
+	if stream {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+				if prompt, cached, ok := usageOf([]byte(d)); ok {
+					c.prompt, c.cached = prompt, cached
+				}
+			}
+		}
+	} else if prompt, cached, ok := usageOf(raw); ok {
+		c.prompt, c.cached = prompt, cached
+	}
+	return c
+}
+
+// usageOf reads an OpenAI body's (or stream chunk's) usage: prompt tokens and cached tokens; ok is
+// false when the body has no usage.
+func usageOf(body []byte) (prompt, cached int, ok bool) {
+	var u struct {
 		Usage *struct {
 			PromptTokens        int `json:"prompt_tokens"`
 			PromptTokensDetails struct {
@@ -316,18 +333,10 @@ func (p *pool) complete(prompt string, stream bool) completion {
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	if stream {
-		for _, line := range strings.Split(string(raw), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
-				if json.Unmarshal([]byte(d), &usage) == nil && usage.Usage != nil {
-					c.prompt, c.cached = usage.Usage.PromptTokens, usage.Usage.PromptTokensDetails.CachedTokens
-				}
-			}
-		}
-	} else if json.Unmarshal(raw, &usage) == nil && usage.Usage != nil {
-		c.prompt, c.cached = usage.Usage.PromptTokens, usage.Usage.PromptTokensDetails.CachedTokens
+	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
+		return 0, 0, false
 	}
-	return c
+	return u.Usage.PromptTokens, u.Usage.PromptTokensDetails.CachedTokens, true
 }
 
 // overlap asks the router (dry run) how many of prompt's blocks endpoint holds.

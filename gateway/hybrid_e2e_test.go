@@ -84,15 +84,8 @@ func (p *pool) completeTokens(ids []uint32) completion {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	c := completion{status: resp.StatusCode, body: string(raw)}
-	var u struct {
-		Usage struct {
-			PromptTokensDetails struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
-	if json.Unmarshal(raw, &u) == nil {
-		c.cached = u.Usage.PromptTokensDetails.CachedTokens
+	if _, cached, ok := usageOf(raw); ok {
+		c.cached = cached
 	}
 	return c
 }

@@ -39,16 +39,8 @@ func (p *pool) sendRaw(url string, raw []byte) completion {
 	b, _ := io.ReadAll(resp.Body)
 	c := completion{status: resp.StatusCode, endpoint: resp.Header.Get(proxy.HeaderEndpoint), servedBy: resp.Header.Get(sim.ReceiptHeader),
 		decision: resp.Header.Get(proxy.HeaderDecision), body: string(b)}
-	var u struct {
-		Usage *struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			PromptTokensDetails struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-	}
-	if json.Unmarshal(b, &u) == nil && u.Usage != nil {
-		c.prompt, c.cached = u.Usage.PromptTokens, u.Usage.PromptTokensDetails.CachedTokens
+	if prompt, cached, ok := usageOf(b); ok {
+		c.prompt, c.cached = prompt, cached
 	}
 	return c
 }

@@ -68,7 +68,9 @@ func checkMissing(t *testing.T, p *pool, log *syncBuffer) {
 // checkRecovered: the rule turns exact by itself, the state's WARN and INFO lines appear once each.
 func checkRecovered(t *testing.T, p *pool, log *syncBuffer) gateway.ExactStatus {
 	t.Helper()
-	eventually(t, 10*time.Second, "the rule to become exact once the tokenizer files exist", func() bool { return p.g.Status().Rules[0].Exact.Enabled })
+	// A liveness bound, not a speed one: loading the tokenizer takes about 5 s under the race
+	// detector alone, and more beside the other packages' tests on two cores.
+	eventually(t, 60*time.Second, "the rule to become exact once the tokenizer files exist", func() bool { return p.g.Status().Rules[0].Exact.Enabled })
 	eventually(t, 5*time.Second, "the rule metric to follow", func() bool {
 		return promtest.Value(t, p.reg, "kvexact_rule_exact_enabled", map[string]string{"rule": "pool"}) == 1
 	})

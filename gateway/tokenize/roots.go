@@ -66,6 +66,9 @@ func FindModelDir(roots []string, folder string) (string, error) {
 			return d, nil
 		}
 	}
+	if len(roots) == 0 {
+		return "", fmt.Errorf("no %s/tokenizer.json: no tokenizer folder is configured (%s)", folder, missingHint())
+	}
 	return "", fmt.Errorf("no %s/tokenizer.json under %s (%s)", folder, strings.Join(roots, ", "), missingHint())
 }
 
