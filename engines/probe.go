@@ -284,13 +284,17 @@ func (c Client) completion(ctx context.Context, path string, body any) (*Complet
 
 // PostClear POSTs a cache-clear URL (a full URL or a path) and wants a 2xx that does not refuse.
 // vLLM answers a reset it refuses (blocks still held by a running request or a transfer) with
-// 200 and {"success": false}: that is a refusal (*ClearRefusedError), not a clear.
+// 200 and {"success": false}: that is a refusal (*ClearRefusedError), not a clear; so is a 409
+// Conflict (the simulator's /sim/clear while requests run).
 func (c Client) PostClear(ctx context.Context, path string) error {
 	status, b, err := c.Do(ctx, http.MethodPost, path, nil)
 	if err != nil {
 		return err
 	}
 	url := c.URL(path)
+	if status == http.StatusConflict {
+		return &ClearRefusedError{URL: url, Status: status, Body: clip(string(b), 300)}
+	}
 	if status < 200 || status > 299 {
 		return &HTTPError{Op: "POST", URL: url, Status: status, Body: clip(string(b), 300)}
 	}
@@ -312,8 +316,8 @@ func (c Client) URL(path string) string {
 }
 
 // ClearRefusedError is a cache clear the engine refused because it was busy: nothing was cleared.
-// vLLM refuses with 200 {"success": false}, SGLang with 400 (its family prober says which answer
-// is a refusal).
+// vLLM refuses with 200 {"success": false}, SGLang with 400 (its family prober says so), the
+// simulator's /sim/clear with 409.
 type ClearRefusedError struct {
 	URL    string // the full URL posted
 	Status int
