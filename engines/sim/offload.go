@@ -23,8 +23,8 @@ import (
 //   - a request's lookup continues the GPU prefix on the host (_maximal_prefix_lookup: the chunks
 //     past the GPU hit that the host holds, from the first): they are loaded (a transfer, not a
 //     prefill) into fresh GPU blocks, which the GPU then caches as it caches computed ones, and
-//     engines count them in cached_tokens (vllm/v1/metrics/stats.py: num_cached_tokens is local
-//     + external);
+//     engines count them in cached_tokens (vllm/v1/metrics/stats.py: num_cached_tokens is the
+//     local plus the external hit);
 //   - every host store is announced with medium "CPU" in the self-describing form, one
 //     BlockStored per block (OffloadingEventsTracker._take_stored_event: its hash, parent, tokens
 //     and block size as the GPU's store gives them, extra_keys None as _build_event_metadata
