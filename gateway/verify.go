@@ -153,10 +153,11 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 	// message must not read as a template or tokenizer that changed.
 	missed := map[exactness.Kind]bool{}
 	// A round the engine answered none of (it is not serving yet) uses up no attempt while the
-	// restart holds the endpoint and verifyWaitMax has not passed.
+	// restart holds the endpoint and verifyWaitMax has not passed; it still waits a grace before
+	// the next, since a refused connection returns at once.
 	waitUntil := time.Now().Add(verifyWaitMax)
-	for used := 0; used < verifyAttempts && len(pending) > 0; {
-		if used > 0 {
+	for round, used := 0, 0; used < verifyAttempts && len(pending) > 0; round++ {
+		if round > 0 {
 			select {
 			case <-ctx.Done():
 				return
