@@ -736,27 +736,20 @@ func (r *endpointRun) specClear(t *T) {
 	}
 	ctx := t.Context()
 	mark := r.w.count()
-	var err error
-	for attempt := 0; attempt < 10; attempt++ {
-		if r.ep.Clear != "" {
-			c := engines.NewClient(r.ep.Address, r.opts.HTTPClient)
-			err = c.PostClear(ctx, r.ep.Clear)
-		} else {
-			err = r.pr.Clear(ctx)
-		}
-		if err == nil || engines.IsNotSupported(err) {
-			break
-		}
-		// Engines refuse a reset while requests run; the probe's may still be finishing.
-		sleep(ctx, 200*time.Millisecond)
-	}
+	refusals, err := r.clearWhenIdle(ctx)
 	var ns *engines.NotSupportedError
-	if errors.As(err, &ns) {
+	var refused *engines.ClearRefusedError
+	switch {
+	case errors.As(err, &ns):
 		t.Skipf("%s (give the endpoint a clear URL to test it)", ns.Error())
 		return
-	}
-	if err != nil {
-		t.Failf(LegClear, "the engine must accept a cache reset when idle", "cache clear: %v", err)
+	case errors.As(err, &refused):
+		t.Failf(LegClear, "the engine must accept a cache reset when idle: certify it while no other traffic runs on it",
+			"endpoint %s: POST %s refused the cache reset %d times, %s apart: the engine stayed busy (requests running or transfers in flight); its last answer: HTTP %d: %s",
+			r.ep.Name, refused.URL, refusals, clearRetryInterval, refused.Status, refused.Body)
+		return
+	case err != nil:
+		t.Failf(LegClear, "the engine must accept a cache reset when idle", "endpoint %s: cache clear: %v", r.ep.Name, err)
 		return
 	}
 	// vLLM publishes the events a step collected at the end of that step, so an idle engine holds
@@ -804,6 +797,46 @@ func (r *endpointRun) specClear(t *T) {
 		return
 	}
 	t.Passf("the clear was announced on the event stream")
+}
+
+// The clear spec's patience with a busy engine: engines refuse a cache reset while requests hold
+// blocks (vLLM 200 {"success": false}, SGLang 400, the simulator's /sim/clear 409), and the probe's
+// own requests may still be finishing when the spec starts. clearAttempts tries, clearRetryInterval
+// apart (about two seconds in all), then the spec fails naming the URL; any other error fails at
+// once.
+const (
+	clearAttempts      = 10
+	clearRetryInterval = 200 * time.Millisecond
+)
+
+// clearWhenIdle posts the endpoint's cache clear (its clear URL, else the family's own) until the
+// engine accepts it, retrying only refusals (*engines.ClearRefusedError), at most clearAttempts
+// times. It returns how many refusals it saw and the last error.
+func (r *endpointRun) clearWhenIdle(ctx context.Context) (refusals int, err error) {
+	for attempt := 1; ; attempt++ {
+		err = r.clearOnce(ctx)
+		var refused *engines.ClearRefusedError
+		if !errors.As(err, &refused) {
+			return refusals, err
+		}
+		refusals++
+		if attempt == clearAttempts || ctx.Err() != nil {
+			return refusals, err
+		}
+		sleep(ctx, clearRetryInterval)
+	}
+}
+
+// clearOnce posts one cache clear: to the endpoint's clear URL read as its family reads a clear
+// (engines.URLClearer) when it has one, else the family's own.
+func (r *endpointRun) clearOnce(ctx context.Context) error {
+	if r.ep.Clear == "" {
+		return r.pr.Clear(ctx)
+	}
+	if uc, ok := r.pr.(engines.URLClearer); ok {
+		return uc.ClearURL(ctx, r.ep.Clear)
+	}
+	return engines.NewClient(r.ep.Address, r.opts.HTTPClient).PostClear(ctx, r.ep.Clear)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -135,10 +135,7 @@ func (c Client) Do(ctx context.Context, method, path string, body any) (int, []b
 		}
 		rd = bytes.NewReader(b)
 	}
-	url := path
-	if !strings.HasPrefix(path, "http://") && !strings.HasPrefix(path, "https://") {
-		url = c.Base + path
-	}
+	url := c.URL(path)
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, nil, err
@@ -287,32 +284,55 @@ func (c Client) completion(ctx context.Context, path string, body any) (*Complet
 
 // PostClear POSTs a cache-clear URL (a full URL or a path) and wants a 2xx that does not refuse.
 // vLLM answers a reset it refuses (blocks still held by a running request or a transfer) with
-// 200 and {"success": false}: that is a refusal (*ClearRefusedError), not a clear.
+// 200 and {"success": false}: that is a refusal (*ClearRefusedError), not a clear; so is a 409
+// Conflict (the simulator's /sim/clear while requests run).
 func (c Client) PostClear(ctx context.Context, path string) error {
 	status, b, err := c.Do(ctx, http.MethodPost, path, nil)
 	if err != nil {
 		return err
 	}
+	url := c.URL(path)
+	if status == http.StatusConflict {
+		return &ClearRefusedError{URL: url, Status: status, Body: clip(string(b), 300)}
+	}
 	if status < 200 || status > 299 {
-		return &HTTPError{Op: "POST " + path, URL: path, Status: status, Body: clip(string(b), 300)}
+		return &HTTPError{Op: "POST", URL: url, Status: status, Body: clip(string(b), 300)}
 	}
 	var answer struct {
 		Success *bool `json:"success"`
 	}
 	if json.Unmarshal(b, &answer) == nil && answer.Success != nil && !*answer.Success {
-		return &ClearRefusedError{URL: path, Body: clip(string(b), 300)}
+		return &ClearRefusedError{URL: url, Status: status, Body: clip(string(b), 300)}
 	}
 	return nil
 }
 
-// ClearRefusedError is a cache clear the engine answered with success false: nothing was cleared.
+// URL is path resolved against the client's base (a full URL is kept).
+func (c Client) URL(path string) string {
+	if strings.HasPrefix(path, "http://") || strings.HasPrefix(path, "https://") {
+		return path
+	}
+	return c.Base + path
+}
+
+// ClearRefusedError is a cache clear the engine refused because it was busy: nothing was cleared.
+// vLLM refuses with 200 {"success": false}, SGLang with 400 (its family prober says so), the
+// simulator's /sim/clear with 409.
 type ClearRefusedError struct {
-	URL  string
-	Body string
+	URL    string // the full URL posted
+	Status int
+	Body   string
 }
 
 func (e *ClearRefusedError) Error() string {
-	return fmt.Sprintf("POST %s: the engine refused the cache reset (%s): requests or transfers still hold blocks; retry when it is idle", e.URL, e.Body)
+	return fmt.Sprintf("POST %s: the engine refused the cache reset because it was busy (HTTP %d: %s): running requests or transfers in flight still hold cache blocks; retry when it is idle", e.URL, e.Status, e.Body)
+}
+
+// URLClearer is a Prober that clears through another URL (an endpoint's configured clear URL)
+// and reads the answer as the family reads its own clear's; a family whose refusal PostClear
+// already recognizes need not implement it.
+type URLClearer interface {
+	ClearURL(ctx context.Context, url string) error
 }
 
 func clip(s string, n int) string {

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/kvexact/kvexact/engines"
 )
 
 // TestPostClear: a clear is done only on a 2xx that does not answer success false (vLLM's refusal
-// while blocks are held); a non-2xx is an *HTTPError; bodies without a success field (SGLang's
-// text) are a clear.
+// while blocks are held); a 409 is a refusal too, another non-2xx an *HTTPError; bodies without a
+// success field (SGLang's text) are a clear. Either error names the full URL.
 func TestPostClear(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -26,6 +27,7 @@ func TestPostClear(t *testing.T) {
 		{"text body", 200, `Cache flushed.`, false, false},
 		{"json without success", 200, `{"message":"ok"}`, false, false},
 		{"not 2xx", 400, `{"success":false}`, false, true},
+		{"conflict", 409, `{"error":"cache not cleared: requests are running"}`, true, false},
 		{"299", 299, `{}`, false, false},
 		{"300", 300, `{}`, false, true},
 	} {
@@ -49,6 +51,9 @@ func TestPostClear(t *testing.T) {
 			}
 			if !c.refused && !c.httpErr && err != nil {
 				t.Fatal(err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "POST "+srv.URL+"/reset_prefix_cache:") {
+				t.Errorf("the error does not name the URL posted: %v", err)
 			}
 		})
 	}

@@ -420,8 +420,17 @@ func TestE2ERestartSeenOnStreamBeforeHTTP(t *testing.T) {
 		st := endpointStatus(t, p, "e1")
 		return p.overlap(old, "e1") == 0 && st.Exact.Restarts == 1 && st.Exact.State == "verifying"
 	})
-	// Longer than a round's attempts (5, one grace apart) while the engine refuses.
-	time.Sleep(2 * time.Second)
+	// Longer than a round's attempts (5, one grace apart) while the engine refuses. The rounds the
+	// engine does not answer are still one grace apart: a refused connection returns at once, and
+	// the round must not turn into a loop hammering a starting engine.
+	sentBefore := endpointStatus(t, p, "e1").Exact.Probes.Sent
+	const refusing = 2 * time.Second
+	time.Sleep(refusing)
+	probes := endpointStatus(t, p, "e1").Exact.Probes
+	kinds := uint64(len(probes.LastResult)) // a round probes each kind once
+	if sent := probes.Sent - sentBefore; kinds == 0 || sent > kinds*(uint64(refusing/(200*time.Millisecond))+2) {
+		t.Errorf("%d probes of %d kinds sent in %s while the engine refused connections, want at most a round a grace (200ms)", sent, kinds, refusing)
+	}
 	off := false
 	if _, err := s.SetFaults(sim.FaultPatch{Refuse: &off}); err != nil {
 		t.Fatal(err)

@@ -155,3 +155,66 @@ func TestScanGauge(t *testing.T) {
 		t.Fatal("absent metric found")
 	}
 }
+
+// TestSeenOnStreamClockBoundary pins the identity check's clock boundary: a new process keeps the
+// inventory only when the stream's restart clear came at or after the process start. A clear at
+// exactly the start (the metric's microseconds) keeps it, one microsecond before drops it, and a
+// start the engine does not state (0: a /version change on an engine without
+// process_start_time_seconds) drops it whatever the stream saw.
+func TestSeenOnStreamClockBoundary(t *testing.T) {
+	oldStart := time.Now().Add(-time.Hour).UnixMicro()
+	newStart := time.Now().Add(-time.Second).UnixMicro()
+	for _, c := range []struct {
+		name        string
+		clearAt     int64 // Unix microseconds of the stream's restart clear
+		start       int64 // the new process's start (0: not stated)
+		wantDrops   int
+		wantRestart bool
+	}{
+		{"a clear at exactly the start keeps the inventory", newStart, newStart, 0, false},
+		{"a clear one microsecond before the start drops it", newStart - 1, newStart, 1, true},
+		{"a start not stated drops it", time.Now().UnixMicro(), 0, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var start atomic.Int64
+			start.Store(oldStart)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				us := start.Load()
+				if us == 0 {
+					return // no process collector
+				}
+				fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %d.%06d\n", us/1e6, us%1e6)
+			}))
+			defer srv.Close()
+			x := newEndpointExact("r", &route.Endpoint{Name: "e0", Address: srv.URL}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
+			g := &Gateway{log: slog.New(slog.DiscardHandler)}
+			ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ew.reconnect, ew.verify = nil, nil
+			drops := 0
+			ew.drop = func() { drops++ }
+			if c.start == 0 {
+				ew.proc.checkVersion("0.31.0")
+			} else {
+				g.probeProcess(t.Context(), ew) // the old process
+			}
+
+			ew.streamCleared(time.UnixMicro(c.clearAt), true)
+			if c.start == 0 {
+				start.Store(0)
+				ew.newProcess(ew.proc.checkVersion("0.31.1")) // as the re-probe reads a new /version
+			} else {
+				start.Store(c.start)
+				g.probeProcess(t.Context(), ew)
+			}
+			if got := ew.proc.started(); got != float64(c.start)/1e6 {
+				t.Fatalf("the identity read start %f, want %f", got, float64(c.start)/1e6)
+			}
+			if drops != c.wantDrops || (x.restarts == 1) != c.wantRestart || x.held(exactness.Restart) != c.wantRestart {
+				t.Fatalf("%d drops, %d restarts, held %v; want %d drops, restart %v", drops, x.restarts, x.held(exactness.Restart), c.wantDrops, c.wantRestart)
+			}
+		})
+	}
+}

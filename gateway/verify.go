@@ -152,9 +152,12 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 	// reconnects as the engine restarts misses what was published before it joined), and one lost
 	// message must not read as a template or tokenizer that changed.
 	missed := map[exactness.Kind]bool{}
+	// A round the engine answered none of (it is not serving yet) uses up no attempt while the
+	// restart holds the endpoint and verifyWaitMax has not passed; it still waits a grace before
+	// the next, since a refused connection returns at once.
 	waitUntil := time.Now().Add(verifyWaitMax)
-	for attempt := 0; attempt < verifyAttempts && len(pending) > 0; attempt++ {
-		if attempt > 0 {
+	for round, used := 0, 0; used < verifyAttempts && len(pending) > 0; round++ {
+		if round > 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -176,8 +179,9 @@ func (g *Gateway) verifyRound(ctx context.Context, rt *ruleRuntime, x *endpointE
 			}
 		}
 		pending = left
-		if !answered && len(pending) > 0 && x.held(exactness.Restart) && time.Now().Before(waitUntil) {
-			attempt-- // the engine is not serving yet: waiting for it uses up no attempt
+		waiting := !answered && len(pending) > 0 && x.held(exactness.Restart) && time.Now().Before(waitUntil)
+		if !waiting {
+			used++
 		}
 	}
 	g.probeForParity(ctx, hc, rt, x, kinds, grace)

@@ -119,11 +119,10 @@ func capture(args []string) error {
 	var samples []map[string]any
 	for _, c := range corpus {
 		if c.reset {
-			resp, err := http.Post(e.URL+"/reset_prefix_cache", "application/json", nil)
-			if err != nil {
-				return err
+			// A refused reset (200 success false) would leave the corpus without its clear.
+			if err := engines.NewClient(e.URL, nil).PostClear(context.Background(), "/reset_prefix_cache"); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
 			}
-			resp.Body.Close()
 			c.path, c.body = "/v1/completions", map[string]any{"prompt": "Hi"}
 		}
 		if c.body["model"] == nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,13 +110,9 @@ func captureOffload(args []string) error {
 	for _, c := range corpus {
 		body := map[string]any{"model": "llama3", "prompt": c.prompt, "max_tokens": 1, "temperature": 0}
 		if c.reset != "" {
-			resp, err := http.Post(e.URL+c.reset, "application/json", nil)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				return fmt.Errorf("%s: status %d", c.reset, resp.StatusCode)
+			// A refused reset (200 success false) would leave the corpus without its clear.
+			if err := engines.NewClient(e.URL, nil).PostClear(context.Background(), c.reset); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			body["prompt"] = "Hi"
 		}

@@ -2,6 +2,7 @@ package sglang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -83,8 +84,21 @@ func (p *Prober) Config(ctx context.Context) (engines.EngineConfig, error) {
 	return engines.EngineConfig{}, fmt.Errorf("GET /server_info: neither kv_events.block_size nor page_size")
 }
 
-// Clear POSTs /flush_cache (SGLang answers 400 while requests run).
-func (p *Prober) Clear(ctx context.Context) error { return p.c.PostClear(ctx, "/flush_cache") }
+// Clear POSTs /flush_cache; a refusal is a *engines.ClearRefusedError.
+func (p *Prober) Clear(ctx context.Context) error { return p.ClearURL(ctx, "/flush_cache") }
+
+// ClearURL POSTs a flush to url (a full URL or a path) and reads a 400 as SGLang's refusal: its
+// http_server.py flush_cache answers 400 whenever the scheduler did not flush (Scheduler.flush_cache
+// refuses unless it is fully idle; SchedulerFlushWrapper.handle refuses a second flush in progress
+// and a deferred one that timed out waiting for idle), 200 when it did (v0.5.18 to v0.5.23).
+func (p *Prober) ClearURL(ctx context.Context, url string) error {
+	err := p.c.PostClear(ctx, url)
+	var he *engines.HTTPError
+	if errors.As(err, &he) && he.Status == http.StatusBadRequest {
+		return &engines.ClearRefusedError{URL: he.URL, Status: he.Status, Body: he.Body}
+	}
+	return err
+}
 
 // Complete posts /v1/completions.
 func (p *Prober) Complete(ctx context.Context, req engines.CompletionRequest) (*engines.Completion, error) {

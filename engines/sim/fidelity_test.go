@@ -1,12 +1,18 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvexact/kvexact/engines"
+	"github.com/kvexact/kvexact/engines/sglang"
+	"github.com/kvexact/kvexact/engines/vllm"
 )
 
 // TestEventsOff: with NoEvents the engine publishes nothing — no ZeroMQ publisher at all (an empty
@@ -163,5 +169,68 @@ func TestAdminRoutesGated(t *testing.T) {
 	resp, _ := post(t, e.URL()+"/flush_cache", "")
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("SGLang /flush_cache answered %d", resp.StatusCode)
+	}
+}
+
+// TestResetRefusedWhileRunning: a cache reset while a request runs is refused as the engines
+// refuse it — vLLM 200 {"success": false}, SGLang 400 "Flush cache failed." without a
+// Content-Type — and each family's prober reads that as a *engines.ClearRefusedError naming the
+// URL; once the request is gone the same clear succeeds.
+func TestResetRefusedWhileRunning(t *testing.T) {
+	for _, c := range []struct {
+		family, release, path string
+		status                int
+		body                  string
+		prober                func(base string) engines.Prober
+	}{
+		{"vllm", "v0.31.0", "/reset_prefix_cache", http.StatusOK, `{"success":false}`, func(b string) engines.Prober { return vllm.NewProber(b, nil) }},
+		{"sglang", "v0.5.23", "/flush_cache", http.StatusBadRequest, "Flush cache failed.\n", func(b string) engines.Prober { return sglang.NewProber(b, nil) }},
+	} {
+		t.Run(c.family, func(t *testing.T) {
+			e := startSim(t, c.family, c.release, func(cfg *Config) { cfg.DevMode, cfg.DecodePerToken = true, 5*time.Millisecond })
+			ctx, cancel := context.WithCancel(testCtx(t, 30*time.Second))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				body := `{"model":"m","prompt":"a request that decodes long enough to hold its blocks","max_tokens":4000}`
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			waitFor(t, 5*time.Second, "the request to run", func() bool { return e.ranks[0].running.Load() > 0 })
+
+			resp, err := http.Post(e.URL()+c.path, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || strings.TrimSpace(string(raw)) != strings.TrimSpace(c.body) {
+				t.Errorf("refused reset answered %d %q, want %d %q", resp.StatusCode, raw, c.status, c.body)
+			}
+			if c.family == "sglang" && resp.Header.Get("Content-Type") != "" {
+				t.Errorf("refused flush has Content-Type %q; SGLang's bare Response has none", resp.Header.Get("Content-Type"))
+			}
+
+			err = c.prober(e.URL()).Clear(ctx)
+			var re *engines.ClearRefusedError
+			if !errors.As(err, &re) {
+				t.Fatalf("the prober's clear while a request runs: %v (%T), want a *engines.ClearRefusedError", err, err)
+			}
+			if re.URL != e.URL()+c.path || !strings.Contains(err.Error(), e.URL()+c.path) || !strings.Contains(err.Error(), "busy") {
+				t.Errorf("the refusal does not name the URL and that the engine was busy: %v", err)
+			}
+
+			cancel()
+			<-done
+			waitFor(t, 5*time.Second, "the engine to be idle", func() bool {
+				return e.ranks[0].running.Load() == 0 && e.ranks[0].waiting.Load() == 0
+			})
+			if err := c.prober(e.URL()).Clear(testCtx(t, 5*time.Second)); err != nil {
+				t.Errorf("the clear once idle: %v", err)
+			}
+		})
 	}
 }

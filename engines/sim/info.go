@@ -202,9 +202,10 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 // ---- cache resets ----
 
 // handleResetPrefixCache is vLLM's dev-mode reset: ?reset_external=true (a FastAPI bool: 1, true,
-// on, yes) empties the offload tier too, the plain reset keeps it. A reset answers {"success":
-// true} as vLLM's does; while requests run it is refused with 400, where vLLM answers 200
-// {"success": false} (docs/simulator.md).
+// on, yes) empties the offload tier too, the plain reset keeps it. It answers 200 {"success":
+// bool} as vLLM v0.31.0 does (entrypoints/serve/dev/cache/api_router.py reset_prefix_cache):
+// false while requests run, for v1/core/sched/scheduler.py Scheduler.reset_prefix_cache returns
+// False while BlockPool.reset_prefix_cache finds blocks not freed yet.
 func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	clearCache := e.ClearCache
 	switch v := strings.ToLower(r.URL.Query().Get("reset_external")); v {
@@ -217,26 +218,25 @@ func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) 
 			"msg": "Input should be a valid boolean, unable to interpret input", "input": r.URL.Query().Get("reset_external")}}})
 		return
 	}
-	if err := clearCache(); err != nil {
-		e.writeError(w, http.StatusBadRequest, err.Error(), "")
-		return
-	}
-	// vLLM answers {"success": bool} (entrypoints/serve/dev/cache/api_router.py).
-	writeJSON(w, http.StatusOK, map[string]any{"success": true})
+	writeJSON(w, http.StatusOK, map[string]any{"success": clearCache() == nil})
 }
 
+// handleFlushCache is SGLang's /flush_cache as python/sglang/srt/entrypoints/http_server.py
+// flush_cache answers it (v0.5.18 to v0.5.23): 200 with its notice when the scheduler flushed,
+// 400 "Flush cache failed.\n" when it did not (Scheduler.flush_cache refuses unless it is fully
+// idle, and the refusal carries no message), both a bare Response without a media type, so
+// without a Content-Type.
 func (e *Engine) handleFlushCache(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		e.writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed", "")
 		return
 	}
+	w.Header()["Content-Type"] = nil // keeps net/http from sniffing one
 	if err := e.ClearCache(); err != nil {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte("Cache not flushed. Please check for pending requests. (There are running or waiting requests.)\n"))
+		_, _ = w.Write([]byte("Flush cache failed.\n"))
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"))
 }

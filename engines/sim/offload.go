@@ -6,35 +6,41 @@ import (
 	"github.com/kvexact/kvexact/engines"
 )
 
-// offloadTier is vLLM's OffloadingConnector with its CPU backend, as the released package shows
-// it (vllm/distributed/kv_transfer/kv_connector/v1/offloading, v0.33.0; docs/simulator.md):
+// offloadTier is vLLM's OffloadingConnector with its CPU backend, as the released v0.31.0 package
+// shows it (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py and events.py,
+// vllm/v1/kv_offload/cpu/manager.py and policies/lru.py; docs/simulator.md):
 //
 //   - write-through: the blocks a request computes are stored to host memory as the GPU caches
-//     them (_build_store_jobs offloads each scheduled chunk), one copy per block hash (the
-//     manager keys chunks by hash); a block already on the host is not stored again;
-//   - the host evicts its least recently used block when full; a request's blocks are ranked
-//     from its last to its first (the LRU policy's touch and on_request_finished take them
-//     reversed), so of a prompt the host evicts the last blocks first, as the GPU does (the
-//     simulator ranks them when they are stored or loaded, the engine again when the request
-//     finishes);
-//   - a request's lookup continues the GPU prefix on the host: the leading blocks past the GPU
-//     hit that the host holds are loaded (a transfer, not a prefill) into fresh GPU blocks, which
-//     the GPU then caches as it caches computed ones, and engines count them in cached_tokens
-//     (vLLM's num_cached_tokens is local + external);
+//     them (OffloadingConnectorScheduler._build_store_jobs offers each scheduled chunk), one copy
+//     per block hash (CPUOffloadingManager.prepare_store stores only the keys its policy does not
+//     hold); a block already on the host is not stored again;
+//   - the host evicts its least recently used block when full (LRUCachePolicy.evict); once a
+//     request finishes its blocks are ranked from its last to its first (LRUCachePolicy.
+//     on_request_finished takes them reversed), so of a prompt the host evicts the last blocks
+//     first, as the GPU does. The simulator ranks them so when they are stored or loaded; v0.31.0
+//     ranks a store's new blocks in offer order when it inserts them (the first the least recent)
+//     and a load's not at all until the request finishes (only the tiering manager calls touch);
+//   - a request's lookup continues the GPU prefix on the host (_maximal_prefix_lookup: the chunks
+//     past the GPU hit that the host holds, from the first): they are loaded (a transfer, not a
+//     prefill) into fresh GPU blocks, which the GPU then caches as it caches computed ones, and
+//     engines count them in cached_tokens (vllm/v1/metrics/stats.py: num_cached_tokens is the
+//     local plus the external hit);
 //   - every host store is announced with medium "CPU" in the self-describing form, one
-//     BlockStored per block (its hash, parent, tokens and block size as the GPU's store gives
-//     them, extra_keys None as the engine defers them), in the step that made it (the engine
-//     announces a store when its transfer completes, a step or two later: the simulator's
-//     transfer is instant);
+//     BlockStored per block (OffloadingEventsTracker._take_stored_event: its hash, parent, tokens
+//     and block size as the GPU's store gives them, extra_keys None as _build_event_metadata
+//     defers them), in the step that made it (the engine announces a store when its transfer
+//     completes, complete_store, a step or two later: the simulator's transfer is instant);
 //   - the room a store needs is evicted before it and announced as one BlockRemoved (medium
-//     CPU, group 0) carrying every block evicted for it, as real v0.31.0 publishes a host
-//     eviction (vectors/vllm/v0.31.0/offload-samples.json);
+//     CPU, group 0) carrying every block evicted for it (prepare_store queues one removal event
+//     for all it evicted; the offer's own keys are protected from the eviction), as real v0.31.0
+//     publishes a host eviction (vectors/vllm/v0.31.0/offload-samples.json);
 //   - a plain cache reset (/reset_prefix_cache) keeps the host's copies and announces nothing
 //     for them, as real v0.31.0 does (docs/vllm-engine.md, finding 13): a prompt still loads
 //     from the host afterwards; /reset_prefix_cache?reset_external=true empties the host too
-//     (reset_cache evicts every stored chunk), again with only the one AllBlocksCleared; both
-//     answer {"success": true}. gateway/vllme2e's TestSimulatorOffloadResetsHeldToEngine holds
-//     the two resets to the real engine.
+//     (OffloadingConnectorScheduler.reset_cache → CPUOffloadingManager.reset_cache drops every
+//     chunk), again with only the one AllBlocksCleared; both answer {"success": true}.
+//     gateway/vllme2e's TestSimulatorOffloadResetsHeldToEngine holds the two resets to the real
+//     engine.
 //
 // Blocks are offloaded at the GPU's block size (blocks_per_chunk 1). Not safe for concurrent
 // use: the rank's lock guards it with the cache.

@@ -103,7 +103,8 @@ func (p *Prober) Config(ctx context.Context) (engines.EngineConfig, error) {
 	return cfg, nil
 }
 
-// Clear POSTs /reset_prefix_cache, which vLLM mounts only in dev mode.
+// Clear POSTs /reset_prefix_cache, which vLLM mounts only in dev mode; a reset refused while the
+// engine is busy (200 {"success": false}) is a *engines.ClearRefusedError.
 func (p *Prober) Clear(ctx context.Context) error {
 	err := p.c.PostClear(ctx, "/reset_prefix_cache")
 	var he *engines.HTTPError
