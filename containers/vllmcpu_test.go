@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvexact/kvexact/containers"
 	"github.com/kvexact/kvexact/ctk"
+	"github.com/kvexact/kvexact/engines"
 	"github.com/kvexact/kvexact/engines/vllm/vllmpool"
 	"github.com/kvexact/kvexact/gateway"
 	"github.com/kvexact/kvexact/gateway/rules"
@@ -309,13 +310,9 @@ func scVLLMGatewayRestart(p *pool) {
 // empties and nothing is credited any more.
 func scVLLMCacheReset(p *pool) {
 	c0 := p.metric("kvexact_ingest_clears_total", lab("E0", "cause", "engine"))
-	resp, err := p.http.Post(p.engines["E0"].URL()+"/reset_prefix_cache", "application/json", nil)
-	if err != nil {
+	// PostClear wants a 200 that does not refuse: vLLM answers a refused reset 200 success false.
+	if err := engines.NewClient(p.engines["E0"].URL(), p.http).PostClear(p.ctx(), "/reset_prefix_cache"); err != nil {
 		p.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		p.t.Fatalf("/reset_prefix_cache: status %d", resp.StatusCode)
 	}
 	// vLLM publishes the events of a step with the step's output: the AllBlocksCleared of a reset
 	// leaves with the next request's step, so one request follows the reset.
