@@ -2,33 +2,23 @@ package containers
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/kvexact/kvexact/gateway/tokenize"
+	"github.com/kvexact/kvexact/internal/lateport"
 )
 
 // FreePorts returns n distinct TCP ports free on every interface of the host. Containers share the
-// host's network, so the ports are chosen here and passed on their command lines; they are held
-// until all n are chosen so that no two are equal.
+// host's network, so the ports are chosen here and passed on their command lines; the engine in a
+// container binds them seconds to minutes later, so they are drawn outside the kernel's ephemeral
+// range, where no other listener's ":0" can be given one meanwhile (internal/lateport).
 func FreePorts(n int) ([]int, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "0.0.0.0:0")
-		if err != nil {
-			return nil, fmt.Errorf("free ports: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	ps, err := lateport.PickDistinct("0.0.0.0", n)
+	if err != nil {
+		return nil, fmt.Errorf("free ports: %w", err)
 	}
-	return out, nil
+	return ps, nil
 }
 
 // TokenizerRoot returns the first tokenizer root (tokenize.DefaultRoots: $KVEXACT_TOKENIZERS,

@@ -22,7 +22,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,6 +40,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvexact/kvexact/internal/lateport"
 )
 
 // StartTimeout bounds etcd's and the API server's start (each); a loaded two-core machine takes
@@ -141,14 +142,9 @@ func executable(p string) bool {
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port for etcd or the API server, which bind it only after they start: outside the
+// kernel's ephemeral range, where no other listener's ":0" takes it meanwhile.
+func freePort() (int, error) { return lateport.Pick("127.0.0.1", 1) }
 
 func start(etcdBin, apiserverBin string) (s *Server, err error) {
 	dir, err := os.MkdirTemp("", "kubetest-")

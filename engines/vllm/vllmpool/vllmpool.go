@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kvexact/kvexact/internal/lateport"
 )
 
 // Release is the vLLM release the environment pins (scripts/python/vllm.txt); moving the
@@ -409,30 +410,10 @@ func ServerEnv(seed *string) []string {
 	return env
 }
 
-// freePort finds n consecutive free ports on 127.0.0.1 and returns the first.
-func freePort(n int) (int, error) {
-	for try := 0; try < 50; try++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ok := true
-		for r := 1; r < n && ok; r++ {
-			l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+r))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l2.Close()
-		}
-		if ok {
-			return p, nil
-		}
-	}
-	return 0, errors.New("vllmpool: no free port range")
-}
+// freePort finds n consecutive free ports on 127.0.0.1 and returns the first, outside the
+// kernel's ephemeral range: the engine binds them a minute or more later, and a ":0" listener of
+// another test given one of them meanwhile would answer /health for the engine still loading.
+func freePort(n int) (int, error) { return lateport.Pick("127.0.0.1", n) }
 
 // StopGroup ends an engine another process started (cmd/vllmpool down) by its process-group id:
 // SIGTERM to the group, SIGKILL to what is left after grace. An already ended group is no error.
