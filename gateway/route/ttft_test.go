@@ -724,8 +724,9 @@ func TestFixedCostFromTheFamily(t *testing.T) {
 }
 
 // TestReceiptLearnsFromTheFamily: a decision's receipt reads its target's missing rates from the
-// rule's other endpoints. a measured a fixed cost of 3 ms; b's first receipt, an idle miss,
-// measures b's prefill rate net of a's fixed cost, and b's fixed cost is a's.
+// rule's other endpoints. b's estimator started before a measured anything (its seed has no fixed
+// cost); a then measured a fixed cost of 3 ms; b's next receipt, an idle miss, measures b's
+// prefill rate net of a's fixed cost, and b's fixed cost is a's.
 func TestReceiptLearnsFromTheFamily(t *testing.T) {
 	keys := keysN(64)
 	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64 * 16}, func(r *rules.Rule) {
@@ -740,6 +741,7 @@ func TestReceiptLearnsFromTheFamily(t *testing.T) {
 	if r := a.Rates(); r.Fixed != 3*time.Millisecond {
 		t.Fatalf("a learned %+v", r)
 	}
+	f.eps[1].rates.Store(newEstimator(DefaultRates))
 	f.inv.Store(f.eps[1].ID, keys)
 	d, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
 	if err != nil || d.Target != f.eps[1] {
