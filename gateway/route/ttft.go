@@ -33,7 +33,8 @@ import (
 // as if that share were 1 (the fit's line) but used scaled by it; using it unscaled, as learned,
 // measured worse on the simulated pool (docs/benchmarks/ttft.md, *The gateway's own time*): the
 // learned interference is biased there, and a share near 0 hides it. prefill_i, interference_i
-// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
+// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt);
+// a fixed cost or prefill rate its receipts do not measure yet is its rule's endpoints' (familyRates).
 // slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
 // once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
 // ones finish — a wait that grows by a whole request's service time every slots_i requests in
