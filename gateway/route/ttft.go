@@ -33,7 +33,8 @@ import (
 // as if that share were 1 (the fit's line) but used scaled by it; using it unscaled, as learned,
 // measured worse on the simulated pool (docs/benchmarks/ttft.md, *The gateway's own time*): the
 // learned interference is biased there, and a share near 0 hides it. prefill_i, interference_i
-// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt).
+// and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt);
+// a fixed cost or prefill rate its receipts do not measure yet is its rule's endpoints' (familyRates).
 // slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
 // once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
 // ones finish — a wait that grows by a whole request's service time every slots_i requests in
@@ -185,6 +186,9 @@ type estimator struct {
 	transfer     [nLower]window
 	seed         Rates
 	cur          atomic.Pointer[Rates]
+	// ownFixed and ownPrefill say the fixed cost and the prefill rate are measured from this
+	// endpoint's own receipts, not taken from its seed or its family (familyRates).
+	ownFixed, ownPrefill atomic.Bool
 	// scratch holds fit's residuals and the line's slopes between every two samples.
 	scratch [rateWindow + rateWindow*(rateWindow-1)/2]float64
 }
@@ -393,7 +397,22 @@ const minPrefillSample = 256
 // waited for. Every receipt's computed tokens feed RequestTokens, its decode time Decode, its time in the
 // gateway Gateway; a receipt routed at the slot limit has its predicted slot wait removed first,
 // so the queue share learns only the rest.
-func (e *estimator) observe(r Receipt) {
+func (e *estimator) observe(r Receipt) { e.observeIn(r, familyRates{}) }
+
+// familyRates are the fixed cost and the prefill rate that the other endpoints of one rule (one
+// model on one engine family, whose per-request and per-token costs are the same) measured from
+// their own receipts (Router.familyRates): an endpoint whose receipts measure neither yet uses its
+// family's in place of its seed. Under load most receipts are queued behind others or waited for
+// a slot, so an endpoint can go a whole run without a receipt that measures the fixed cost (none
+// queued ahead, few computed tokens) or the prefill rate (none in flight, many computed tokens),
+// while its siblings have some; a seed (no fixed cost, 200 µs a token) is a guess.
+type familyRates struct {
+	fixed, prefill       time.Duration
+	hasFixed, hasPrefill bool
+}
+
+// observeIn is observe, fam standing in for the rates e's own receipts do not measure yet.
+func (e *estimator) observeIn(r Receipt, fam familyRates) {
 	if r.TTFT <= 0 {
 		return
 	}
@@ -441,6 +460,12 @@ func (e *estimator) observe(r Receipt) {
 		}
 	}
 	next := e.seed
+	if fam.hasFixed && e.fixed.n == 0 {
+		next.Fixed = fam.fixed
+	}
+	if fam.hasPrefill && e.prefill.n == 0 {
+		next.Prefill = fam.prefill
+	}
 	if m, ok := e.requestTok.median(); ok {
 		next.RequestTokens = int(m)
 	}
@@ -462,7 +487,37 @@ func (e *estimator) observe(r Receipt) {
 			next.Transfer.set(i, time.Duration(m))
 		}
 	}
+	e.ownFixed.Store(e.fixed.n > 0)
+	e.ownPrefill.Store(e.prefill.n > 0)
 	e.cur.Store(&next)
+}
+
+// familyRates is the median fixed cost and the median prefill rate over the rule's endpoints that
+// measured them from their own receipts (the median: one endpoint's stalled receipts move it by
+// one rank).
+func (rt *Router) familyRates() familyRates {
+	var f, p []float64
+	for _, e := range rt.eps {
+		est := e.rates.Load()
+		if est == nil {
+			continue
+		}
+		r := est.Rates()
+		if est.ownFixed.Load() {
+			f = append(f, float64(r.Fixed))
+		}
+		if est.ownPrefill.Load() {
+			p = append(p, float64(r.Prefill))
+		}
+	}
+	var fam familyRates
+	if fam.hasFixed = len(f) > 0; fam.hasFixed {
+		fam.fixed = time.Duration(medianOf(f))
+	}
+	if fam.hasPrefill = len(p) > 0; fam.hasPrefill {
+		fam.prefill = time.Duration(medianOf(p))
+	}
+	return fam
 }
 
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
@@ -521,8 +576,8 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 			est = d.Target.rates.Load()
 		}
 	}
-	est.observe(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
-		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway})
+	est.observeIn(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
+		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway}, rt.familyRates())
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
 		// The prediction holds the gateway's own time, the receipt's TTFT does not.
 		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft+d.gateway, d.ttftPredicted)

@@ -642,3 +642,116 @@ func TestInterferenceLine(t *testing.T) {
 		t.Fatalf("queue share %v from no queued work, want the seed's 1", q)
 	}
 }
+
+// TestFixedCostFromTheFamily: under load an endpoint can go a run with no receipt that measures
+// its fixed cost (every one queued behind others or waiting for a slot) or its prefill rate
+// (never idle on a miss); it then uses the median of what its rule's other endpoints measured
+// from their own receipts, not its seed (no fixed cost, 200 µs a token). The truth: 3 ms + 150 µs
+// a computed token with ±0.3 ms of jitter. Siblings learn from near-total hits with nothing
+// queued ahead (every sixth waited 60 ms for a slot the gateway did not predict) and idle misses;
+// a "stalled" sibling's receipts all carry 40 ms more (its host was slow the whole run); d gets
+// only queued receipts (prefill ahead of it) and slot waits, or, in the last case, its own line
+// receipts of a different truth, which win over the family's.
+func TestFixedCostFromTheFamily(t *testing.T) {
+	truth := func(fixed time.Duration, comp, i int) time.Duration {
+		return fixed + time.Duration(comp)*150*time.Microsecond + time.Duration(i%7-3)*100*time.Microsecond
+	}
+	measured := func(e *estimator, fixed time.Duration) {
+		for i := range 40 {
+			e.observe(Receipt{TTFT: truth(fixed, 1000+i, i), Computed: 1000 + i})
+			ttft := truth(fixed, 90, i)
+			if i%6 == 5 {
+				ttft += 60 * time.Millisecond
+			}
+			e.observe(Receipt{TTFT: ttft, Computed: 90, Load: i % 3})
+		}
+	}
+	queued := func(e *estimator, fam familyRates) {
+		for i := range 40 {
+			e.observeIn(Receipt{TTFT: truth(3*time.Millisecond, 90, i), Computed: 90, Ahead: 1000, Load: 1 + i%3}, fam)
+			e.observeIn(Receipt{TTFT: truth(3*time.Millisecond, 90, i) + 20*time.Millisecond, Computed: 90, Load: 5, SlotWait: 15 * time.Millisecond}, fam)
+		}
+	}
+	for _, c := range []struct {
+		name       string
+		siblings   []time.Duration // each sibling's true fixed cost; 0: it measures nothing either
+		own        time.Duration   // d's own line receipts' true fixed cost; 0: none
+		fixed      time.Duration
+		prefill    time.Duration
+		tolF, tolP time.Duration
+	}{
+		{name: "queued only, siblings measured", siblings: []time.Duration{3 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond},
+			fixed: 3 * time.Millisecond, prefill: 150 * time.Microsecond, tolF: 300 * time.Microsecond, tolP: 2 * time.Microsecond},
+		{name: "one sibling stalled", siblings: []time.Duration{3 * time.Millisecond, 43 * time.Millisecond, 3 * time.Millisecond},
+			fixed: 3 * time.Millisecond, prefill: 150 * time.Microsecond, tolF: 300 * time.Microsecond, tolP: 2 * time.Microsecond},
+		{name: "no sibling measured: the seed", siblings: []time.Duration{0, 0, 0},
+			fixed: 0, prefill: DefaultRates.Prefill},
+		{name: "own line receipts win", siblings: []time.Duration{3 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond}, own: 8 * time.Millisecond,
+			fixed: 8 * time.Millisecond, prefill: 150 * time.Microsecond, tolF: 300 * time.Microsecond, tolP: 2 * time.Microsecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal, RoleNormal}, 3, nil, func(r *rules.Rule) { r.LoadLaw.Kind = "ttft" })
+			for i, fx := range c.siblings {
+				e := newEstimator(DefaultRates)
+				f.eps[i].rates.Store(e)
+				if fx > 0 {
+					measured(e, fx)
+				} else {
+					queued(e, familyRates{})
+				}
+			}
+			d := newEstimator(DefaultRates)
+			f.eps[3].rates.Store(d)
+			if c.own > 0 {
+				for i := range 20 {
+					d.observeIn(Receipt{TTFT: truth(c.own, 90, i), Computed: 90, Load: i % 2}, f.rt.familyRates())
+				}
+			}
+			queued(d, f.rt.familyRates())
+			got := d.Rates()
+			if df := got.Fixed - c.fixed; df < -c.tolF || df > c.tolF {
+				t.Errorf("fixed %v, want %v ± %v (rates %+v)", got.Fixed, c.fixed, c.tolF, got)
+			}
+			if dp := got.Prefill - c.prefill; dp < -c.tolP || dp > c.tolP {
+				t.Errorf("prefill %v, want %v ± %v", got.Prefill, c.prefill, c.tolP)
+			}
+			// The family is what the siblings measured, never d's borrowed values.
+			if d.ownFixed.Load() != (c.own > 0) || d.ownPrefill.Load() {
+				t.Errorf("d counts as measuring: fixed %v prefill %v", d.ownFixed.Load(), d.ownPrefill.Load())
+			}
+		})
+	}
+}
+
+// TestReceiptLearnsFromTheFamily: a decision's receipt reads its target's missing rates from the
+// rule's other endpoints. b's estimator started before a measured anything (its seed has no fixed
+// cost); a then measured a fixed cost of 3 ms; b's next receipt, an idle miss, measures b's
+// prefill rate net of a's fixed cost, and b's fixed cost is a's.
+func TestReceiptLearnsFromTheFamily(t *testing.T) {
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64 * 16}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(0)
+	})
+	a := newEstimator(DefaultRates)
+	f.eps[0].rates.Store(a)
+	for range 5 {
+		a.observe(Receipt{TTFT: 3*time.Millisecond + 10*DefaultRates.Prefill, Computed: 10})
+	}
+	if r := a.Rates(); r.Fixed != 3*time.Millisecond {
+		t.Fatalf("a learned %+v", r)
+	}
+	f.eps[1].rates.Store(newEstimator(DefaultRates))
+	f.inv.Store(f.eps[1].ID, keys)
+	d, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	if err != nil || d.Target != f.eps[1] {
+		t.Fatalf("route: %v %+v", err, d)
+	}
+	d.FirstToken()
+	d.Receipt(3*time.Millisecond+1024*150*time.Microsecond, 0, 1024, 0)
+	d.Release()
+	r, ok := f.eps[1].Rates()
+	if !ok || r.Fixed != 3*time.Millisecond || r.Prefill != 150*time.Microsecond {
+		t.Fatalf("b learned %+v, want a's fixed cost 3ms and its own 150µs a token", r)
+	}
+}
