@@ -42,7 +42,7 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 		if !rt.law.MissHeadroom {
 			return passed(m, reason), nil
 		}
-		w := rt.placeMiss(&s, d)
+		w := rt.placeMiss(&s, keys[:d.hit], d)
 		if w == nil || (t.amongCands && !contains(c.cands, w)) {
 			return passed(m, reason), nil
 		}

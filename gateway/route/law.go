@@ -64,8 +64,12 @@ type Law struct {
 	// router sets it from the rule; 0 counts one token a block).
 	BlockSize int
 	// MissHeadroom places a KV-exact miss by KV headroom (placement.go) instead of passing it to
-	// the rule's selector (loadLaw.missPlacement "headroom"). The ttft law leaves it off.
+	// the rule's selector (loadLaw.missPlacement "headroom", and "home" when the home is over its
+	// cap). The ttft law leaves it off.
 	MissHeadroom bool
+	// MissHome sends a KV-exact miss to the prompt's home endpoint first (loadLaw.missPlacement
+	// "home", placement.go): a prompt evicted everywhere comes back where it lived.
+	MissHome bool
 }
 
 // LawOf is the law a normalized rule's loadLaw configures: the router's, and the benchmark
@@ -81,7 +85,9 @@ func LawOf(l rules.LoadLaw) Law {
 	if l.CapFloor != nil {
 		law.CapFloor = *l.CapFloor
 	}
-	law.MissHeadroom = l.MissPlacement == "headroom" && law.Kind != LawTTFT
+	placed := law.Kind != LawTTFT
+	law.MissHeadroom = placed && (l.MissPlacement == "headroom" || l.MissPlacement == "home")
+	law.MissHome = placed && l.MissPlacement == "home"
 	return law
 }
 

@@ -127,4 +127,167 @@ func TestMissPlacementRule(t *testing.T) {
 		LawOf(rules.LoadLaw{Kind: "ttft", MissPlacement: "headroom"}).MissHeadroom {
 		t.Fatal("MissHeadroom: on for the hard law, off for the ttft law")
 	}
+	if l := LawOf(rules.LoadLaw{Kind: "hard", MissPlacement: "home"}); !l.MissHome || !l.MissHeadroom {
+		t.Fatalf("home: %+v, want MissHome and its headroom fallback", l)
+	}
+	if l := LawOf(rules.LoadLaw{Kind: "ttft", MissPlacement: "home"}); l.MissHome || l.MissHeadroom {
+		t.Fatalf("home under the ttft law: %+v, want both off", l)
+	}
+	r.LoadLaw.MissPlacement = "home"
+	if err := r.Normalize(); err != nil {
+		t.Fatalf("home: %v", err)
+	}
+}
+
+// homeEndpoints are endpoints named as a rule names them, in rule order.
+func homeEndpoints(names ...string) []*Endpoint {
+	eps := make([]*Endpoint, len(names))
+	for i, n := range names {
+		eps[i] = &Endpoint{ID: inventory.EndpointID(i), Index: i, Name: n, Capacity: 96}
+	}
+	return eps
+}
+
+// homeName is the name of key's home among eps.
+func homeName(eps []*Endpoint, key uint64) string { return eps[home(eps, key)].Name }
+
+// promptKey is the first block key of the i-th of a set of prompts: the block hashes a keyer
+// produces, spread over the 64 bits.
+func promptKey(i int) uint64 { return rendezvous(uint64(i), "prompt") }
+
+// TestHomeTable: a prompt's home is a function of its key and the eligible endpoints' names alone:
+// the same on every call and whatever the candidates' order; 48 prompts spread over 4 endpoints
+// with each between 6 and 18 (12 ± 6: the tree's exact 12 is not the bar, but no endpoint gets
+// half again or half of its share); an endpoint leaving moves only the prompts whose home it was,
+// and those spread over the rest; one joining takes prompts only to itself.
+func TestHomeTable(t *testing.T) {
+	four := homeEndpoints("a", "b", "c", "d")
+	reordered := homeEndpoints("c", "a", "d", "b")
+	withoutC := homeEndpoints("a", "b", "d")
+	withE := homeEndpoints("a", "b", "c", "d", "e")
+	const prompts = 48
+	per := map[string]int{}
+	movedFromC := map[string]int{}
+	for i := range prompts {
+		k := promptKey(i)
+		h := homeName(four, k)
+		for range 3 {
+			if got := homeName(four, k); got != h {
+				t.Fatalf("prompt %d: home %s, then %s", i, h, got)
+			}
+		}
+		if got := homeName(reordered, k); got != h {
+			t.Fatalf("prompt %d: home %s, %s with the candidates reordered", i, h, got)
+		}
+		per[h]++
+		switch got := homeName(withoutC, k); {
+		case h == "c":
+			movedFromC[got]++
+		case got != h:
+			t.Fatalf("prompt %d: home %s moved to %s when c left", i, h, got)
+		}
+		if got := homeName(withE, k); got != h && got != "e" {
+			t.Fatalf("prompt %d: home %s moved to %s when e joined", i, h, got)
+		}
+	}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if per[n] < 6 || per[n] > 18 {
+			t.Fatalf("homes of %d prompts over 4 endpoints: %v, want each within 12 ± 6", prompts, per)
+		}
+	}
+	if len(movedFromC) < 2 {
+		t.Fatalf("c's %d prompts all moved to one endpoint: %v", per["c"], movedFromC)
+	}
+}
+
+// TestPlaceHomeCap: the home takes the miss while it is under the hard law's cap
+// (⌈1.75·(in flight + 1)·capacity share⌉, no holder's floor), and at the cap the miss is placed
+// by headroom (-1).
+func TestPlaceHomeCap(t *testing.T) {
+	eps := homeEndpoints("a", "b", "c", "d")
+	key := promptKey(7)
+	h := home(eps, key)
+	for _, tc := range []struct {
+		name     string
+		homeLoad int
+		other    int // every other endpoint's load
+		want     bool
+	}{
+		// All idle: cap ⌈1.75·1/4⌉ = 1, the home runs 0.
+		{"idle pool", 0, 0, true},
+		// The home alone busy with one: cap ⌈1.75·2/4⌉ = 1, at it.
+		{"home alone busy", 1, 0, false},
+		// 3 + 3·2 = 9 in flight: cap ⌈1.75·10/4⌉ = 5, the home runs 3.
+		{"home a little above the mean", 3, 2, true},
+		// 5 + 3·2 = 11: cap ⌈1.75·12/4⌉ = 6, the home runs 5: still under.
+		{"home under the cap", 5, 2, true},
+		// 6 + 3·2 = 12: cap ⌈1.75·13/4⌉ = 6, at it.
+		{"home at the cap", 6, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cands := make([]Scored, len(eps))
+			for i := range cands {
+				cands[i] = Scored{Index: i, Load: tc.other, Capacity: 96}
+			}
+			cands[h].Load = tc.homeLoad
+			got := placeHome(cands, eps, key, 175)
+			if (got == h) != tc.want || (!tc.want && got != -1) {
+				t.Fatalf("placeHome = %d, home %d, want home: %v", got, h, tc.want)
+			}
+		})
+	}
+}
+
+// TestMissPlacementHome: under home placement a prompt nobody holds goes to its home, not to the
+// emptiest cache headroom placement would pick, and again there after the index forgot it; with
+// the home over its cap it goes where headroom placement puts it. A prompt shorter than the
+// minMatchTokens' blocks keys its home on its first block.
+func TestMissPlacementHome(t *testing.T) {
+	keys := keysN(19)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) {
+		r.Selector = "least-load"
+		r.LoadLaw.MissPlacement = "home"
+		r.PredictOnRoute = ttl(0) // off: a placed prompt must stay a miss for the next request
+	})
+	for _, e := range f.eps {
+		e.Capacity = 96
+	}
+	k, ok := f.rt.homeKey(keys)
+	if !ok || k != keys[0] {
+		t.Fatalf("home key %d %v, want the first block's %d (minMatchTokens 16: one block)", k, ok, keys[0])
+	}
+	h := home(f.eps, k)
+	// The home's cache is the fullest and every other one empty: headroom would go elsewhere.
+	other := make([]uint64, 80)
+	for i := range other {
+		other[i] = uint64(5000 + i)
+	}
+	f.inv.Store(f.eps[h].ID, other)
+	ctx := context.Background()
+	for round := range 2 {
+		d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Miss != MissNoWorker || d.Tier != TierPlacement || d.Target.Name != f.eps[h].Name {
+			t.Fatalf("round %d: miss %q tier %s target %s, want no_worker placement %s", round, d.Miss, d.Tier, d.Target.Name, f.eps[h].Name)
+		}
+		d.Release()
+	}
+	// The home busy with one request, the rest idle: over its cap, headroom picks the first
+	// empty idle endpoint.
+	f.eps[h].active.Add(1)
+	defer f.eps[h].active.Add(-1)
+	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Release()
+	want := 0
+	if h == 0 {
+		want = 1
+	}
+	if d.Tier != TierPlacement || d.Target.Name != f.eps[want].Name {
+		t.Fatalf("home over its cap: tier %s target %s, want placement %s", d.Tier, d.Target.Name, f.eps[want].Name)
+	}
 }

@@ -444,9 +444,13 @@ type LoadLaw struct {
 	// ColdStartMinBlocks: an endpoint with fewer resident blocks is cold (default 16).
 	ColdStartMinBlocks int `yaml:"coldStartMinBlocks" json:"coldStartMinBlocks,omitempty"`
 	// MissPlacement is where KV-exact sends a prompt no eligible endpoint holds (or holds below
-	// minMatchTokens): "headroom" picks, among the endpoints under the hard law's load
-	// cap, the one whose KV cache is least full (resident + predicted blocks over capacity);
-	// "selector" leaves it to the rule's selector. Default DefaultMissPlacement.
+	// minMatchTokens): "headroom" picks the least-loaded endpoint, and among equally loaded
+	// ones the one whose KV cache is least full (resident + predicted blocks over capacity);
+	// "home" sends it to the prompt's home endpoint — the highest rendezvous hash of the key of
+	// its first minMatchTokens' blocks over the eligible endpoints — unless the home is at or
+	// over the hard law's load cap (⌈(1+epsilon)·(in flight + 1)·capacity share⌉, without the
+	// holder's capFloor), then it places by headroom; "selector" leaves it to the rule's
+	// selector. Default DefaultMissPlacement.
 	MissPlacement string `yaml:"missPlacement" json:"missPlacement,omitempty"`
 }
 
@@ -619,7 +623,7 @@ var (
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
 	// MissPlacements are loadLaw.missPlacement's values.
-	MissPlacements = []string{"headroom", "selector"}
+	MissPlacements = []string{"headroom", "home", "selector"}
 	Modes          = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
