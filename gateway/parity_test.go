@@ -73,22 +73,14 @@ func TestNewProcessSeenOnStreamFirst(t *testing.T) {
 		fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %f\n", float64(start.Load())/1e6)
 	}))
 	defer srv.Close()
-	x := newEndpointExact("r", &route.Endpoint{Name: "e0", Address: srv.URL}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
-	g := &Gateway{log: slog.New(slog.DiscardHandler)}
-	ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ew.reconnect, ew.verify = nil, nil
-	drops := 0
-	ew.drop = func() { drops++ }
+	x, g, ew, drops := identityWatch(t, srv.URL)
 	ctx := t.Context()
 	ew.trace(ingest.Trace{Type: "connect", Count: 1})
 	ew.trace(ingest.Trace{Type: "replay", Reason: "requested"})
 	ew.trace(ingest.Trace{Type: "replay", Reason: "completed"})
 	g.probeProcess(ctx, ew) // the process as the rule starts
-	if drops != 0 || x.restarts != 0 {
-		t.Fatalf("first identity read: %d drops, %d restarts", drops, x.restarts)
+	if *drops != 0 || x.restarts != 0 {
+		t.Fatalf("first identity read: %d drops, %d restarts", *drops, x.restarts)
 	}
 
 	// The engine restarts: its HTTP server is not up yet when the stream reconnects and the
@@ -107,7 +99,7 @@ func TestNewProcessSeenOnStreamFirst(t *testing.T) {
 	x.apply(exactness.Evidence{Type: exactness.Certified})
 	up.Store(true)
 	g.probeProcess(ctx, ew) // the next re-probe reads the new process's start time
-	if drops != 0 {
+	if *drops != 0 {
 		t.Fatal("the identity dropped the inventory the stream had rebuilt from the new process")
 	}
 	if x.restarts != 1 || x.held(exactness.Restart) {
@@ -118,8 +110,8 @@ func TestNewProcessSeenOnStreamFirst(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	start.Store(time.Now().UnixMicro())
 	g.probeProcess(ctx, ew)
-	if drops != 1 || x.restarts != 2 || !x.held(exactness.Restart) {
-		t.Fatalf("a new process seen only on its identity: %d drops, %d restarts, held %v", drops, x.restarts, x.held(exactness.Restart))
+	if *drops != 1 || x.restarts != 2 || !x.held(exactness.Restart) {
+		t.Fatalf("a new process seen only on its identity: %d drops, %d restarts, held %v", *drops, x.restarts, x.held(exactness.Restart))
 	}
 
 	// A reconnect without replay clears the inventory but raises no restart: a new process seen
@@ -131,8 +123,8 @@ func TestNewProcessSeenOnStreamFirst(t *testing.T) {
 	ew.trace(ingest.Trace{Type: "connect", Count: 3})
 	ew.trace(ingest.Trace{Type: "clear", Reason: "reconnect"})
 	g.probeProcess(ctx, ew)
-	if drops != 1 || x.restarts != 3 || !x.held(exactness.Restart) {
-		t.Fatalf("a new process after a reconnect's clear: %d drops, %d restarts, held %v", drops, x.restarts, x.held(exactness.Restart))
+	if *drops != 1 || x.restarts != 3 || !x.held(exactness.Restart) {
+		t.Fatalf("a new process after a reconnect's clear: %d drops, %d restarts, held %v", *drops, x.restarts, x.held(exactness.Restart))
 	}
 }
 
@@ -186,15 +178,7 @@ func TestSeenOnStreamClockBoundary(t *testing.T) {
 				fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %d.%06d\n", us/1e6, us%1e6)
 			}))
 			defer srv.Close()
-			x := newEndpointExact("r", &route.Endpoint{Name: "e0", Address: srv.URL}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
-			g := &Gateway{log: slog.New(slog.DiscardHandler)}
-			ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ew.reconnect, ew.verify = nil, nil
-			drops := 0
-			ew.drop = func() { drops++ }
+			x, g, ew, drops := identityWatch(t, srv.URL)
 			if c.start == 0 {
 				ew.proc.checkVersion("0.31.0")
 			} else {
@@ -212,9 +196,25 @@ func TestSeenOnStreamClockBoundary(t *testing.T) {
 			if got := ew.proc.started(); got != float64(c.start)/1e6 {
 				t.Fatalf("the identity read start %f, want %f", got, float64(c.start)/1e6)
 			}
-			if drops != c.wantDrops || (x.restarts == 1) != c.wantRestart || x.held(exactness.Restart) != c.wantRestart {
-				t.Fatalf("%d drops, %d restarts, held %v; want %d drops, restart %v", drops, x.restarts, x.held(exactness.Restart), c.wantDrops, c.wantRestart)
+			if *drops != c.wantDrops || (x.restarts == 1) != c.wantRestart || x.held(exactness.Restart) != c.wantRestart {
+				t.Fatalf("%d drops, %d restarts, held %v; want %d drops, restart %v", *drops, x.restarts, x.held(exactness.Restart), c.wantDrops, c.wantRestart)
 			}
 		})
 	}
+}
+
+// identityWatch is an endpoint's watch on a vLLM engine at url, its reconnects and verification off
+// and its inventory drops counted in *drops.
+func identityWatch(t *testing.T, url string) (*endpointExact, *Gateway, *endpointWatch, *int) {
+	t.Helper()
+	x := newEndpointExact("r", &route.Endpoint{Name: "e0", Address: url}, exactness.Config{}, true, "certified (engine)", time.Now, nil, nil)
+	g := &Gateway{log: slog.New(slog.DiscardHandler)}
+	ew, err := g.newEndpointWatch(x, "vllm", 16, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew.reconnect, ew.verify = nil, nil
+	drops := new(int)
+	ew.drop = func() { *drops++ }
+	return x, g, ew, drops
 }
