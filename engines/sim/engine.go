@@ -582,8 +582,8 @@ func (e *Engine) ClearCacheExternal() error { return e.clearCache(true) }
 //     Scheduler.flush_cache asks is_fully_idle, which wants an empty running batch and an empty
 //     waiting_queue (a waiting request is enough to refuse; only a paused engine ignores the
 //     queue, and the simulator has no pause).
-//   - TensorRT-LLM and llama.cpp have no reset endpoint; the simulator refuses while requests
-//     run or wait.
+//   - TensorRT-LLM and llama.cpp have no whole-cache reset to follow; the simulator's own clear
+//     (POST /sim/clear) refuses while requests run or wait.
 func (e *Engine) busyLocked(r *rank) bool {
 	held := r.cache != nil && (r.cache.used > 0 || r.cache.reserved > 0)
 	if e.cfg.Family == "vllm" {
