@@ -554,14 +554,14 @@ func (e *Engine) RestartPublisher(engine bool) error {
 	return nil
 }
 
-// ErrBusy is returned by ClearCache while requests hold blocks (the engines refuse then too).
+// ErrBusy is returned by ClearCache when the family's engine would refuse the reset (busyLocked).
 var ErrBusy = errors.New("cache not cleared: requests are running")
 
 // ClearCache drops every cached block: vLLM and SGLang announce AllBlocksCleared, TensorRT-LLM
-// (which has no clear event) one removal per block, llama.cpp erases its slots. Like vLLM's
-// reset_prefix_cache and SGLang's flush_cache it refuses while requests are running. As vLLM's
-// plain reset, an offload tier (Config.OffloadBlocks) keeps its copies: ClearCacheExternal
-// empties it too.
+// (which has no clear event) one removal per block, llama.cpp erases its slots. It refuses when
+// the engine refuses its reset (busyLocked): vLLM while a request holds blocks, SGLang while a
+// request runs or waits. As vLLM's plain reset, an offload tier (Config.OffloadBlocks) keeps its
+// copies: ClearCacheExternal empties it too.
 func (e *Engine) ClearCache() error { return e.clearCache(false) }
 
 // ClearCacheExternal is ClearCache that empties the offload tier too, as vLLM's
@@ -569,22 +569,50 @@ func (e *Engine) ClearCache() error { return e.clearCache(false) }
 // for the host). Without an offload tier it is ClearCache.
 func (e *Engine) ClearCacheExternal() error { return e.clearCache(true) }
 
+// busyLocked reports whether rank r's engine would refuse a cache reset now; r.mu is held.
+//
+//   - vLLM v0.31.0 refuses only while blocks are in use: v1/core/sched/scheduler.py
+//     Scheduler.reset_prefix_cache returns KVCacheManager.reset_prefix_cache, which is
+//     BlockPool.reset_prefix_cache (v1/core/block_pool.py), False while any block but the null
+//     block is not free. A waiting request holds none (a preempted one has freed its blocks), so
+//     a request that only waits does not stop the reset. The simulator's pool counts blocks held
+//     (used) and those promised to an admitted request (reserved: vLLM allocates them when it
+//     schedules the request, the simulator as the request grows).
+//   - SGLang v0.5.23 refuses unless the scheduler is fully idle: managers/scheduler.py
+//     Scheduler.flush_cache asks is_fully_idle, which wants an empty running batch and an empty
+//     waiting_queue (a waiting request is enough to refuse; only a paused engine ignores the
+//     queue, and the simulator has no pause).
+//   - TensorRT-LLM and llama.cpp have no whole-cache reset to follow; the simulator's own clear
+//     (POST /sim/clear) refuses while requests run or wait.
+func (e *Engine) busyLocked(r *rank) bool {
+	held := r.cache != nil && (r.cache.used > 0 || r.cache.reserved > 0)
+	if e.cfg.Family == "vllm" {
+		return held
+	}
+	return held || r.running.Load() > 0 || r.waiting.Load() > 0
+}
+
 func (e *Engine) clearCache(external bool) error {
+	// Every rank's lock is held from the check to the clear, so no request is admitted in
+	// between and a refusal leaves every rank as it was.
 	for _, r := range e.ranks {
-		if r.running.Load() > 0 || r.waiting.Load() > 0 {
+		r.mu.Lock()
+	}
+	defer func() {
+		for _, r := range e.ranks {
+			r.mu.Unlock()
+		}
+	}()
+	for _, r := range e.ranks {
+		if e.busyLocked(r) {
 			return ErrBusy
 		}
 	}
 	if e.cfg.Family == "llamacpp" {
-		e.clearLlama()
+		e.clearLlamaLocked()
 		return nil
 	}
 	for _, r := range e.ranks {
-		r.mu.Lock()
-		if r.cache.used > 0 {
-			r.mu.Unlock()
-			return ErrBusy
-		}
 		if e.drain != nil {
 			r.cache.removeAll()
 			r.emitLocked(r.cache.take())
@@ -598,7 +626,6 @@ func (e *Engine) clearCache(external bool) error {
 			r.emitLocked([]engines.Event{{Kind: engines.AllBlocksCleared}})
 		}
 		r.broadcastLocked()
-		r.mu.Unlock()
 	}
 	return nil
 }

@@ -172,6 +172,95 @@ func TestAdminRoutesGated(t *testing.T) {
 	}
 }
 
+// TestResetWhileOnlyWaiting: a request queued with no request running and no block held is the
+// boundary where the engines differ. vLLM resets (BlockPool.reset_prefix_cache refuses only
+// while blocks are in use, and a waiting request holds none): 200 {"success": true}, and the
+// waiting request, once scheduled, finds its prompt no longer cached. SGLang refuses
+// (Scheduler.flush_cache wants is_fully_idle, which a waiting request denies): 400, and the
+// prompt is still cached.
+func TestResetWhileOnlyWaiting(t *testing.T) {
+	for _, c := range []struct {
+		family, release, path string
+		status                int
+		body                  string
+		reset                 bool
+	}{
+		{"vllm", "v0.31.0", "/reset_prefix_cache", http.StatusOK, `{"success":true}`, true},
+		{"sglang", "v0.5.23", "/flush_cache", http.StatusBadRequest, "Flush cache failed.\n", false},
+	} {
+		t.Run(c.family, func(t *testing.T) {
+			e := startSim(t, c.family, c.release, func(cfg *Config) { cfg.DevMode, cfg.MaxConcurrency = true, 1 })
+			prompt := make([]int, 200)
+			for i := range prompt {
+				prompt[i] = 1000 + i
+			}
+			body := map[string]any{"model": "m", "prompt": prompt, "max_tokens": 1}
+			if resp, m := post(t, e.URL()+"/v1/completions", body); resp.StatusCode != http.StatusOK || usageCached(t, m) != 0 {
+				t.Fatalf("the first request: %d, %v", resp.StatusCode, m)
+			}
+
+			// Taking the rank's only scheduler slot queues the next request while nothing runs
+			// and no block is held: a request the scheduler has not taken yet.
+			rk := e.ranks[0]
+			rk.slots <- struct{}{}
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					<-rk.slots
+				}
+			}
+			defer release()
+			type answer struct {
+				status int
+				m      map[string]any
+				err    error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				raw, _ := json.Marshal(body)
+				resp, err := http.Post(e.URL()+"/v1/completions", "application/json", strings.NewReader(string(raw)))
+				if err != nil {
+					done <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				var m map[string]any
+				dec := json.NewDecoder(resp.Body)
+				dec.UseNumber()
+				err = dec.Decode(&m)
+				done <- answer{resp.StatusCode, m, err}
+			}()
+			waitFor(t, 5*time.Second, "the request to wait", func() bool { return rk.waiting.Load() == 1 })
+			rk.mu.Lock()
+			running, used, reserved := rk.running.Load(), rk.cache.used, rk.cache.reserved
+			rk.mu.Unlock()
+			if running != 0 || used != 0 || reserved != 0 {
+				t.Fatalf("not a waiting-only engine: %d running, %d blocks held, %d reserved", running, used, reserved)
+			}
+
+			resp, err := http.Post(e.URL()+c.path, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || strings.TrimSpace(string(raw)) != strings.TrimSpace(c.body) {
+				t.Errorf("reset with a request only waiting answered %d %q, want %d %q", resp.StatusCode, raw, c.status, c.body)
+			}
+
+			release()
+			a := <-done
+			if a.err != nil || a.status != http.StatusOK {
+				t.Fatalf("the waiting request: %d, %v, %v", a.status, a.m, a.err)
+			}
+			if got := usageCached(t, a.m); (got == 0) != c.reset {
+				t.Errorf("the waiting request found %d tokens cached; reset %v", got, c.reset)
+			}
+		})
+	}
+}
+
 // TestResetRefusedWhileRunning: a cache reset while a request runs is refused as the engines
 // refuse it — vLLM 200 {"success": false}, SGLang 400 "Flush cache failed." without a
 // Content-Type — and each family's prober reads that as a *engines.ClearRefusedError naming the

@@ -204,8 +204,9 @@ func (e *Engine) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 // handleResetPrefixCache is vLLM's dev-mode reset: ?reset_external=true (a FastAPI bool: 1, true,
 // on, yes) empties the offload tier too, the plain reset keeps it. It answers 200 {"success":
 // bool} as vLLM v0.31.0 does (entrypoints/serve/dev/cache/api_router.py reset_prefix_cache):
-// false while requests run, for v1/core/sched/scheduler.py Scheduler.reset_prefix_cache returns
-// False while BlockPool.reset_prefix_cache finds blocks not freed yet.
+// false while a request holds blocks, for v1/core/sched/scheduler.py Scheduler.reset_prefix_cache
+// returns False while BlockPool.reset_prefix_cache finds blocks not freed yet; a request that
+// only waits holds none, so the reset goes ahead (Engine.busyLocked).
 func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
 	clearCache := e.ClearCache
 	switch v := strings.ToLower(r.URL.Query().Get("reset_external")); v {
@@ -223,9 +224,9 @@ func (e *Engine) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) 
 
 // handleFlushCache is SGLang's /flush_cache as python/sglang/srt/entrypoints/http_server.py
 // flush_cache answers it (v0.5.18 to v0.5.23): 200 with its notice when the scheduler flushed,
-// 400 "Flush cache failed.\n" when it did not (Scheduler.flush_cache refuses unless it is fully
-// idle, and the refusal carries no message), both a bare Response without a media type, so
-// without a Content-Type.
+// 400 "Flush cache failed.\n" when it did not (Scheduler.flush_cache refuses unless
+// is_fully_idle, which a running or a waiting request denies, and the refusal carries no
+// message), both a bare Response without a media type, so without a Content-Type.
 func (e *Engine) handleFlushCache(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		e.writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed", "")

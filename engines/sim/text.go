@@ -161,11 +161,22 @@ func (r *rank) generateLlama(ctx context.Context, q *genReq) (*genRes, error) {
 func (e *Engine) clearLlama() {
 	for _, r := range e.ranks {
 		r.mu.Lock()
-		for _, s := range r.llama {
-			if !s.busy {
-				s.cache = nil
-			}
-		}
+		r.eraseIdleSlotsLocked()
 		r.mu.Unlock()
+	}
+}
+
+// clearLlamaLocked is clearLlama with every rank's lock already held.
+func (e *Engine) clearLlamaLocked() {
+	for _, r := range e.ranks {
+		r.eraseIdleSlotsLocked()
+	}
+}
+
+func (r *rank) eraseIdleSlotsLocked() {
+	for _, s := range r.llama {
+		if !s.busy {
+			s.cache = nil
+		}
 	}
 }
