@@ -239,12 +239,7 @@ func TestResetWhileOnlyWaiting(t *testing.T) {
 				t.Fatalf("not a waiting-only engine: %d running, %d blocks held, %d reserved", running, used, reserved)
 			}
 
-			resp, err := http.Post(e.URL()+c.path, "", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, raw := postReset(t, e.URL()+c.path)
 			if resp.StatusCode != c.status || strings.TrimSpace(string(raw)) != strings.TrimSpace(c.body) {
 				t.Errorf("reset with a request only waiting answered %d %q, want %d %q", resp.StatusCode, raw, c.status, c.body)
 			}
@@ -290,12 +285,7 @@ func TestResetRefusedWhileRunning(t *testing.T) {
 			}()
 			waitFor(t, 5*time.Second, "the request to run", func() bool { return e.ranks[0].running.Load() > 0 })
 
-			resp, err := http.Post(e.URL()+c.path, "", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			resp, raw := postReset(t, e.URL()+c.path)
 			if resp.StatusCode != c.status || strings.TrimSpace(string(raw)) != strings.TrimSpace(c.body) {
 				t.Errorf("refused reset answered %d %q, want %d %q", resp.StatusCode, raw, c.status, c.body)
 			}
@@ -303,7 +293,7 @@ func TestResetRefusedWhileRunning(t *testing.T) {
 				t.Errorf("refused flush has Content-Type %q; SGLang's bare Response has none", resp.Header.Get("Content-Type"))
 			}
 
-			err = c.prober(e.URL()).Clear(ctx)
+			err := c.prober(e.URL()).Clear(ctx)
 			var re *engines.ClearRefusedError
 			if !errors.As(err, &re) {
 				t.Fatalf("the prober's clear while a request runs: %v (%T), want a *engines.ClearRefusedError", err, err)
@@ -322,4 +312,16 @@ func TestResetRefusedWhileRunning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// postReset POSTs a cache reset to url and returns the answer with its body read.
+func postReset(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, raw
 }
