@@ -113,22 +113,9 @@ func runSweep(ctx context.Context, args []string) int {
 		}
 	}
 	if *policies != "" {
-		want := strings.Split(*policies, ",")
-		var keep []kvbench.Policy
-		// A named law or TTL variant runs on every workload and load of the run, like the main policies.
-		for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), kvbench.MissPlacementVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
-			for _, w := range want {
-				if p.Name == strings.TrimSpace(w) {
-					keep = append(keep, p)
-				}
-			}
-		}
-		if len(keep) == 0 {
-			var names []string
-			for _, p := range slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), kvbench.MissPlacementVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}) {
-				names = append(names, p.Name)
-			}
-			fmt.Fprintf(os.Stderr, "kvbench: --policies: none of %q is one of: %s\n", *policies, strings.Join(names, ", "))
+		keep, err := selectPolicies(*policies, slices.Concat(plan.Policies, plan.LawPolicies, kvbench.PredictTTLVariants(), kvbench.MissPlacementVariants(), []kvbench.Policy{kvbench.KVExactGPUOnly()}))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench: --policies: %v\n", err)
 			return 2
 		}
 		plan.Policies = keep
@@ -557,4 +544,30 @@ func runCharts(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// selectPolicies returns the policies a --policies list names, in the list's order, so one
+// invocation can alternate variants (a named law or TTL variant runs on every workload and load of
+// the run, like the main policies). A name that is none of known's, or is named twice, is an error:
+// a misspelt variant must not silently drop out of a comparison.
+func selectPolicies(list string, known []kvbench.Policy) ([]kvbench.Policy, error) {
+	var keep []kvbench.Policy
+	seen := map[string]bool{}
+	for _, w := range strings.Split(list, ",") {
+		name := strings.TrimSpace(w)
+		if seen[name] {
+			return nil, fmt.Errorf("%q is named twice", name)
+		}
+		seen[name] = true
+		i := slices.IndexFunc(known, func(p kvbench.Policy) bool { return p.Name == name })
+		if i < 0 {
+			var names []string
+			for _, p := range known {
+				names = append(names, p.Name)
+			}
+			return nil, fmt.Errorf("%q is not one of: %s", name, strings.Join(names, ", "))
+		}
+		keep = append(keep, known[i])
+	}
+	return keep, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -301,6 +302,28 @@ func TestReplicasFlags(t *testing.T) {
 	for _, args := range [][]string{{"--counts", "16", "--kill", "0"}, {"--kill", "16"}} {
 		if code := runReplicas(ctx, append(args, "--nginx", filepath.Join(t.TempDir(), "no-nginx"))); code != 1 {
 			t.Errorf("kvbench replicas %v without nginx exited %d, want 1 (the flags are valid)", args, code)
+		}
+	}
+}
+
+// TestSelectPolicies pins --policies: the list's order is the run's order (so one invocation can
+// alternate variants), and a name that is unknown or repeated is refused, naming it.
+func TestSelectPolicies(t *testing.T) {
+	known := []kvbench.Policy{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	got, err := selectPolicies("c, a,b", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if want := []string{"c", "a", "b"}; !slices.Equal(names, want) {
+		t.Errorf("order %v, want %v", names, want)
+	}
+	for list, want := range map[string]string{"a,x": `"x" is not one of: a, b, c`, "a,b,a": `"a" is named twice`} {
+		if _, err := selectPolicies(list, known); err == nil || err.Error() != want {
+			t.Errorf("selectPolicies(%q) = %v, want %q", list, err, want)
 		}
 	}
 }

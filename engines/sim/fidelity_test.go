@@ -325,3 +325,30 @@ func postReset(t *testing.T, url string) (*http.Response, []byte) {
 	resp.Body.Close()
 	return resp, raw
 }
+
+// TestResetRefusedWhileOnlyReserved: the boundary of vLLM's refusal inside one step. A request the
+// scheduler has admitted holds its blocks in vLLM from that instant (the scheduler allocates them
+// when it schedules the request); the simulator promises them (reserved) and allocates them as the
+// request grows, so a request admitted with no prefix hit holds no block yet. The reset is refused
+// all the same, and is granted once the promise is given back.
+func TestResetRefusedWhileOnlyReserved(t *testing.T) {
+	e := startSim(t, "vllm", "v0.31.0", func(cfg *Config) { cfg.DevMode = true })
+	rk := e.ranks[0]
+	s := &seq{keys: []uint64{1, 2, 3}}
+	rk.mu.Lock()
+	admitted := rk.cache.admit(s, 48, 64)
+	used, reserved := rk.cache.used, rk.cache.reserved
+	rk.mu.Unlock()
+	if !admitted || used != 0 || reserved == 0 {
+		t.Fatalf("not a reserved-only engine: admitted %v, %d blocks held, %d reserved", admitted, used, reserved)
+	}
+	if err := e.ClearCache(); !errors.Is(err, ErrBusy) {
+		t.Errorf("reset with blocks only reserved: %v, want ErrBusy", err)
+	}
+	rk.mu.Lock()
+	rk.cache.release(s)
+	rk.mu.Unlock()
+	if err := e.ClearCache(); err != nil {
+		t.Errorf("reset once the reservation is given back: %v", err)
+	}
+}
