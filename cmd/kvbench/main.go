@@ -8,6 +8,7 @@
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
+//	kvbench seeds --results a.json,b.json,... [--out table.md]  means and ranges over seeds, the verdicts
 //	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400] [--multiturn] [--key-cache-bytes 67108864]
 //	                                                decision time, memory per key at pool scale
 package main
@@ -57,6 +58,8 @@ func run(args []string) int {
 			return runReplicas(ctx, args[1:])
 		case "charts":
 			return runCharts(args[1:])
+		case "seeds":
+			return runSeeds(args[1:])
 		case "status":
 			return status(args[1:])
 		}
