@@ -54,7 +54,7 @@ func TestCompareMeans(t *testing.T) {
 		{"ttft: peer lower by one past the noise", def, st(74, 79, 84), false, Behind},
 		{"ttft: peer higher by exactly the noise", def, st(115, 120, 125), false, Level},
 		{"ttft: peer higher by one past the noise", def, st(116, 121, 126), false, Ahead},
-		{"ttft: the peer's larger spread is the noise", def, st(60, 70, 110), false, Level}, // 80 vs 100, noise 50
+		{"ttft: the peer's larger spread is the noise", def, st(50, 75, 100), false, Level}, // 75 vs 100: 25 past the default's 20, within the peer's 50
 		{"goodput: ahead by exactly the noise", st(48, 50, 52), st(46, 46, 46), true, Level},
 		{"goodput: ahead by one past the noise", st(48, 50, 52), st(45, 45, 45), true, Ahead},
 		{"goodput: behind by one past the noise", st(48, 50, 52), st(55, 55, 55), true, Behind},
