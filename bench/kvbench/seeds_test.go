@@ -2,6 +2,7 @@ package kvbench
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -213,5 +214,19 @@ func TestReadSeedFilesNamesFileAndField(t *testing.T) {
 	os.WriteFile(p, good, 0o644)
 	if _, err := ReadSeedFiles([]string{p}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSeedOrder(t *testing.T) {
+	p := QuickPlan()
+	p.Policies = p.Policies[:3]
+	var got []string
+	for _, s := range SeedOrder(p, []uint64{1, 2, 3}) {
+		got = append(got, fmt.Sprintf("%s/%d", s.Policy, s.Seed))
+	}
+	want := []string{PolicyRR + "/1", PolicyRR + "/2", PolicyRR + "/3", PolicyKVXDefault + "/2", PolicyKVXDefault + "/3", PolicyKVXDefault + "/1",
+		PolicyDefault + "/3", PolicyDefault + "/1", PolicyDefault + "/2"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("order %v, want %v", got, want)
 	}
 }

@@ -39,3 +39,17 @@ func TestRunSeedsUsage(t *testing.T) {
 		t.Fatalf("a missing file: exit %d, want 1", got)
 	}
 }
+
+func TestParseSeeds(t *testing.T) {
+	if got, err := parseSeeds("3, 1,2"); err != nil || len(got) != 3 || got[0] != 3 || got[1] != 1 || got[2] != 2 {
+		t.Fatalf("parseSeeds = %v, %v", got, err)
+	}
+	for _, bad := range []string{"1,x", "1,1", "", "-1"} {
+		if _, err := parseSeeds(bad); err == nil {
+			t.Errorf("parseSeeds(%q) accepted", bad)
+		}
+	}
+	if got := runSweep(t.Context(), []string{"--seed", "2", "--seeds", "1,2"}); got != 2 {
+		t.Fatalf("--seed with --seeds: exit %d, want 2", got)
+	}
+}
