@@ -3,18 +3,22 @@
 // decision and delivery proofs of each cell, and writes JSON results and SVG charts.
 //
 //	kvbench [--quick] [--out dir] [--charts dir]   routing quality sweep
+//	kvbench --seeds 1,2,3 [...]                    the sweep once per seed: results-seedN.json, seeds.md
 //	kvbench overhead [--out dir] [--gateway bin] [--no-decision]  decision time and proxy throughput vs nginx
 //	kvbench replicas [--counts 1,2,4] [--rounds 3] [--kill 2]  gateway replicas behind nginx: quality, CPU, failover
 //	kvbench doc --raw dir --out docs/BENCHMARKS.md  assemble the benchmark document
 //	kvbench drive --run LABEL=URL... [--clear URL]  drive running gateway listeners (make demo)
 //	kvbench charts --results results.json --charts dir   redraw a sweep's charts
+//	kvbench seeds --results a.json,b.json,... [--out table.md]  means and ranges over seeds, the verdicts
 //	kvbench scale [--endpoints 16,64] [--resident 10000000] [--prompts 1024,...,102400] [--multiturn] [--key-cache-bytes 67108864]
 //	                                                decision time, memory per key at pool scale
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,6 +61,8 @@ func run(args []string) int {
 			return runReplicas(ctx, args[1:])
 		case "charts":
 			return runCharts(args[1:])
+		case "seeds":
+			return runSeeds(args[1:])
 		case "status":
 			return status(args[1:])
 		}
@@ -72,6 +78,7 @@ func runSweep(ctx context.Context, args []string) int {
 	model := fs.String("model", "llama3", "tokenizer model slug")
 	slo := fs.Duration("slo", 300*time.Millisecond, "TTFT bound of goodput (default: twice an uncached 1k-token prefill)")
 	seed := fs.Uint64("seed", 1, "workload seed")
+	seedList := fs.String("seeds", "", "comma-separated workload seeds: every cell once per seed, the seeds of a cell one after the other (their order rotating from cell to cell), written to results-seedN.json and the seeds table to seeds.md (no charts); not with --seed")
 	dur := fs.Duration("duration", 0, "arrival window per cell (default: the plan's)")
 	workloads := fs.String("workloads", "", "comma-separated workloads (default: all)")
 	loads := fs.String("loads", "", "comma-separated offered loads, fractions of the uncached pool capacity (default: the plan's)")
@@ -145,21 +152,22 @@ func runSweep(ctx context.Context, args []string) int {
 	}
 	env := &kvbench.Env{Tokenizers: toks, Model: *model, Pool: shape, SLO: *slo, Warmup: 0.2, Drain: 30 * time.Second}
 	command := "kvbench " + strings.Join(args, " ")
+	if *seedList != "" {
+		seedSet := false
+		fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
+		seeds, err := parseSeeds(*seedList)
+		if err != nil || seedSet {
+			fmt.Fprintf(os.Stderr, "kvbench: --seeds: %v\n", cmp.Or(err, errors.New("not with --seed")))
+			return 2
+		}
+		return runSeedSweep(ctx, env, plan, seeds, command, *out)
+	}
 	results := filepath.Join(*out, "results.json")
 	var saveErr error
 	// results.json is rewritten after every cell, so an interrupted or failing sweep keeps what it
 	// measured; the document names the cells still missing.
 	rep, err := kvbench.Run(ctx, env, plan, func(rep *kvbench.Report, c *kvbench.Cell) {
-		valid := "valid"
-		if !c.Valid {
-			valid = "INVALID: " + strings.Join(c.Invalid, "; ")
-		}
-		fmt.Fprintf(os.Stderr, "%-13s %-24s load %.2f (%5.1f rps) n=%3d cached %.3f ttft p50/p90/p99 %4.0f/%4.0f/%4.0f ms tput %5.1f good %5.1f imb %.2f err %d wall %.1fs %s\n",
-			c.Workload, c.Policy, c.Load, c.Rate, c.Requests, c.CachedRatio, c.TTFT.P50, c.TTFT.P90, c.TTFT.P99, c.Throughput, c.Goodput, c.Imbalance, c.Errors, c.Wall, valid)
-		if ev := c.Evidence; ev.TTFTPredictions > 0 {
-			fmt.Fprintf(os.Stderr, "%-13s %-24s load %.2f ttft prediction error over %d answers: median %+.3f, median absolute %.3f; gateway's receipts %d, within ±10 %% %.2f, ±25 %% %.2f\n",
-				c.Workload, c.Policy, c.Load, ev.TTFTPredictions, ev.TTFTErrorMedian, ev.TTFTErrorMedianAbs, ev.GatewayTTFTReceipts, ev.GatewayTTFTWithin10, ev.GatewayTTFTWithin25)
-		}
+		printCell("", c)
 		rep.Command = command
 		if err := kvbench.SaveReport(results, rep); err != nil && saveErr == nil {
 			saveErr = err
@@ -199,6 +207,20 @@ func runSweep(ctx context.Context, args []string) int {
 		return exitFailedCells
 	}
 	return 0
+}
+
+// printCell writes one measured cell's line (and its TTFT prediction error) to stderr.
+func printCell(prefix string, c *kvbench.Cell) {
+	valid := "valid"
+	if !c.Valid {
+		valid = "INVALID: " + strings.Join(c.Invalid, "; ")
+	}
+	fmt.Fprintf(os.Stderr, "%s%-13s %-24s load %.2f (%5.1f rps) n=%3d cached %.3f ttft p50/p90/p99 %4.0f/%4.0f/%4.0f ms tput %5.1f good %5.1f imb %.2f err %d wall %.1fs %s\n",
+		prefix, c.Workload, c.Policy, c.Load, c.Rate, c.Requests, c.CachedRatio, c.TTFT.P50, c.TTFT.P90, c.TTFT.P99, c.Throughput, c.Goodput, c.Imbalance, c.Errors, c.Wall, valid)
+	if ev := c.Evidence; ev.TTFTPredictions > 0 {
+		fmt.Fprintf(os.Stderr, "%s%-13s %-24s load %.2f ttft prediction error over %d answers: median %+.3f, median absolute %.3f; gateway's receipts %d, within ±10 %% %.2f, ±25 %% %.2f\n",
+			prefix, c.Workload, c.Policy, c.Load, ev.TTFTPredictions, ev.TTFTErrorMedian, ev.TTFTErrorMedianAbs, ev.GatewayTTFTReceipts, ev.GatewayTTFTWithin10, ev.GatewayTTFTWithin25)
+	}
 }
 
 // exitFailedCells is the sweep's exit status when it ran every cell but some failed: results.json
