@@ -214,6 +214,24 @@ func TestOracleSeesInFlightWork(t *testing.T) {
 	}
 }
 
+// Prompts held nowhere, each done before the next: the hard-law oracle spreads them over the idle
+// engines as the gateway's least-load selector does, not all onto the first.
+func TestOracleRotatesMissTies(t *testing.T) {
+	caches := []map[uint64]int{{}, {}, {}, {}}
+	o := newOracleOf(4, func(i int) map[uint64]int { return caches[i] }, route.Law{Kind: route.LawHard, FactorPct: 175, CapFloor: 8, SpillRelief: true}, 16, 512)
+	per := map[int]int{}
+	for i := range 8 {
+		tk := o.pick(nil, []uint64{uint64(100 + i)})
+		per[tk.idx]++
+		o.done(tk)
+	}
+	for i := range 4 {
+		if per[i] != 2 {
+			t.Fatalf("8 misses on 4 idle engines went %v, want 2 each", per)
+		}
+	}
+}
+
 func TestOracleChecksFlagABeatenOracle(t *testing.T) {
 	rep := &Report{Cells: []*Cell{
 		{Workload: "w", Policy: PolicyOracle, Load: 0.6, CachedRatio: 0.50, CachedRatioSE: 0.01, Valid: true},

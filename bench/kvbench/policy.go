@@ -210,10 +210,11 @@ type oracle struct {
 	capacity int
 	load     []int
 	pending  []map[uint64]int // endpoint → block key → requests in flight holding it
-	cands    []route.Scored
+	cands    []route.Scored   // by endpoint
+	rot      []route.Scored   // cands from a rotating endpoint on, what the law picks from
 	// cacheFirst: no load law; affinity above 30 % of the prompt, else the least loaded.
 	cacheFirst bool
-	turn       int
+	turn       int // where ties start
 }
 
 func newOracle(sims []*sim.Engine, law route.Law, capacityBlocks int) *oracle {
@@ -236,7 +237,7 @@ func hostRun(host map[uint64]int, keys []uint64) int {
 
 func newOracleOf(n int, caches func(int) map[uint64]int, law route.Law, bs, capacityBlocks int) *oracle {
 	return &oracle{caches: caches, law: law, bs: bs, capacity: max(capacityBlocks, 1),
-		load: make([]int, n), pending: mapsOf[int](n), cands: make([]route.Scored, n)}
+		load: make([]int, n), pending: mapsOf[int](n), cands: make([]route.Scored, n), rot: make([]route.Scored, n)}
 }
 
 // depth is the true prefix of keys endpoint i holds or is computing.
@@ -268,7 +269,16 @@ func (o *oracle) pick(_ *Request, keys []uint64) ticket {
 	if o.cacheFirst {
 		best = o.pickCacheFirst(len(keys))
 	} else {
-		best = max(o.law.Pick(o.cands, len(keys)).Pos, 0)
+		// The law breaks ties by position; the candidates start at a rotating endpoint, as the
+		// gateway's least-load selector rotates its ties on a miss (in index order every prompt
+		// held nowhere went to the first idle engine, which then held more prompts and evicted
+		// sooner).
+		o.turn++
+		n := len(o.cands)
+		for p := range o.rot {
+			o.rot[p] = o.cands[(o.turn+p)%n]
+		}
+		best = o.rot[max(o.law.Pick(o.rot, len(keys)).Pos, 0)].Index
 	}
 	o.load[best]++
 	for _, k := range keys {
