@@ -81,17 +81,18 @@ type Decision struct {
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
 	// winner's prediction, slotWaitAt the wait for a running slot in it; gateway the request's
-	// time in the gateway before its upstream send (Sent).
-	own, aheadAt, loadAt      int
-	lowerAt                   [nLower]int // the tokens Target was predicted to load from each lower tier
-	ttftPredicted, slotWaitAt time.Duration
-	gateway                   time.Duration
-	queued                    bool    // the ttft law's accounting ran (queuePrefill)
-	rt                        *Router // set by take: Release gives the load units back through it
-	dry                       bool
-	keys                      []uint64 // the prompt's block keys, for predict-on-route
-	tokens                    int      // the prompt's length in tokens (its last, partial block included)
-	hit                       int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
+	// time in the gateway before its upstream send (Sent); hitAt the prompt tokens predicted
+	// cached on Target's GPU (added to its queued hits, Endpoint.AheadHit, like own).
+	own, aheadAt, loadAt, hitAt int
+	lowerAt                     [nLower]int // the tokens Target was predicted to load from each lower tier
+	ttftPredicted, slotWaitAt   time.Duration
+	gateway                     time.Duration
+	queued                      bool    // the ttft law's accounting ran (queuePrefill)
+	rt                          *Router // set by take: Release gives the load units back through it
+	dry                         bool
+	keys                        []uint64 // the prompt's block keys, for predict-on-route
+	tokens                      int      // the prompt's length in tokens (its last, partial block included)
+	hit                         int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
 	// allocation per request.
@@ -129,6 +130,7 @@ func (d *Decision) FirstToken() {
 func (d *Decision) drain() {
 	if d.queued && !d.drained.Swap(true) {
 		d.Target.ahead.Add(-int64(d.own))
+		d.Target.aheadHit.Add(-int64(d.hitAt))
 		d.Target.pending.Add(-1)
 	}
 }
