@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -883,7 +884,8 @@ func TestReceiptLearnsTheEvictedShare(t *testing.T) {
 // TestReceiptAllocations: a receipt allocates only the estimate it publishes (the Rates its
 // readers load without a lock); the family's rates and the windows' medians allocate nothing.
 func TestReceiptAllocations(t *testing.T) {
-	f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, nil, func(r *rules.Rule) { r.LoadLaw.Kind = "ttft" })
+	// 16 endpoints: a few would fit the compiler's stack buffer for a small append.
+	f := newFixture(t, slices.Repeat([]Role{RoleNormal}, 16), 3, nil, func(r *rules.Rule) { r.LoadLaw.Kind = "ttft" })
 	for _, ep := range f.eps {
 		e := newEstimator(DefaultRates)
 		ep.rates.Store(e)
