@@ -83,16 +83,17 @@ type Decision struct {
 	// winner's prediction, slotWaitAt the wait for a running slot in it; gateway the request's
 	// time in the gateway before its upstream send (Sent); hitAt the prompt tokens predicted
 	// cached on Target's GPU (added to its queued hits, Endpoint.AheadHit, like own).
-	own, aheadAt, loadAt, hitAt int
-	lowerAt                     [nLower]int // the tokens Target was predicted to load from each lower tier
-	ttftPredicted, slotWaitAt   time.Duration
-	gateway                     time.Duration
-	queued                      bool    // the ttft law's accounting ran (queuePrefill)
-	rt                          *Router // set by take: Release gives the load units back through it
-	dry                         bool
-	keys                        []uint64 // the prompt's block keys, for predict-on-route
-	tokens                      int      // the prompt's length in tokens (its last, partial block included)
-	hit                         int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
+	own, aheadAt, loadAt      int
+	hitAt                     HitTokens
+	lowerAt                   [nLower]int // the tokens Target was predicted to load from each lower tier
+	ttftPredicted, slotWaitAt time.Duration
+	gateway                   time.Duration
+	queued                    bool    // the ttft law's accounting ran (queuePrefill)
+	rt                        *Router // set by take: Release gives the load units back through it
+	dry                       bool
+	keys                      []uint64 // the prompt's block keys, for predict-on-route
+	tokens                    int      // the prompt's length in tokens (its last, partial block included)
+	hit                       int      // how many of keys the engine's cache may serve (MaxHit, or all of them)
 	// c is the decision in the making, which the tiers read and fill in (ladder.go). It lives
 	// here because the decision is allocated anyway: a choice of its own would be one more
 	// allocation per request.
@@ -130,7 +131,8 @@ func (d *Decision) FirstToken() {
 func (d *Decision) drain() {
 	if d.queued && !d.drained.Swap(true) {
 		d.Target.ahead.Add(-int64(d.own))
-		d.Target.aheadHit.Add(-int64(d.hitAt))
+		d.Target.aheadHit.Add(-int64(d.hitAt.Confirmed))
+		d.Target.aheadAssumed.Add(-int64(d.hitAt.Assumed))
 		d.Target.pending.Add(-1)
 	}
 }

@@ -33,17 +33,19 @@ func (c *counters) forget(rule string) {
 // nothing.
 type gauges struct {
 	vec *prometheus.GaugeVec
-	m   cowmap.Map[labelPair, prometheus.Gauge]
+	m   cowmap.Map[labelTriple, prometheus.Gauge]
 }
 
-func (g *gauges) get(rule, x string) prometheus.Gauge {
-	return g.m.LoadOrCreate(labelPair{rule, x}, func(k labelPair) prometheus.Gauge {
-		return g.vec.WithLabelValues(k.rule, k.x)
+type labelTriple struct{ rule, x, y string }
+
+func (g *gauges) get(rule, x, y string) prometheus.Gauge {
+	return g.m.LoadOrCreate(labelTriple{rule, x, y}, func(k labelTriple) prometheus.Gauge {
+		return g.vec.WithLabelValues(k.rule, k.x, k.y)
 	})
 }
 
 func (g *gauges) forget(rule string) {
-	g.m.DeleteFunc(func(k labelPair, _ prometheus.Gauge) bool { return k.rule == rule })
+	g.m.DeleteFunc(func(k labelTriple, _ prometheus.Gauge) bool { return k.rule == rule })
 }
 
 // Metrics are the routing counters, labelled by rule (and endpoint or reason).
@@ -58,7 +60,7 @@ type Metrics struct {
 	ttftErr   *prometheus.HistogramVec // rule, endpoint
 
 	decisionsC, missesC, hitsC counters
-	evicted                    gauges // rule, endpoint
+	evicted                    gauges // rule, endpoint, evidence
 }
 
 // NewMetrics registers the routing metrics on reg.
@@ -77,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "The ttft law's predicted time to first token minus the realized one, over the realized one, per serving endpoint (0: exact; -0.5: the prediction was half the realized).",
 		Buckets: []float64{-0.9, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2}}, []string{"rule", "endpoint"})
 	m.evicted.vec = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_ttft_evicted_hit_ratio",
-		Help: "The ttft law's learned share of the prompt tokens predicted cached on an endpoint's GPU that the engine computed anyway (its cached_tokens fell short: the hit was evicted before the request ran), per serving endpoint; the law prices that share of every predicted hit as prefill."}, []string{"rule", "endpoint"})
+		Help: "The ttft law's learned share of the prompt tokens predicted cached on an endpoint's GPU that the engine computed anyway (its cached_tokens fell short: the hit was evicted before the request ran), per serving endpoint and evidence (engine_confirmed: blocks the engine's events published; predicted: blocks predict-on-route assumed past them); the law prices that share of every predicted hit as prefill."}, []string{"rule", "endpoint", "evidence"})
 	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits, m.ttftErr, m.evicted.vec)
 	m.decisionsC.vec, m.missesC.vec, m.hitsC.vec = m.decisions, m.misses, m.hits
 	return m
@@ -111,8 +113,9 @@ func (m *Metrics) ttftError(rule, endpoint string, realized, predicted time.Dura
 	}
 }
 
-func (m *Metrics) evictedHit(rule, endpoint string, share float64) {
-	m.evicted.get(rule, endpoint).Set(share)
+func (m *Metrics) evictedHit(rule, endpoint string, confirmed, assumed float64) {
+	m.evicted.get(rule, endpoint, "engine_confirmed").Set(confirmed)
+	m.evicted.get(rule, endpoint, "predicted").Set(assumed)
 }
 
 func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() }

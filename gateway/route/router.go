@@ -215,11 +215,11 @@ func (rt *Router) miss(d *Decision, m Miss, reason string) {
 // queued hits, and keeps what the prediction stood on. The queued work a receipt learns the
 // queue share against is the prediction's: its evicted share of the hits queued ahead included.
 func (rt *Router) queuePrefill(d *Decision) {
-	cached, gpu := 0, 0
+	cached, gpu, assumed := 0, 0, 0
 	bs := max(rt.rule.BlockSize, 1)
 	for _, ev := range d.Endpoints {
 		if ev.Name == d.Target.Name {
-			cached, gpu = ev.Prefix+ev.lower.Blocks(), ev.Prefix
+			cached, gpu, assumed = ev.Prefix+ev.lower.Blocks(), ev.Prefix, ev.Predicted
 			for i, n := range ev.lower {
 				d.lowerAt[i] = n * bs
 			}
@@ -230,11 +230,14 @@ func (rt *Router) queuePrefill(d *Decision) {
 		}
 	}
 	d.own = max(d.Blocks-cached, 0)*bs + max(d.tokens-d.Blocks*bs, 0)
-	d.hitAt = min(gpu, d.Blocks) * bs
+	gpu = min(gpu, d.Blocks)
+	assumed = min(assumed, gpu)
+	d.hitAt = HitTokens{Confirmed: (gpu - assumed) * bs, Assumed: assumed * bs}
 	d.aheadAt += d.Target.Ahead()
 	d.loadAt = d.Target.Load()
 	d.queued = true
 	d.Target.ahead.Add(int64(d.own))
-	d.Target.aheadHit.Add(int64(d.hitAt))
+	d.Target.aheadHit.Add(int64(d.hitAt.Confirmed))
+	d.Target.aheadAssumed.Add(int64(d.hitAt.Assumed))
 	d.Target.pending.Add(1)
 }

@@ -9,8 +9,8 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = gateway_i + fixed_i + (uncached_i + evicted_i · hit_i) · prefill_i
-//	       + queue_i · ((ahead_i + evicted_i · aheadHit_i) · prefill_i + load_i · interference_i) + slot_i
+//	TTFT_i = gateway_i + fixed_i + (uncached_i + evicted_i(hit_i)) · prefill_i
+//	       + queue_i · ((ahead_i + evicted_i(aheadHit_i)) · prefill_i + load_i · interference_i) + slot_i
 //
 // gateway_i is the gateway's own time from a request's arrival to its upstream send (reading the
 // body, tokenizing, hashing, routing): the client's time to first token holds it, the receipts'
@@ -36,12 +36,14 @@ import (
 // learned interference is biased there, and a share near 0 hides it. prefill_i, interference_i
 // and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt);
 // a fixed cost or prefill rate its receipts do not measure yet is its rule's endpoints' (familyRates).
-// evicted_i is the share of the tokens predicted cached there that the engine computed anyway
-// (Rates.Evicted, learned from each receipt's cached_tokens against its predicted hit): a hit the
-// engine evicted before the request ran, or whose blocks the inventory held before their events
-// were withdrawn, is prefilled like any uncached token. hit_i is the request's predicted GPU hit
-// there, aheadHit_i the predicted hits of the requests queued ahead (Endpoint.AheadHit): under KV
-// pressure their evictions are queued prefill too.
+// evicted_i(h) is the part of a predicted GPU hit h the engine is expected to compute anyway: a
+// hit the engine evicted before the request ran is prefilled like any uncached token. A hit has
+// two parts, the blocks the engine's events confirmed and those predict-on-route assumed past
+// them, which are lost far more often (the engine evicted them, or never kept them, before their
+// events could say so), so each part has its own share (Rates.Evicted, Rates.EvictedAssumed),
+// learned from each receipt's cached_tokens against its predicted hit. hit_i is the request's
+// predicted hit there, aheadHit_i those of the requests queued ahead (Endpoint.AheadHit): under
+// KV pressure their evictions are queued prefill too.
 // slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
 // once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
 // ones finish — a wait that grows by a whole request's service time every slots_i requests in
@@ -70,9 +72,11 @@ type Rates struct {
 	// Gateway is the gateway's own time from a request's arrival to its upstream send, which the
 	// client's time to first token holds and the receipts' does not.
 	Gateway time.Duration `json:"gateway,omitempty"`
-	// Evicted is the share of a request's predicted GPU hit tokens the engine computed anyway
-	// (0: every predicted hit is served from cache).
-	Evicted float64 `json:"evictedHit"`
+	// Evicted is the share of a request's predicted GPU hit tokens that the engine's events
+	// confirmed and that it computed anyway, EvictedAssumed that of the tokens predict-on-route
+	// assumed cached past them (0: every predicted hit is served from cache).
+	Evicted        float64 `json:"evictedHit"`
+	EvictedAssumed float64 `json:"evictedAssumedHit"`
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: no fixed
@@ -91,8 +95,8 @@ type TTFTParts struct {
 	AheadTokens int `json:"aheadTokens"`
 	OwnTokens   int `json:"ownTokens"`
 	// EvictedTokens and AheadEvictedTokens are the predicted hit tokens of the request and of
-	// those queued ahead that the endpoint is expected to compute anyway (Rates.Evicted), priced
-	// in OwnMS and AheadMS.
+	// those queued ahead that the endpoint is expected to compute anyway (Rates.Evicted and
+	// Rates.EvictedAssumed), priced in OwnMS and AheadMS.
 	EvictedTokens      int `json:"evictedTokens,omitempty"`
 	AheadEvictedTokens int `json:"aheadEvictedTokens,omitempty"`
 	// LowerTokens are the request's tokens the endpoint loads from lower tiers instead.
@@ -131,6 +135,7 @@ type TTFTParts struct {
 func predictTTFT(c Scored, queryBlocks, promptTokens, bs int) TTFTParts {
 	bs = max(bs, 1)
 	gpu := min(max(c.Score-c.LowerCredit, 0), queryBlocks)
+	assumed := min(c.Assumed, gpu)
 	own := max(queryBlocks-gpu-c.Lower.Blocks(), 0)*bs + max(promptTokens-queryBlocks*bs, 0)
 	r := c.Rates
 	if r == (Rates{}) {
@@ -138,7 +143,7 @@ func predictTTFT(c Scored, queryBlocks, promptTokens, bs int) TTFTParts {
 	}
 	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r,
 		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens, Slots: c.Slots,
-		EvictedTokens: evictedTokens(gpu*bs, r.Evicted), AheadEvictedTokens: evictedTokens(c.AheadHit, r.Evicted)}
+		EvictedTokens: r.evictedOf(HitTokens{Confirmed: (gpu - assumed) * bs, Assumed: assumed * bs}), AheadEvictedTokens: r.evictedOf(c.AheadHit)}
 	var transfer time.Duration
 	for i, n := range c.Lower {
 		transfer += time.Duration(n*bs) * r.Transfer.of(i)
@@ -170,8 +175,14 @@ func slotWait(load, slots int, r Rates) time.Duration {
 	return time.Duration(w/slots)*t + time.Duration(w%slots+1)*t/time.Duration(slots+1)
 }
 
-// evictedTokens is the share evicted of hit tokens, rounded to the nearest token.
-func evictedTokens(hit int, evicted float64) int { return int(float64(hit)*evicted + 0.5) }
+// HitTokens are predicted GPU hit tokens: those the engine's events confirmed, and those
+// predict-on-route assumed past them.
+type HitTokens struct{ Confirmed, Assumed int }
+
+// evictedOf is how many of h's tokens the engine is expected to compute anyway, to the nearest.
+func (r Rates) evictedOf(h HitTokens) int {
+	return int(float64(h.Confirmed)*r.Evicted + float64(h.Assumed)*r.EvictedAssumed + 0.5)
+}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -204,15 +215,16 @@ type estimator struct {
 	queue        window
 	decode       window
 	gateway      window
-	// evicted holds each receipt's share of its predicted hit tokens the engine computed anyway.
-	evicted  window
-	transfer [nLower]window
-	seed     Rates
-	cur      atomic.Pointer[Rates]
-	// ownFixed, ownPrefill and ownEvicted say the fixed cost, the prefill rate and the evicted
-	// share are measured from this endpoint's own receipts, not taken from its seed or its family
-	// (familyRates).
-	ownFixed, ownPrefill, ownEvicted atomic.Bool
+	// evicted and evictedAssumed hold each receipt's share of its confirmed and of its assumed
+	// hit tokens the engine computed anyway.
+	evicted, evictedAssumed window
+	transfer                [nLower]window
+	seed                    Rates
+	cur                     atomic.Pointer[Rates]
+	// ownFixed, ownPrefill, ownEvicted and ownAssumed say the fixed cost, the prefill rate and
+	// the two evicted shares are measured from this endpoint's own receipts, not taken from its
+	// seed or its family (familyRates).
+	ownFixed, ownPrefill, ownEvicted, ownAssumed atomic.Bool
 	// scratch holds fit's residuals and the line's slopes between every two samples, and the
 	// windows' sorted copies (median).
 	scratch [rateWindow + rateWindow*(rateWindow-1)/2]float64
@@ -403,8 +415,8 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 // count them in cached_tokens); Decode is its time from the first token to the answer's end (0:
 // not measured), SlotWait the wait for a running slot it was predicted (not part of the queue);
 // Gateway the request's time in the gateway from its arrival to its upstream send (0: not
-// measured), which TTFT (timed from the send) does not hold; PredictedHit the prompt tokens
-// the prediction expected the engine's GPU cache to serve, Cached the engine's cached_tokens.
+// measured), which TTFT (timed from the send) does not hold; Hit the prompt tokens the
+// prediction expected the engine's GPU cache to serve, Cached the engine's cached_tokens.
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
@@ -415,7 +427,8 @@ type Receipt struct {
 	SlotWait time.Duration
 	Gateway  time.Duration
 
-	PredictedHit, Cached int
+	Hit    HitTokens
+	Cached int
 }
 
 // minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: below
@@ -435,10 +448,12 @@ const minPrefillSample = 256
 // gateway Gateway; a receipt routed at the slot limit has its predicted slot wait removed first,
 // so the queue share learns only the rest. A receipt with a predicted GPU hit and nothing
 // loaded from lower tiers (whose tokens engines also count as cached) measures the evicted
-// share: 1 − cached / predicted, clamped to [0, 1], whose mean over the window is Rates.Evicted
-// (the mean, not the median: evictions are all-or-nothing per request more often than not, and
-// the law needs the expected work; each sample's clamp bounds what one receipt can move it
-// by to 1/rateWindow once the window is full).
+// shares: the hit's tokens the engine did not serve (cached_tokens short of it) are the assumed
+// ones first — they lie past the confirmed ones, and the engine's cache is a prefix — then the
+// confirmed ones; each part's lost share, in [0, 1], is a sample of its rate, the mean over the
+// window (the mean, not the median: a hit mostly survives whole or goes whole, and the law
+// needs the expected work; the clamp bounds what one receipt can move a full window's mean by
+// to 1/rateWindow).
 func (e *estimator) observe(r Receipt) { e.observeIn(r, familyRates{}) }
 
 // familyRates are the fixed cost and the prefill rate that the other endpoints of one rule (one
@@ -449,9 +464,9 @@ func (e *estimator) observe(r Receipt) { e.observeIn(r, familyRates{}) }
 // queued ahead, few computed tokens) or the prefill rate (none in flight, many computed tokens),
 // while its siblings have some; a seed (no fixed cost, 200 µs a token) is a guess.
 type familyRates struct {
-	fixed, prefill                   time.Duration
-	evicted                          float64
-	hasFixed, hasPrefill, hasEvicted bool
+	fixed, prefill                               time.Duration
+	evicted, assumed                             float64
+	hasFixed, hasPrefill, hasEvicted, hasAssumed bool
 }
 
 // observeIn is observe, fam standing in for the rates e's own receipts do not measure yet.
@@ -471,8 +486,14 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 		}
 	}
 	e.requestTok.add(float64(r.Computed))
-	if r.PredictedHit > 0 && lower == 0 {
-		e.evicted.add(1 - min(max(float64(r.Cached)/float64(r.PredictedHit), 0), 1))
+	if h := r.Hit; h.Confirmed >= 0 && h.Assumed >= 0 && h.Confirmed+h.Assumed > 0 && lower == 0 {
+		lost := h.Confirmed + h.Assumed - min(max(r.Cached, 0), h.Confirmed+h.Assumed)
+		if h.Assumed > 0 {
+			e.evictedAssumed.add(float64(min(lost, h.Assumed)) / float64(h.Assumed))
+		}
+		if h.Confirmed > 0 {
+			e.evicted.add(float64(max(lost-h.Assumed, 0)) / float64(h.Confirmed))
+		}
 	}
 	if r.Decode > 0 {
 		e.decode.add(float64(r.Decode))
@@ -515,6 +536,9 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 	if fam.hasEvicted && e.evicted.n == 0 {
 		next.Evicted = fam.evicted
 	}
+	if fam.hasAssumed && e.evictedAssumed.n == 0 {
+		next.EvictedAssumed = fam.assumed
+	}
 	buf := e.scratch[:]
 	if m, ok := e.requestTok.median(buf); ok {
 		next.RequestTokens = int(m)
@@ -534,6 +558,9 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 	if m, ok := e.evicted.mean(); ok {
 		next.Evicted = m
 	}
+	if m, ok := e.evictedAssumed.mean(); ok {
+		next.EvictedAssumed = m
+	}
 	e.fit(&next)
 	for i := range e.transfer {
 		if m, ok := e.transfer[i].median(buf); ok {
@@ -543,16 +570,17 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 	e.ownFixed.Store(e.fixed.n > 0)
 	e.ownPrefill.Store(e.prefill.n > 0)
 	e.ownEvicted.Store(e.evicted.n > 0)
+	e.ownAssumed.Store(e.evictedAssumed.n > 0)
 	e.cur.Store(&next)
 }
 
-// familyRates is the median fixed cost, prefill rate and evicted share over the rule's endpoints
+// familyRates is the median fixed cost, prefill rate and evicted shares over the rule's endpoints
 // that measured them from their own receipts (the median: one endpoint's stalled receipts move
 // it by one rank). It runs at every receipt, so up to familyOnStack endpoints it allocates
 // nothing.
 func (rt *Router) familyRates() familyRates {
-	var fb, pb, vb [familyOnStack]float64
-	f, p, v := fb[:0], pb[:0], vb[:0]
+	var fb, pb, vb, ab [familyOnStack]float64
+	f, p, v, a := fb[:0], pb[:0], vb[:0], ab[:0]
 	for _, e := range rt.eps {
 		est := e.rates.Load()
 		if est == nil {
@@ -568,6 +596,9 @@ func (rt *Router) familyRates() familyRates {
 		if est.ownEvicted.Load() {
 			v = append(v, r.Evicted)
 		}
+		if est.ownAssumed.Load() {
+			a = append(a, r.EvictedAssumed)
+		}
 	}
 	var fam familyRates
 	if fam.hasFixed = len(f) > 0; fam.hasFixed {
@@ -579,6 +610,9 @@ func (rt *Router) familyRates() familyRates {
 	if fam.hasEvicted = len(v) > 0; fam.hasEvicted {
 		fam.evicted = medianOf(v)
 	}
+	if fam.hasAssumed = len(a) > 0; fam.hasAssumed {
+		fam.assumed = medianOf(a)
+	}
 	return fam
 }
 
@@ -588,14 +622,14 @@ const familyOnStack = 64
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q, f, fx, rq, dc, gw, ev []float64
+	var p, q, f, fx, rq, dc, gw, ev, ea []float64
 	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
 			fx, rq, dc = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens)), append(dc, float64(r.Decode))
-			gw, ev = append(gw, float64(r.Gateway)), append(ev, r.Evicted)
+			gw, ev, ea = append(gw, float64(r.Gateway)), append(ev, r.Evicted), append(ea, r.EvictedAssumed)
 			for i := range tr {
 				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
 			}
@@ -606,7 +640,7 @@ func (rt *Router) seedRates() Rates {
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	out := Rates{Fixed: time.Duration(mid(fx)), Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f),
-		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc)), Gateway: time.Duration(mid(gw)), Evicted: mid(ev)}
+		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc)), Gateway: time.Duration(mid(gw)), Evicted: mid(ev), EvictedAssumed: mid(ea)}
 	for i := range tr {
 		out.Transfer.set(i, time.Duration(mid(tr[i])))
 	}
@@ -642,9 +676,10 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 		}
 	}
 	est.observeIn(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
-		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway, PredictedHit: d.hitAt, Cached: cachedTokens}, rt.familyRates())
+		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway, Hit: d.hitAt, Cached: cachedTokens}, rt.familyRates())
 	if rt.cfg.Metrics != nil {
-		rt.cfg.Metrics.evictedHit(rt.rule.Name, d.Target.Name, est.Rates().Evicted)
+		r := est.Rates()
+		rt.cfg.Metrics.evictedHit(rt.rule.Name, d.Target.Name, r.Evicted, r.EvictedAssumed)
 	}
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
 		// The prediction holds the gateway's own time, the receipt's TTFT does not.
