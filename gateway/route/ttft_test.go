@@ -917,9 +917,20 @@ func TestReceiptLearnsTheAssumedShare(t *testing.T) {
 		t.Fatalf("queued hit %+v, want %+v", got, want)
 	}
 	d.Receipt(20*time.Millisecond, 0, 64*bs, 40*bs)
+	if got := f.eps[0].AheadHit(); got != (HitTokens{}) {
+		t.Fatalf("queued hit %+v after the receipt", got)
+	}
 	d.Release()
 	if r, _ := f.eps[0].Rates(); r.EvictedAssumed != 1 || r.Evicted != 0 {
 		t.Fatalf("learned confirmed %v, assumed %v; want 0 and 1", r.Evicted, r.EvictedAssumed)
+	}
+	// The next prediction on a prices the 24 assumed blocks as prefill.
+	next, err := f.rt.Explain(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := next.Endpoints[0].TTFT; p == nil || p.EvictedTokens != 24*bs {
+		t.Fatalf("a's prediction %+v, want %d evicted tokens", p, 24*bs)
 	}
 }
 
