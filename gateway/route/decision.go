@@ -81,8 +81,10 @@ type Decision struct {
 	// queued prefill until the receipt or the release), aheadAt and loadAt Target's queued
 	// prefill (with the engine's reported waiting work) and load when routed, ttftPredicted the
 	// winner's prediction, slotWaitAt the wait for a running slot in it; gateway the request's
-	// time in the gateway before its upstream send (Sent).
+	// time in the gateway before its upstream send (Sent); hitAt the prompt tokens predicted
+	// cached on Target's GPU (added to its queued hits, Endpoint.AheadHit, like own).
 	own, aheadAt, loadAt      int
+	hitAt                     HitTokens
 	lowerAt                   [nLower]int // the tokens Target was predicted to load from each lower tier
 	ttftPredicted, slotWaitAt time.Duration
 	gateway                   time.Duration
@@ -129,6 +131,8 @@ func (d *Decision) FirstToken() {
 func (d *Decision) drain() {
 	if d.queued && !d.drained.Swap(true) {
 		d.Target.ahead.Add(-int64(d.own))
+		d.Target.aheadHit.Add(-int64(d.hitAt.Confirmed))
+		d.Target.aheadAssumed.Add(-int64(d.hitAt.Assumed))
 		d.Target.pending.Add(-1)
 	}
 }

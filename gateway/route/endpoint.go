@@ -45,12 +45,15 @@ type Endpoint struct {
 	// ahead is the uncached prompt tokens of the requests in flight here that have shown no first
 	// token yet (the ttft law's queued prefill), rates the endpoint's learned rates (nil before
 	// its first receipt).
-	// pending counts those requests.
-	ahead   atomic.Int64
-	pending atomic.Int64
-	rates   atomic.Pointer[estimator]
-	fenced  atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
-	url     atomic.Pointer[url.URL] // Address parsed once, on first use
+	// pending counts those requests, aheadHit and aheadAssumed their prompt tokens predicted
+	// cached here (confirmed by the engine's events, and assumed past them).
+	ahead        atomic.Int64
+	pending      atomic.Int64
+	aheadHit     atomic.Int64
+	aheadAssumed atomic.Int64
+	rates        atomic.Pointer[estimator]
+	fenced       atomic.Pointer[string]  // why KV-exact may not use this endpoint now (nil: it may)
+	url          atomic.Pointer[url.URL] // Address parsed once, on first use
 
 	// MaxRunning is the configured number of requests the engine runs at once (0: unknown, then
 	// learned from its load reports; Slots). It and slotsSeen come last so the fields every
@@ -146,6 +149,12 @@ func (e *Endpoint) Active() int { return int(e.active.Load()) }
 
 // Ahead is the uncached prompt tokens queued ahead of a new request here (ttft.go).
 func (e *Endpoint) Ahead() int { return int(e.ahead.Load()) }
+
+// AheadHit is the prompt tokens predicted cached here of the requests Ahead counts (ttft.go:
+// the share of them the engine computes anyway is queued prefill too).
+func (e *Endpoint) AheadHit() HitTokens {
+	return HitTokens{Confirmed: int(e.aheadHit.Load()), Assumed: int(e.aheadAssumed.Load())}
+}
 
 // Pending is the gateway's requests in flight here, routed by the ttft law, that have shown no
 // first token yet (the requests Ahead counts the tokens of).

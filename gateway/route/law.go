@@ -18,9 +18,13 @@ type Scored struct {
 	Capacity int
 	// Ahead and Rates are what the ttft law needs besides (ttft.go): the uncached prompt tokens
 	// of the gateway's requests in flight there that have not shown a first token, and the
-	// endpoint's learned rates (zero: DefaultRates). The other laws leave them unset.
-	Ahead int
-	Rates Rates
+	// endpoint's learned rates (zero: DefaultRates); AheadHit those requests' prompt tokens
+	// predicted cached there, and Assumed how many blocks of Score predict-on-route assumed
+	// (not confirmed by the engine's events). The other laws leave them unset.
+	Ahead    int
+	AheadHit HitTokens
+	Assumed  int
+	Rates    Rates
 	// EngineWaiting is the requests the engine reported waiting beyond the gateway's own
 	// (Endpoint.EngineWaiting), queued ahead like Ahead at the endpoint's typical request size.
 	EngineWaiting int

@@ -29,6 +29,25 @@ func (c *counters) forget(rule string) {
 	c.m.DeleteFunc(func(k labelPair, _ prometheus.Counter) bool { return k.rule == rule })
 }
 
+// gauges caches a gauge vector's children like counters, so setting one per receipt allocates
+// nothing.
+type gauges struct {
+	vec *prometheus.GaugeVec
+	m   cowmap.Map[labelTriple, prometheus.Gauge]
+}
+
+type labelTriple struct{ rule, x, y string }
+
+func (g *gauges) get(rule, x, y string) prometheus.Gauge {
+	return g.m.LoadOrCreate(labelTriple{rule, x, y}, func(k labelTriple) prometheus.Gauge {
+		return g.vec.WithLabelValues(k.rule, k.x, k.y)
+	})
+}
+
+func (g *gauges) forget(rule string) {
+	g.m.DeleteFunc(func(k labelTriple, _ prometheus.Gauge) bool { return k.rule == rule })
+}
+
 // Metrics are the routing counters, labelled by rule (and endpoint or reason).
 type Metrics struct {
 	decisions *prometheus.CounterVec   // rule, tier
@@ -41,6 +60,7 @@ type Metrics struct {
 	ttftErr   *prometheus.HistogramVec // rule, endpoint
 
 	decisionsC, missesC, hitsC counters
+	evicted                    gauges // rule, endpoint, evidence
 }
 
 // NewMetrics registers the routing metrics on reg.
@@ -58,7 +78,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ttftErr = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvexact_ttft_prediction_error_ratio",
 		Help:    "The ttft law's predicted time to first token minus the realized one, over the realized one, per serving endpoint (0: exact; -0.5: the prediction was half the realized).",
 		Buckets: []float64{-0.9, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2}}, []string{"rule", "endpoint"})
-	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits, m.ttftErr)
+	m.evicted.vec = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvexact_ttft_evicted_hit_ratio",
+		Help: "The ttft law's learned share of the prompt tokens predicted cached on an endpoint's GPU that the engine computed anyway (its cached_tokens fell short: the hit was evicted before the request ran), per serving endpoint and evidence (engine_confirmed: blocks the engine's events published; predicted: blocks predict-on-route assumed past them); the law prices that share of every predicted hit as prefill."}, []string{"rule", "endpoint", "evidence"})
+	reg.MustRegister(m.decisions, m.misses, m.hits, m.hitsBy, m.spills, m.seeds, m.zeroHits, m.ttftErr, m.evicted.vec)
 	m.decisionsC.vec, m.missesC.vec, m.hitsC.vec = m.decisions, m.misses, m.hits
 	return m
 }
@@ -91,6 +113,11 @@ func (m *Metrics) ttftError(rule, endpoint string, realized, predicted time.Dura
 	}
 }
 
+func (m *Metrics) evictedHit(rule, endpoint string, confirmed, assumed float64) {
+	m.evicted.get(rule, endpoint, "engine_confirmed").Set(confirmed)
+	m.evicted.get(rule, endpoint, "predicted").Set(assumed)
+}
+
 func (m *Metrics) zeroHit(rule string) { m.zeroHits.WithLabelValues(rule).Inc() }
 
 // Forget deletes a rule's series (a deleted rule leaves no ghost series).
@@ -102,4 +129,6 @@ func (m *Metrics) Forget(rule string) {
 		v.DeletePartialMatch(prometheus.Labels{"rule": rule})
 	}
 	m.ttftErr.DeletePartialMatch(prometheus.Labels{"rule": rule})
+	m.evicted.forget(rule)
+	m.evicted.vec.DeletePartialMatch(prometheus.Labels{"rule": rule})
 }

@@ -211,25 +211,33 @@ func (rt *Router) miss(d *Decision, m Miss, reason string) {
 
 // queuePrefill adds the decision's uncached prompt tokens (the blocks past the target's cached
 // prefix and the prompt's partial last block) to its target's queued prefill (the
-// ttft law's "ahead", until the receipt or the release) and keeps what the prediction stood on.
+// ttft law's "ahead", until the receipt or the release), its predicted GPU hit to the target's
+// queued hits, and keeps what the prediction stood on. The queued work a receipt learns the
+// queue share against is the prediction's: its evicted share of the hits queued ahead included.
 func (rt *Router) queuePrefill(d *Decision) {
-	cached := 0
+	cached, gpu, assumed := 0, 0, 0
 	bs := max(rt.rule.BlockSize, 1)
 	for _, ev := range d.Endpoints {
 		if ev.Name == d.Target.Name {
-			cached = ev.Prefix + ev.lower.Blocks()
+			cached, gpu, assumed = ev.Prefix+ev.lower.Blocks(), ev.Prefix, ev.Predicted
 			for i, n := range ev.lower {
 				d.lowerAt[i] = n * bs
 			}
 			if ev.TTFT != nil {
-				d.ttftPredicted, d.aheadAt, d.slotWaitAt = ev.TTFT.total, ev.TTFT.EngineWaitingTokens, ev.TTFT.slot
+				d.ttftPredicted, d.slotWaitAt = ev.TTFT.total, ev.TTFT.slot
+				d.aheadAt = ev.TTFT.EngineWaitingTokens + ev.TTFT.AheadEvictedTokens
 			}
 		}
 	}
 	d.own = max(d.Blocks-cached, 0)*bs + max(d.tokens-d.Blocks*bs, 0)
+	gpu = min(gpu, d.Blocks)
+	assumed = min(assumed, gpu)
+	d.hitAt = HitTokens{Confirmed: (gpu - assumed) * bs, Assumed: assumed * bs}
 	d.aheadAt += d.Target.Ahead()
 	d.loadAt = d.Target.Load()
 	d.queued = true
 	d.Target.ahead.Add(int64(d.own))
+	d.Target.aheadHit.Add(int64(d.hitAt.Confirmed))
+	d.Target.aheadAssumed.Add(int64(d.hitAt.Assumed))
 	d.Target.pending.Add(1)
 }

@@ -108,7 +108,8 @@ func (rt *Router) score(keys []uint64, role Role, retry, absent, uncert inventor
 			c := Scored{Index: e.Index, Score: score, Load: e.Load(), Capacity: max(e.Capacity, 1) * max(e.Weight, 1),
 				Lower: ev.lower, LowerCredit: credit}
 			if rt.law.Kind == LawTTFT {
-				c.Ahead, c.Rates, c.EngineWaiting, c.Slots = e.Ahead(), rates, e.EngineWaiting(), e.Slots()
+				c.Ahead, c.AheadHit, c.Assumed, c.Rates = e.Ahead(), e.AheadHit(), predicted, rates
+				c.EngineWaiting, c.Slots = e.EngineWaiting(), e.Slots()
 			}
 			out.cands = append(out.cands, c)
 			out.eps = append(out.eps, e)

@@ -9,7 +9,8 @@ import (
 
 // The ttft law (LawTTFT) predicts each candidate's time to first token and picks the lowest:
 //
-//	TTFT_i = gateway_i + fixed_i + uncached_i · prefill_i + queue_i · (ahead_i · prefill_i + load_i · interference_i) + slot_i
+//	TTFT_i = gateway_i + fixed_i + (uncached_i + evicted_i(hit_i)) · prefill_i
+//	       + queue_i · ((ahead_i + evicted_i(aheadHit_i)) · prefill_i + load_i · interference_i) + slot_i
 //
 // gateway_i is the gateway's own time from a request's arrival to its upstream send (reading the
 // body, tokenizing, hashing, routing): the client's time to first token holds it, the receipts'
@@ -35,6 +36,14 @@ import (
 // learned interference is biased there, and a share near 0 hides it. prefill_i, interference_i
 // and queue_i are the endpoint's own rates (Rates), learned from its receipts (Decision.Receipt);
 // a fixed cost or prefill rate its receipts do not measure yet is its rule's endpoints' (familyRates).
+// evicted_i(h) is the part of a predicted GPU hit h the engine is expected to compute anyway: a
+// hit the engine evicted before the request ran is prefilled like any uncached token. A hit has
+// two parts, the blocks the engine's events confirmed and those predict-on-route assumed past
+// them, which are lost far more often (the engine evicted them, or never kept them, before their
+// events could say so), so each part has its own share (Rates.Evicted, Rates.EvictedAssumed),
+// learned from each receipt's cached_tokens against its predicted hit. hit_i is the request's
+// predicted hit there, aheadHit_i those of the requests queued ahead (Endpoint.AheadHit): under
+// KV pressure their evictions are queued prefill too.
 // slot_i is the wait for a running slot (slotWait): an engine runs at most slots_i requests at
 // once (Endpoint.Slots), and with load_i at or past it a new request starts only when running
 // ones finish — a wait that grows by a whole request's service time every slots_i requests in
@@ -63,6 +72,11 @@ type Rates struct {
 	// Gateway is the gateway's own time from a request's arrival to its upstream send, which the
 	// client's time to first token holds and the receipts' does not.
 	Gateway time.Duration `json:"gateway,omitempty"`
+	// Evicted is the share of a request's predicted GPU hit tokens that the engine's events
+	// confirmed and that it computed anyway, EvictedAssumed that of the tokens predict-on-route
+	// assumed cached past them (0: every predicted hit is served from cache).
+	Evicted        float64 `json:"evictedHit"`
+	EvictedAssumed float64 `json:"evictedAssumedHit"`
 }
 
 // DefaultRates start an endpoint's estimator before any receipt from its model arrived: no fixed
@@ -80,6 +94,11 @@ type TTFTParts struct {
 	// AheadTokens are the uncached prompt tokens queued ahead there, OwnTokens the request's own.
 	AheadTokens int `json:"aheadTokens"`
 	OwnTokens   int `json:"ownTokens"`
+	// EvictedTokens and AheadEvictedTokens are the predicted hit tokens of the request and of
+	// those queued ahead that the endpoint is expected to compute anyway (Rates.Evicted and
+	// Rates.EvictedAssumed), priced in OwnMS and AheadMS.
+	EvictedTokens      int `json:"evictedTokens,omitempty"`
+	AheadEvictedTokens int `json:"aheadEvictedTokens,omitempty"`
 	// LowerTokens are the request's tokens the endpoint loads from lower tiers instead.
 	LowerTokens int `json:"lowerTokens,omitempty"`
 	// EngineWaiting is the requests the engine reported waiting beyond the gateway's own,
@@ -110,23 +129,27 @@ type TTFTParts struct {
 // tokens and a partial last block of the rest (promptTokens below queryBlocks·bs: none). The
 // partial block is never cached, so the engine computes its tokens wherever the request goes
 // (vLLM computes every uncached prompt token: tokens cost, not blocks). The blocks lower tiers
-// serve are neither prefilled nor free: each costs its tier's transfer.
+// serve are neither prefilled nor free: each costs its tier's transfer. The GPU hits, the
+// request's and those queued ahead, cost the share of their tokens the endpoint's receipts say
+// it computed anyway (Rates.Evicted).
 func predictTTFT(c Scored, queryBlocks, promptTokens, bs int) TTFTParts {
 	bs = max(bs, 1)
-	gpu := c.Score - c.LowerCredit
+	gpu := min(max(c.Score-c.LowerCredit, 0), queryBlocks)
+	assumed := min(c.Assumed, gpu)
 	own := max(queryBlocks-gpu-c.Lower.Blocks(), 0)*bs + max(promptTokens-queryBlocks*bs, 0)
 	r := c.Rates
 	if r == (Rates{}) {
 		r = DefaultRates
 	}
 	p := TTFTParts{AheadTokens: c.Ahead, OwnTokens: own, LowerTokens: c.Lower.Blocks() * bs, Rates: r,
-		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens, Slots: c.Slots}
+		EngineWaiting: c.EngineWaiting, EngineWaitingTokens: c.EngineWaiting * r.RequestTokens, Slots: c.Slots,
+		EvictedTokens: r.evictedOf(HitTokens{Confirmed: (gpu - assumed) * bs, Assumed: assumed * bs}), AheadEvictedTokens: r.evictedOf(c.AheadHit)}
 	var transfer time.Duration
 	for i, n := range c.Lower {
 		transfer += time.Duration(n*bs) * r.Transfer.of(i)
 	}
-	ahead := time.Duration(c.Ahead+p.EngineWaitingTokens) * r.Prefill
-	self, inter := time.Duration(own)*r.Prefill, time.Duration(c.Load)*r.Interference
+	ahead := time.Duration(c.Ahead+p.EngineWaitingTokens+p.AheadEvictedTokens) * r.Prefill
+	self, inter := time.Duration(own+p.EvictedTokens)*r.Prefill, time.Duration(c.Load)*r.Interference
 	ahead, inter = time.Duration(float64(ahead)*r.Queue), time.Duration(float64(inter)*r.Queue)
 	p.slot = slotWait(c.Load, c.Slots, r)
 	p.total = r.Gateway + r.Fixed + ahead + self + transfer + inter + p.slot
@@ -150,6 +173,15 @@ func slotWait(load, slots int, r Rates) time.Duration {
 	t := r.Fixed + time.Duration(r.RequestTokens)*r.Prefill + r.Decode
 	w := load - slots
 	return time.Duration(w/slots)*t + time.Duration(w%slots+1)*t/time.Duration(slots+1)
+}
+
+// HitTokens are predicted GPU hit tokens: those the engine's events confirmed, and those
+// predict-on-route assumed past them.
+type HitTokens struct{ Confirmed, Assumed int }
+
+// evictedOf is how many of h's tokens the engine is expected to compute anyway, to the nearest.
+func (r Rates) evictedOf(h HitTokens) int {
+	return int(float64(h.Confirmed)*r.Evicted + float64(h.Assumed)*r.EvictedAssumed + 0.5)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -183,13 +215,18 @@ type estimator struct {
 	queue        window
 	decode       window
 	gateway      window
-	transfer     [nLower]window
-	seed         Rates
-	cur          atomic.Pointer[Rates]
-	// ownFixed and ownPrefill say the fixed cost and the prefill rate are measured from this
-	// endpoint's own receipts, not taken from its seed or its family (familyRates).
-	ownFixed, ownPrefill atomic.Bool
-	// scratch holds fit's residuals and the line's slopes between every two samples.
+	// evicted and evictedAssumed hold each receipt's share of its confirmed and of its assumed
+	// hit tokens the engine computed anyway.
+	evicted, evictedAssumed window
+	transfer                [nLower]window
+	seed                    Rates
+	cur                     atomic.Pointer[Rates]
+	// ownFixed, ownPrefill, ownEvicted and ownAssumed say the fixed cost, the prefill rate and
+	// the two evicted shares are measured from this endpoint's own receipts, not taken from its
+	// seed or its family (familyRates).
+	ownFixed, ownPrefill, ownEvicted, ownAssumed atomic.Bool
+	// scratch holds fit's residuals and the line's slopes between every two samples, and the
+	// windows' sorted copies (median).
 	scratch [rateWindow + rateWindow*(rateWindow-1)/2]float64
 }
 
@@ -206,16 +243,25 @@ func (w *window) add(x float64) {
 	w.n = min(w.n+1, rateWindow)
 }
 
-func (w *window) median() (float64, bool) {
+// median sorts a copy of the samples in buf (at least rateWindow long), so a receipt allocates
+// nothing.
+func (w *window) median(buf []float64) (float64, bool) {
 	if w.n == 0 {
 		return 0, false
 	}
-	s := slices.Clone(w.v[:w.n])
-	slices.Sort(s)
-	if w.n%2 == 1 {
-		return s[w.n/2], true
+	return medianOf(append(buf[:0], w.v[:w.n]...)), true
+}
+
+// mean is the samples' mean.
+func (w *window) mean() (float64, bool) {
+	if w.n == 0 {
+		return 0, false
 	}
-	return (s[w.n/2-1] + s[w.n/2]) / 2, true
+	var t float64
+	for _, x := range w.v[:w.n] {
+		t += x
+	}
+	return t / float64(w.n), true
 }
 
 // samples is a ring of the last rateWindow receipts the fixed cost, the interference and the
@@ -369,7 +415,8 @@ func (e *estimator) Rates() Rates { return *e.cur.Load() }
 // count them in cached_tokens); Decode is its time from the first token to the answer's end (0:
 // not measured), SlotWait the wait for a running slot it was predicted (not part of the queue);
 // Gateway the request's time in the gateway from its arrival to its upstream send (0: not
-// measured), which TTFT (timed from the send) does not hold.
+// measured), which TTFT (timed from the send) does not hold; Hit the prompt tokens the
+// prediction expected the engine's GPU cache to serve, Cached the engine's cached_tokens.
 type Receipt struct {
 	TTFT     time.Duration
 	Computed int
@@ -379,6 +426,9 @@ type Receipt struct {
 	Decode   time.Duration
 	SlotWait time.Duration
 	Gateway  time.Duration
+
+	Hit    HitTokens
+	Cached int
 }
 
 // minPrefillSample is the fewest computed tokens a receipt needs to measure the prefill rate: below
@@ -396,7 +446,14 @@ const minPrefillSample = 256
 // cannot tell it from the fixed cost); with prefill queued ahead, the share of the queued work it
 // waited for. Every receipt's computed tokens feed RequestTokens, its decode time Decode, its time in the
 // gateway Gateway; a receipt routed at the slot limit has its predicted slot wait removed first,
-// so the queue share learns only the rest.
+// so the queue share learns only the rest. A receipt with a predicted GPU hit and nothing
+// loaded from lower tiers (whose tokens engines also count as cached) measures the evicted
+// shares: the hit's tokens the engine did not serve (cached_tokens short of it) are the assumed
+// ones first — they lie past the confirmed ones, and the engine's cache is a prefix — then the
+// confirmed ones; each part's lost share, in [0, 1], is a sample of its rate, the mean over the
+// window (the mean, not the median: a hit mostly survives whole or goes whole, and the law
+// needs the expected work; the clamp bounds what one receipt can move a full window's mean by
+// to 1/rateWindow).
 func (e *estimator) observe(r Receipt) { e.observeIn(r, familyRates{}) }
 
 // familyRates are the fixed cost and the prefill rate that the other endpoints of one rule (one
@@ -407,8 +464,9 @@ func (e *estimator) observe(r Receipt) { e.observeIn(r, familyRates{}) }
 // queued ahead, few computed tokens) or the prefill rate (none in flight, many computed tokens),
 // while its siblings have some; a seed (no fixed cost, 200 µs a token) is a guess.
 type familyRates struct {
-	fixed, prefill       time.Duration
-	hasFixed, hasPrefill bool
+	fixed, prefill                               time.Duration
+	evicted, assumed                             float64
+	hasFixed, hasPrefill, hasEvicted, hasAssumed bool
 }
 
 // observeIn is observe, fam standing in for the rates e's own receipts do not measure yet.
@@ -428,6 +486,15 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 		}
 	}
 	e.requestTok.add(float64(r.Computed))
+	if h := r.Hit; h.Confirmed >= 0 && h.Assumed >= 0 && h.Confirmed+h.Assumed > 0 && lower == 0 {
+		lost := h.Confirmed + h.Assumed - min(max(r.Cached, 0), h.Confirmed+h.Assumed)
+		if h.Assumed > 0 {
+			e.evictedAssumed.add(float64(min(lost, h.Assumed)) / float64(h.Assumed))
+		}
+		if h.Confirmed > 0 {
+			e.evicted.add(float64(max(lost-h.Assumed, 0)) / float64(h.Confirmed))
+		}
+	}
 	if r.Decode > 0 {
 		e.decode.add(float64(r.Decode))
 	}
@@ -466,37 +533,54 @@ func (e *estimator) observeIn(r Receipt, fam familyRates) {
 	if fam.hasPrefill && e.prefill.n == 0 {
 		next.Prefill = fam.prefill
 	}
-	if m, ok := e.requestTok.median(); ok {
+	if fam.hasEvicted && e.evicted.n == 0 {
+		next.Evicted = fam.evicted
+	}
+	if fam.hasAssumed && e.evictedAssumed.n == 0 {
+		next.EvictedAssumed = fam.assumed
+	}
+	buf := e.scratch[:]
+	if m, ok := e.requestTok.median(buf); ok {
 		next.RequestTokens = int(m)
 	}
-	if m, ok := e.interference.median(); ok {
+	if m, ok := e.interference.median(buf); ok {
 		next.Interference = time.Duration(m)
 	}
-	if m, ok := e.queue.median(); ok {
+	if m, ok := e.queue.median(buf); ok {
 		next.Queue = m
 	}
-	if m, ok := e.decode.median(); ok {
+	if m, ok := e.decode.median(buf); ok {
 		next.Decode = time.Duration(m)
 	}
-	if m, ok := e.gateway.median(); ok {
+	if m, ok := e.gateway.median(buf); ok {
 		next.Gateway = time.Duration(m)
+	}
+	if m, ok := e.evicted.mean(); ok {
+		next.Evicted = m
+	}
+	if m, ok := e.evictedAssumed.mean(); ok {
+		next.EvictedAssumed = m
 	}
 	e.fit(&next)
 	for i := range e.transfer {
-		if m, ok := e.transfer[i].median(); ok {
+		if m, ok := e.transfer[i].median(buf); ok {
 			next.Transfer.set(i, time.Duration(m))
 		}
 	}
 	e.ownFixed.Store(e.fixed.n > 0)
 	e.ownPrefill.Store(e.prefill.n > 0)
+	e.ownEvicted.Store(e.evicted.n > 0)
+	e.ownAssumed.Store(e.evictedAssumed.n > 0)
 	e.cur.Store(&next)
 }
 
-// familyRates is the median fixed cost and the median prefill rate over the rule's endpoints that
-// measured them from their own receipts (the median: one endpoint's stalled receipts move it by
-// one rank).
+// familyRates is the median fixed cost, prefill rate and evicted shares over the rule's endpoints
+// that measured them from their own receipts (the median: one endpoint's stalled receipts move
+// it by one rank). It runs at every receipt, so up to familyOnStack endpoints it allocates
+// nothing.
 func (rt *Router) familyRates() familyRates {
-	var f, p []float64
+	var fb, pb, vb, ab [familyOnStack]float64
+	f, p, v, a := fb[:0], pb[:0], vb[:0], ab[:0]
 	for _, e := range rt.eps {
 		est := e.rates.Load()
 		if est == nil {
@@ -509,6 +593,12 @@ func (rt *Router) familyRates() familyRates {
 		if est.ownPrefill.Load() {
 			p = append(p, float64(r.Prefill))
 		}
+		if est.ownEvicted.Load() {
+			v = append(v, r.Evicted)
+		}
+		if est.ownAssumed.Load() {
+			a = append(a, r.EvictedAssumed)
+		}
 	}
 	var fam familyRates
 	if fam.hasFixed = len(f) > 0; fam.hasFixed {
@@ -517,20 +607,29 @@ func (rt *Router) familyRates() familyRates {
 	if fam.hasPrefill = len(p) > 0; fam.hasPrefill {
 		fam.prefill = time.Duration(medianOf(p))
 	}
+	if fam.hasEvicted = len(v) > 0; fam.hasEvicted {
+		fam.evicted = medianOf(v)
+	}
+	if fam.hasAssumed = len(a) > 0; fam.hasAssumed {
+		fam.assumed = medianOf(a)
+	}
 	return fam
 }
+
+// familyOnStack is how many endpoints' rates familyRates gathers without allocating.
+const familyOnStack = 64
 
 // seedRates is the warm start of a new endpoint's estimator: the median of the rates its rule's
 // other endpoints (the same model and engine family) learned, or DefaultRates when none has.
 func (rt *Router) seedRates() Rates {
-	var p, q, f, fx, rq, dc, gw []float64
+	var p, q, f, fx, rq, dc, gw, ev, ea []float64
 	var tr [nLower][]float64
 	for _, e := range rt.eps {
 		if est := e.rates.Load(); est != nil {
 			r := est.Rates()
 			p, q, f = append(p, float64(r.Prefill)), append(q, float64(r.Interference)), append(f, r.Queue)
 			fx, rq, dc = append(fx, float64(r.Fixed)), append(rq, float64(r.RequestTokens)), append(dc, float64(r.Decode))
-			gw = append(gw, float64(r.Gateway))
+			gw, ev, ea = append(gw, float64(r.Gateway)), append(ev, r.Evicted), append(ea, r.EvictedAssumed)
 			for i := range tr {
 				tr[i] = append(tr[i], float64(r.Transfer.of(i)))
 			}
@@ -541,7 +640,7 @@ func (rt *Router) seedRates() Rates {
 	}
 	mid := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
 	out := Rates{Fixed: time.Duration(mid(fx)), Prefill: time.Duration(mid(p)), Interference: time.Duration(mid(q)), Queue: mid(f),
-		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc)), Gateway: time.Duration(mid(gw))}
+		RequestTokens: int(mid(rq)), Decode: time.Duration(mid(dc)), Gateway: time.Duration(mid(gw)), Evicted: mid(ev), EvictedAssumed: mid(ea)}
 	for i := range tr {
 		out.Transfer.set(i, time.Duration(mid(tr[i])))
 	}
@@ -577,7 +676,11 @@ func (d *Decision) Receipt(ttft, decode time.Duration, promptTokens, cachedToken
 		}
 	}
 	est.observeIn(Receipt{TTFT: ttft, Computed: max(promptTokens-cachedTokens, 0), Ahead: d.aheadAt, Load: d.loadAt, Lower: d.lowerAt,
-		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway}, rt.familyRates())
+		Decode: decode, SlotWait: d.slotWaitAt, Gateway: d.gateway, Hit: d.hitAt, Cached: cachedTokens}, rt.familyRates())
+	if rt.cfg.Metrics != nil {
+		r := est.Rates()
+		rt.cfg.Metrics.evictedHit(rt.rule.Name, d.Target.Name, r.Evicted, r.EvictedAssumed)
+	}
 	if d.ttftPredicted > 0 && rt.cfg.Metrics != nil {
 		// The prediction holds the gateway's own time, the receipt's TTFT does not.
 		rt.cfg.Metrics.ttftError(rt.rule.Name, d.Target.Name, ttft+d.gateway, d.ttftPredicted)

@@ -3,11 +3,14 @@ package route
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/kvexact/kvexact/gateway/inventory"
 	"github.com/kvexact/kvexact/gateway/rules"
+	"github.com/kvexact/kvexact/internal/promtest"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // tc is a candidate on a constructed queue state.
@@ -327,7 +330,7 @@ func TestEngineWaitingCountsOthersOnce(t *testing.T) {
 
 func TestWindowMedianKeepsTheLastWindow(t *testing.T) {
 	var w window
-	if _, ok := w.median(); ok {
+	if _, ok := w.median(make([]float64, rateWindow)); ok {
 		t.Fatal("empty window has a median")
 	}
 	for i := 0; i < rateWindow; i++ {
@@ -337,11 +340,11 @@ func TestWindowMedianKeepsTheLastWindow(t *testing.T) {
 	for i := 0; i < rateWindow/2; i++ {
 		w.add(9)
 	}
-	if m, _ := w.median(); m != 5 {
+	if m, _ := w.median(make([]float64, rateWindow)); m != 5 {
 		t.Fatalf("median %v, want 5", m)
 	}
 	w.add(9)
-	if m, _ := w.median(); m != 9 {
+	if m, _ := w.median(make([]float64, rateWindow)); m != 9 {
 		t.Fatalf("median %v, want 9", m)
 	}
 }
@@ -753,5 +756,203 @@ func TestReceiptLearnsFromTheFamily(t *testing.T) {
 	r, ok := f.eps[1].Rates()
 	if !ok || r.Fixed != 3*time.Millisecond || r.Prefill != 150*time.Microsecond {
 		t.Fatalf("b learned %+v, want a's fixed cost 3ms and its own 150µs a token", r)
+	}
+}
+
+// TestEvictedShareConvergesAndIsBounded: each evicted share is the mean over the window of each
+// receipt's lost part of its hit, the assumed tokens (past the confirmed ones) lost first. Of
+// every four receipts predicted to hit 640 confirmed and 320 assumed tokens, one is served all
+// 960, one 800 (assumed half lost), one 320 (assumed all lost, confirmed half) and one none:
+// assumed (0 + 0.5 + 1 + 1) / 4 = 0.625, confirmed (0 + 0 + 0.5 + 1) / 4 = 0.375. A receipt with
+// absurd values (cached far beyond or below the hit, a hit of 10⁹ tokens) moves either by at
+// most one window slot's 1/rateWindow; one without a hit, with a negative one, or with tokens
+// from a lower tier (which engines count as cached too) teaches nothing.
+func TestEvictedShareConvergesAndIsBounded(t *testing.T) {
+	e := newEstimator(DefaultRates)
+	hit := HitTokens{Confirmed: 640, Assumed: 320}
+	cached := [4]int{960, 800, 320, 0}
+	for i := range 200 {
+		e.observe(Receipt{TTFT: 20 * time.Millisecond, Computed: 1024 - cached[i%4], Hit: hit, Cached: cached[i%4], Load: 1})
+	}
+	if r := e.Rates(); math.Abs(r.EvictedAssumed-0.625) > 1e-9 || math.Abs(r.Evicted-0.375) > 1e-9 {
+		t.Fatalf("evicted %v, assumed %v; want 0.375, 0.625", r.Evicted, r.EvictedAssumed)
+	}
+	for _, r := range []Receipt{
+		{TTFT: time.Hour, Computed: 1 << 30, Hit: HitTokens{1e9, 1e9}, Cached: -5e9},
+		{TTFT: time.Nanosecond, Hit: HitTokens{10, 10}, Cached: 1e9},
+		{TTFT: time.Hour, Computed: 1 << 30, Hit: HitTokens{1e9, 0}, Cached: 0},
+	} {
+		before := e.Rates()
+		e.observe(r)
+		after := e.Rates()
+		if math.Abs(after.Evicted-before.Evicted) > 1.0/rateWindow+1e-9 || math.Abs(after.EvictedAssumed-before.EvictedAssumed) > 1.0/rateWindow+1e-9 {
+			t.Fatalf("%+v moved the shares from %v, %v to %v, %v", r, before.Evicted, before.EvictedAssumed, after.Evicted, after.EvictedAssumed)
+		}
+	}
+	before := e.Rates()
+	e.observe(Receipt{TTFT: time.Millisecond, Computed: 1000, Cached: 0})
+	e.observe(Receipt{TTFT: time.Millisecond, Computed: 1000, Hit: HitTokens{-960, 5000}, Cached: 0})
+	e.observe(Receipt{TTFT: time.Millisecond, Computed: 1000, Hit: HitTokens{960, 0}, Cached: 0, Lower: [nLower]int{960}})
+	if r := e.Rates(); r.Evicted != before.Evicted || r.EvictedAssumed != before.EvictedAssumed {
+		t.Fatalf("a receipt without a GPU hit moved the shares: %+v → %+v", before, r)
+	}
+}
+
+// TestTTFTLawDiscountsEvictedHits: the prediction prices the evicted shares of the request's
+// predicted GPU hit, and of the hits queued ahead, as prefill. 64 blocks of 16 (1024 tokens),
+// 100 µs a token; a holds 60 blocks (960 tokens predicted cached, 64 own).
+func TestTTFTLawDiscountsEvictedHits(t *testing.T) {
+	rates := func(confirmed, assumed, queue float64) Rates {
+		return Rates{Prefill: 100 * time.Microsecond, Queue: queue, Evicted: confirmed, EvictedAssumed: assumed}
+	}
+	with := func(c Scored, assumed int, ahead HitTokens) Scored { c.Assumed, c.AheadHit = assumed, ahead; return c }
+	law := Law{Kind: LawTTFT, BlockSize: 16}
+	for _, tc := range []struct {
+		name              string
+		cands             []Scored
+		pos               int
+		want              []float64 // predicted ms, by hand
+		evicted, aheadEvc []int     // EvictedTokens, AheadEvictedTokens
+	}{
+		// Nothing evicted: a computes 64 tokens, 6.4 ms; b, cold, 1024: 102.4 ms.
+		{"no evictions", withIndex(tq(60, 0, 0, rates(0, 0, 1)), tq(0, 0, 0, rates(0, 0, 1))), 0,
+			[]float64{6.4, 102.4}, []int{0, 0}, []int{0, 0}},
+		// A quarter of the confirmed hit evicted: a computes 64 + 240 = 304 tokens, 30.4 ms; b
+		// has no hit to lose.
+		{"a quarter of the hit evicted", withIndex(tq(60, 0, 0, rates(0.25, 1, 1)), tq(0, 0, 0, rates(0.25, 1, 1))), 0,
+			[]float64{30.4, 102.4}, []int{240, 0}, []int{0, 0}},
+		// 20 of a's 60 blocks assumed, all of those lost, a quarter of the 40 confirmed:
+		// 64 + 320 + 160 = 544 tokens, 54.4 ms.
+		{"assumed blocks at their own share", withIndex(with(tq(60, 0, 0, rates(0.25, 1, 1)), 20, HitTokens{}), tq(0, 0, 0, rates(0.25, 1, 1))), 0,
+			[]float64{54.4, 102.4}, []int{480, 0}, []int{0, 0}},
+		// The queue ahead: 100 uncached tokens and 800 confirmed cached, a quarter of them (200)
+		// computed anyway, at a queue share of 0.5: (100 + 200) · 0.1 · 0.5 = 15 ms + 30.4.
+		{"the queued hits are discounted too", withIndex(with(tq(60, 1, 100, rates(0.25, 1, 0.5)), 0, HitTokens{Confirmed: 800}), tq(0, 0, 0, rates(0.25, 1, 0.5))), 0,
+			[]float64{45.4, 102.4}, []int{240, 0}, []int{200, 0}},
+		// All of a's blocks assumed and lost, 500 assumed tokens queued ahead: 1024 + 500 tokens,
+		// 152.4 ms > b's 102.4 → b. Without the shares a took it at 6.4 ms.
+		{"a holder on assumed blocks loses to a cold endpoint", withIndex(with(tq(60, 1, 0, rates(0, 1, 1)), 60, HitTokens{Assumed: 500}), tq(0, 0, 0, rates(0, 1, 1))), 1,
+			[]float64{152.4, 102.4}, []int{960, 0}, []int{500, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := law.PickPrompt(tc.cands, 64, 64*16)
+			if v.Pos != tc.pos {
+				t.Errorf("picked %d, want %d", v.Pos, tc.pos)
+			}
+			for i, p := range v.TTFT {
+				if math.Abs(p.TotalMS-tc.want[i]) > 1e-9 || p.EvictedTokens != tc.evicted[i] || p.AheadEvictedTokens != tc.aheadEvc[i] {
+					t.Errorf("candidate %d: %.3f ms, evicted %d, ahead evicted %d; want %.3f, %d, %d",
+						i, p.TotalMS, p.EvictedTokens, p.AheadEvictedTokens, tc.want[i], tc.evicted[i], tc.aheadEvc[i])
+				}
+			}
+		})
+	}
+}
+
+// TestReceiptLearnsTheEvictedShare: a decision queues its predicted GPU hit on its target until
+// its first token, and its receipt's cached_tokens against that hit teach the evicted share,
+// which the metric shows; a sibling with no receipt of its own borrows it from the family.
+func TestReceiptLearnsTheEvictedShare(t *testing.T) {
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64 * 16}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(0)
+	})
+	reg := prometheus.NewRegistry()
+	f.rt.cfg.Metrics = NewMetrics(reg)
+	bs := f.rt.rule.BlockSize
+	f.inv.Store(f.eps[0].ID, keys[:60])
+	d, err := f.rt.Route(context.Background(), prompt, inventory.Mask{})
+	if err != nil || d.Target != f.eps[0] {
+		t.Fatalf("route: %v %+v", err, d)
+	}
+	if got := f.eps[0].AheadHit(); got != (HitTokens{Confirmed: 60 * bs}) {
+		t.Fatalf("queued hit %d, want %d", got, 60*bs)
+	}
+	d.FirstToken()
+	if got := f.eps[0].AheadHit(); got != (HitTokens{}) {
+		t.Fatalf("queued hit %d after the first token", got)
+	}
+	// The engine served 15 of the 60 predicted blocks: three quarters computed anyway.
+	d.Receipt(50*time.Millisecond, 0, 64*bs, 15*bs)
+	d.Release()
+	r, _ := f.eps[0].Rates()
+	if r.Evicted != 0.75 {
+		t.Fatalf("a learned evicted %v, want 0.75", r.Evicted)
+	}
+	if got := promtest.Value(t, reg, "kvexact_ttft_evicted_hit_ratio", map[string]string{"rule": "r", "endpoint": "a", "evidence": "engine_confirmed"}); got != 0.75 {
+		t.Fatalf("metric %v", got)
+	}
+	b := newEstimator(DefaultRates)
+	f.eps[1].rates.Store(b)
+	b.observeIn(Receipt{TTFT: 10 * time.Millisecond, Computed: 10, Load: 1}, f.rt.familyRates())
+	if got := b.Rates().Evicted; got != 0.75 || b.ownEvicted.Load() {
+		t.Fatalf("b's evicted %v (own %v), want the family's 0.75", got, b.ownEvicted.Load())
+	}
+}
+
+// TestReceiptLearnsTheAssumedShare: blocks predict-on-route assumed past the confirmed ones are
+// a hit part of their own. a confirmed 40 of the prompt's blocks; a first request routed there
+// lets predict-on-route assume the other 24, so a second one predicts 40 confirmed and 24
+// assumed; the engine serves the 40: the assumed share is 1, the confirmed 0.
+func TestReceiptLearnsTheAssumedShare(t *testing.T) {
+	keys := keysN(64)
+	f := newFixture(t, []Role{RoleNormal, RoleNormal}, 3, tokenKeyer{keys: keys, tokens: 64 * 16}, func(r *rules.Rule) {
+		r.LoadLaw.Kind = "ttft"
+		r.PredictOnRoute = ttl(time.Minute)
+	})
+	bs := f.rt.rule.BlockSize
+	f.inv.Store(f.eps[0].ID, keys[:40])
+	ctx := context.Background()
+	first, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil || first.Target != f.eps[0] {
+		t.Fatalf("first: %v %+v", err, first)
+	}
+	first.Release()
+	d, err := f.rt.Route(ctx, prompt, inventory.Mask{})
+	if err != nil || d.Target != f.eps[0] {
+		t.Fatalf("second: %v %+v", err, d)
+	}
+	if got, want := f.eps[0].AheadHit(), (HitTokens{Confirmed: 40 * bs, Assumed: 24 * bs}); got != want {
+		t.Fatalf("queued hit %+v, want %+v", got, want)
+	}
+	d.Receipt(20*time.Millisecond, 0, 64*bs, 40*bs)
+	if got := f.eps[0].AheadHit(); got != (HitTokens{}) {
+		t.Fatalf("queued hit %+v after the receipt", got)
+	}
+	d.Release()
+	if r, _ := f.eps[0].Rates(); r.EvictedAssumed != 1 || r.Evicted != 0 {
+		t.Fatalf("learned confirmed %v, assumed %v; want 0 and 1", r.Evicted, r.EvictedAssumed)
+	}
+	// The next prediction on a prices the 24 assumed blocks as prefill.
+	next, err := f.rt.Explain(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := next.Endpoints[0].TTFT; p == nil || p.EvictedTokens != 24*bs {
+		t.Fatalf("a's prediction %+v, want %d evicted tokens", p, 24*bs)
+	}
+}
+
+// TestReceiptAllocations: a receipt allocates only the estimate it publishes (the Rates its
+// readers load without a lock); the family's rates and the windows' medians allocate nothing.
+func TestReceiptAllocations(t *testing.T) {
+	// 16 endpoints: a few would fit the compiler's stack buffer for a small append.
+	f := newFixture(t, slices.Repeat([]Role{RoleNormal}, 16), 3, nil, func(r *rules.Rule) { r.LoadLaw.Kind = "ttft" })
+	for _, ep := range f.eps {
+		e := newEstimator(DefaultRates)
+		ep.rates.Store(e)
+		for i := range 80 {
+			e.observe(Receipt{TTFT: time.Duration(5+i%7) * time.Millisecond, Computed: 300 + i, Load: i % 3, Ahead: 100 * (i % 2),
+				Decode: time.Millisecond, Gateway: time.Millisecond, Hit: HitTokens{400, 100}, Cached: 400})
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { f.rt.familyRates() }); n != 0 {
+		t.Errorf("familyRates: %v allocations", n)
+	}
+	e := f.eps[0].rates.Load()
+	r := Receipt{TTFT: 9 * time.Millisecond, Computed: 320, Load: 2, Ahead: 100, Decode: time.Millisecond, Gateway: time.Millisecond, Hit: HitTokens{400, 100}, Cached: 250}
+	if n := testing.AllocsPerRun(100, func() { e.observeIn(r, f.rt.familyRates()) }); n > 1 {
+		t.Errorf("a receipt: %v allocations, want the published estimate's 1", n)
 	}
 }
