@@ -54,8 +54,8 @@ func TestPlaceTable(t *testing.T) {
 
 // TestMissPlacementHeadroom: a prompt nobody holds goes, under headroom placement, to the equally
 // loaded endpoint whose cache is emptiest (resident blocks plus predicted ones), with the miss
-// still recorded and the fill in the evidence; under selector placement the least-load selector's
-// round robin takes the first tied endpoint, the full one.
+// still recorded and the fill in the evidence; under selector placement the least-load selector
+// breaks the load tie by the blocks each endpoint's GPU tier holds: the same emptiest one.
 func TestMissPlacementHeadroom(t *testing.T) {
 	keys := keysN(19)
 	for _, placement := range []string{"headroom", "selector"} {
@@ -84,7 +84,7 @@ func TestMissPlacementHeadroom(t *testing.T) {
 				t.Fatalf("miss = %q, want no_worker", d.Miss)
 			}
 			if placement == "selector" {
-				if d.Tier != "selector:least-load" || d.Target.Name != "a" {
+				if d.Tier != "selector:least-load" || d.Target.Name != "c" {
 					t.Fatalf("selector placement: tier %s target %s", d.Tier, d.Target.Name)
 				}
 				return
