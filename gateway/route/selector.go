@@ -90,7 +90,7 @@ func (s *weightedRR) Pick(_ *Request, cands []*Endpoint) *Endpoint {
 }
 
 // leastLoad picks the lowest active + queued; among ties the fewest blocks held when room is set
-// (a KV-exact rule's inventory: Router.New), then round robin.
+// (a KV-exact rule's inventory under missPlacement fewest-blocks: Router.New), then round robin.
 type leastLoad struct {
 	tie  atomic.Uint64
 	room func(*Endpoint) int
