@@ -3,7 +3,8 @@
 # on real vLLM"): three engines of the pinned CPU build (cmd/vllmpool; tiny llama3, dummy weights,
 # PYTHONHASHSEED=0, 96 KV blocks each, so the six shared prefixes do not all fit on one engine),
 # certified by ctk, one gateway listener per policy (round robin, least load, KV-exact with the
-# default hard law, KV-exact with the ttft law, KV-exact with loadLaw.missPlacement headroom) and two peer strategies deciding in the client
+# default hard law, KV-exact with the ttft law, KV-exact with loadLaw.missPlacement headroom, KV-exact with
+# loadLaw.missPlacement fewest-blocks) and two peer strategies deciding in the client
 # (kvbench drive --peer), each run on the same seeded shared-prefix workload with the caches reset
 # before it, every policy once a round in an order rotated each round. Prints the machine load
 # before, at each round and after. BENCH_REQUESTS (default 60), BENCH_CONCURRENCY (default 2) and
@@ -34,14 +35,14 @@ for _ in $(seq 1 50); do
   for o in $(seq 0 12); do free_port $((BASE + o)) || { ok=0; break; }; done
   [ "$ok" = 1 ] && break
 done
-RR=$((BASE + 5)) LL=$((BASE + 6)) KV=$((BASE + 7)) ADMIN=$((BASE + 8)) TT=$((BASE + 9)) HR=$((BASE + 10))
+RR=$((BASE + 5)) LL=$((BASE + 6)) KV=$((BASE + 7)) ADMIN=$((BASE + 8)) TT=$((BASE + 9)) HR=$((BASE + 10)) FB=$((BASE + 11))
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 "$BIN/vllmpool" up -dir "$WORK/pool" -n 3 -seeds 0 -kv-blocks 96 -binding engine -port "$BASE" -timeout "${BENCH_ENGINE_TIMEOUT:-15m}"
 "$BIN/ctk" certify --pool "$WORK/pool/pool.yaml" --out "$WORK/cert" >"$WORK/certify.out" 2>&1 || {
   echo "bench-vllm: the pool is not certified" >&2; cat "$WORK/certify.out" >&2; exit 1; }
-python3 - "$WORK/pool/engines.json" "$WORK/gateway.yaml" "$MODEL" "$RR" "$LL" "$KV" "$ADMIN" "$WORK/pool" "$TT" "$HR" <<'EOF'
+python3 - "$WORK/pool/engines.json" "$WORK/gateway.yaml" "$MODEL" "$RR" "$LL" "$KV" "$ADMIN" "$WORK/pool" "$TT" "$HR" "$FB" <<'EOF'
 import json, sys
-engines, out, model, rr, ll, kv, admin, root, tt, hr = sys.argv[1:]
+engines, out, model, rr, ll, kv, admin, root, tt, hr, fb = sys.argv[1:]
 es = json.load(open(engines))
 def eps(events):
     lines = []
@@ -92,6 +93,15 @@ rules:
     loadLaw: {{missPlacement: headroom}}
     endpoints:
 {eps(True)}
+  - name: kv-exact-fewest-blocks
+    listener: 127.0.0.1:{fb}
+{common}    kvExactMode: 3
+    seed: "0"
+    binding: engine
+    selector: least-load
+    loadLaw: {{missPlacement: fewest-blocks}}
+    endpoints:
+{eps(True)}
 ''')
 EOF
 "$BIN/gateway" --config "$WORK/gateway.yaml" --certificate "$WORK/cert/certificate.json" \
@@ -108,6 +118,7 @@ rc=0
   --rounds "${BENCH_ROUNDS:-3}" --record "$WORK/requests.jsonl" \
   --run "round-robin=http://127.0.0.1:$RR" --run "least-load=http://127.0.0.1:$LL" --run "kv-exact=http://127.0.0.1:$KV" \
   --run "kv-exact-ttft=http://127.0.0.1:$TT" --run "kv-exact-headroom=http://127.0.0.1:$HR" \
+  --run "kv-exact-fewest-blocks=http://127.0.0.1:$FB" \
   --peer "dynamo-approx=dynamo-approx" --peer "sglang-tree=sglang-tree" \
   --block-size 32 --capacity-blocks 96 --max-num-seqs 16 "${args[@]}" || rc=$?
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -134,7 +134,7 @@ func Run(ctx context.Context, env *Env, plan Plan, progress func(*Report, *Cell)
 				record(failedCell(pc.CellID, 0, fmt.Errorf("build workload: %w", err)))
 				continue
 			}
-			capRate = env.Pool.Capacity(probe.MeanPromptTokens, plan.Shape.MaxTokens)
+			capRate = env.Pool.ShapeFor(pc.Workload).Capacity(probe.MeanPromptTokens, plan.Shape.MaxTokens)
 			rep.Capacity[pc.Workload] = capRate
 		}
 		key := fmt.Sprintf("%s/%g", pc.Workload, pc.Load)

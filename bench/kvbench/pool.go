@@ -60,11 +60,14 @@ type PoolShape struct {
 // engine that sees every prompt keeps about a third of them.
 func (s PoolShape) OffloadBlocksFor() int { return 2 * s.CapacityBlocks }
 
-// ShapeFor is the pool a workload's cells run on: the offload workload's has the host tier.
+// ShapeFor is the pool a workload's cells run on: the offload workload's has the host tier, the
+// small-pool workload's is 3 engines of 96 blocks (the real-vLLM benchmark's, whatever --endpoints).
 func (s PoolShape) ShapeFor(workload string) PoolShape {
 	switch workload {
 	case WorkloadOffload:
 		s.OffloadBlocks = s.OffloadBlocksFor()
+	case WorkloadSmallPool:
+		s.Endpoints, s.CapacityBlocks = 3, 96
 	case WorkloadLoRATenants:
 		s.Adapters = nil
 		for i := range DefaultShape().Adapters {

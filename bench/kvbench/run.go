@@ -127,11 +127,11 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 	case pol.Oracle && pol.TTFT:
 		ch = newTTFTOracle(pool.Sims, w.MaxTokens)
 	case pol.Oracle:
-		o := newOracle(pool.Sims, pool.Law, env.Pool.CapacityBlocks)
+		o := newOracle(pool.Sims, pool.Law, shape.CapacityBlocks)
 		o.cacheFirst = pol.CacheFirst
 		ch = o
 	case pol.Peer != "":
-		if ch = newChooser(pol.Peer, len(pool.Sims), bs, env.Pool.CapacityBlocks, env.Pool.MaxConcurrency, w.MaxTokens, env.Model, time.Now); ch == nil {
+		if ch = newChooser(pol.Peer, len(pool.Sims), bs, shape.CapacityBlocks, shape.MaxConcurrency, w.MaxTokens, env.Model, time.Now); ch == nil {
 			return nil, fmt.Errorf("policy %s: unknown peer strategy %q", pol.Name, pol.Peer)
 		}
 	}
@@ -267,7 +267,7 @@ func summarize(env *Env, w *Workload, pol Policy, load, rate float64, rs []Resul
 		for _, v := range c.PerEndpoint {
 			mx = max(mx, v)
 		}
-		c.Imbalance = float64(mx) / (float64(n) / float64(env.Pool.Endpoints))
+		c.Imbalance = float64(mx) / (float64(n) / float64(env.Pool.ShapeFor(w.Name).Endpoints))
 	}
 	return c
 }

@@ -43,13 +43,19 @@ const (
 	// cache_salt (uniform), so one prompt has adapters × tenants different block chains and a
 	// router that keys text alone predicts hits the engine cannot give.
 	WorkloadLoRATenants = "lora-tenants"
+	// WorkloadSmallPool is the real-vLLM benchmark's situation (scripts/bench-vllm.sh) on the
+	// simulator: Shape.SmallPoolPrefixes system prompts of about 38 blocks (Zipf), each with a
+	// unique question, on 3 engines of 96 blocks (PoolShape.ShapeFor). The six prefixes fit the
+	// pool two an engine (76 of 96 blocks) but not three (114): where a prefix's first request goes
+	// decides whether the engines evict prefixes still in use.
+	WorkloadSmallPool = "small-pool"
 )
 
 // AdapterName is the served name of the lora-tenants workload's i-th adapter.
 func AdapterName(i int) string { return fmt.Sprintf("adapter-%d", i) }
 
 // Workloads lists them in report order.
-var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst, WorkloadOffload, WorkloadLoRATenants}
+var Workloads = []string{WorkloadSystemPrompt, WorkloadMultiTurn, WorkloadRAG, WorkloadControl, WorkloadChatTrace, WorkloadTenants, WorkloadPressure, WorkloadBurst, WorkloadOffload, WorkloadLoRATenants, WorkloadSmallPool}
 
 // Sharing reports whether a workload has shared prefixes (the control has none).
 func Sharing(name string) bool { return name != WorkloadControl }
@@ -118,6 +124,10 @@ type Shape struct {
 	// lora-tenants: LoRAPrompts system prompts (Zipf) through Adapters adapters to LoRATenants
 	// tenants: 4 × 8 × 2 = 64 block chains of ~63 blocks, about twice the 4-engine pool's GPU KV.
 	LoRAPrompts, Adapters, LoRATenants int
+	// small-pool: SmallPoolPrefixes system prompts of SmallPoolPrefixTokens (38 blocks of 16
+	// tokens), Zipf SmallPoolZipfS, as kvbench drive's six 38-block prefixes at Zipf 1.2.
+	SmallPoolPrefixes, SmallPoolPrefixTokens int
+	SmallPoolZipfS                           float64
 }
 
 // DefaultShape keeps prompts near 1k tokens so every workload costs about the same uncached.
@@ -125,7 +135,8 @@ func DefaultShape() Shape {
 	return Shape{SystemPrompts: 48, SystemPromptTokens: 1000, ZipfS: 1.1, UserTokens: 80,
 		Conversations: 24, TurnTokens: 150, ReplyTokens: 60, MaxTurns: 8,
 		Documents: 64, DocumentTokens: 450, DocsPerRequest: 2, ControlTokens: 1000, MaxTokens: 6,
-		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96, OffloadPrefixes: 48, LoRAPrompts: 4, Adapters: 8, LoRATenants: 2}
+		TraceConversations: 24, TraceMeanTurns: 2.0, TracePromptTokens: 69.5, TraceReplyTokens: 214.5, Tenants: 4, PressurePrefixes: 96, OffloadPrefixes: 48, LoRAPrompts: 4, Adapters: 8, LoRATenants: 2,
+		SmallPoolPrefixes: 6, SmallPoolPrefixTokens: 38 * 16, SmallPoolZipfS: 1.2}
 }
 
 // tokensPerWord is measured once per tokenizer on the synthetic vocabulary.
@@ -225,11 +236,15 @@ func BuildWorkload(name string, seed uint64, n int, rate float64, sh Shape, mode
 		for i := 0; i < n; i++ {
 			w.Requests = append(w.Requests, completion(sys[r.IntN(len(sys))]+"\n\nUser: "+text("question", i, sh.UserTokens)+"\nAssistant:"))
 		}
-	case WorkloadSystemPrompt, WorkloadBurst:
-		z := rand.NewZipf(r, sh.ZipfS, 1, uint64(sh.SystemPrompts-1))
-		sys := make([]string, sh.SystemPrompts)
+	case WorkloadSystemPrompt, WorkloadBurst, WorkloadSmallPool:
+		prompts, tokens, zs := sh.SystemPrompts, sh.SystemPromptTokens, sh.ZipfS
+		if name == WorkloadSmallPool {
+			prompts, tokens, zs = sh.SmallPoolPrefixes, sh.SmallPoolPrefixTokens, sh.SmallPoolZipfS
+		}
+		z := rand.NewZipf(r, zs, 1, uint64(max(prompts, 2)-1))
+		sys := make([]string, max(prompts, 2))
 		for i := range sys {
-			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, sh.SystemPromptTokens)
+			sys[i] = fmt.Sprintf("You are assistant %d. ", i) + text("system", i, tokens)
 		}
 		for i := 0; i < n; i++ {
 			s := sys[z.Uint64()]

@@ -15,23 +15,41 @@ func (t minLoadTier) pick(_ context.Context, c *choice) (pick, error) {
 
 // minLoad returns the least-loaded candidate, breaking genuine ties round-robin.
 func minLoad(cands []*Endpoint, tie *atomic.Uint64) *Endpoint {
+	return minLoadRoom(cands, tie, nil)
+}
+
+// minLoadRoom returns the least-loaded candidate. With room (the blocks an endpoint holds) set,
+// equally loaded candidates go to the one holding the fewest blocks, so new prefixes land where
+// they evict least; remaining ties go round-robin. Room never overrides load.
+func minLoadRoom(cands []*Endpoint, tie *atomic.Uint64, room func(*Endpoint) int) *Endpoint {
 	if len(cands) == 0 {
 		return nil
 	}
-	best, n := cands[0].Load(), 0
+	// Each candidate is read once, so both passes below see the same loads and rooms.
+	type rank struct{ load, blocks int }
+	var buf [16]rank
+	rs := buf[:0]
 	for _, c := range cands {
-		switch l := c.Load(); {
-		case l < best:
-			best, n = l, 1
-		case l == best:
+		r := rank{load: c.Load()}
+		if room != nil {
+			r.blocks = room(c)
+		}
+		rs = append(rs, r)
+	}
+	best, n := rs[0], 0
+	for _, r := range rs {
+		switch {
+		case r.load < best.load || r.load == best.load && r.blocks < best.blocks:
+			best, n = r, 1
+		case r == best:
 			n++
 		}
 	}
 	k := int((tie.Add(1) - 1) % uint64(n))
-	for _, c := range cands {
-		if c.Load() == best {
+	for i, r := range rs {
+		if r == best {
 			if k == 0 {
-				return c
+				return cands[i]
 			}
 			k--
 		}

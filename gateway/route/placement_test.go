@@ -55,10 +55,11 @@ func TestPlaceTable(t *testing.T) {
 // TestMissPlacementHeadroom: a prompt nobody holds goes, under headroom placement, to the equally
 // loaded endpoint whose cache is emptiest (resident blocks plus predicted ones), with the miss
 // still recorded and the fill in the evidence; under selector placement the least-load selector's
-// round robin takes the first tied endpoint, the full one.
+// round robin takes the first tied endpoint, the full one; under fewest-blocks the selector breaks
+// the load tie by the blocks each endpoint's GPU tier holds: the emptiest one.
 func TestMissPlacementHeadroom(t *testing.T) {
 	keys := keysN(19)
-	for _, placement := range []string{"headroom", "selector"} {
+	for _, placement := range []string{"headroom", "selector", rules.MissFewestBlocks} {
 		t.Run(placement, func(t *testing.T) {
 			f := newFixture(t, []Role{RoleNormal, RoleNormal, RoleNormal}, 3, fixedKeyer{keys: keys}, func(r *rules.Rule) {
 				r.Selector = "least-load"
@@ -83,9 +84,9 @@ func TestMissPlacementHeadroom(t *testing.T) {
 			if d.Miss != MissNoWorker {
 				t.Fatalf("miss = %q, want no_worker", d.Miss)
 			}
-			if placement == "selector" {
-				if d.Tier != "selector:least-load" || d.Target.Name != "a" {
-					t.Fatalf("selector placement: tier %s target %s", d.Tier, d.Target.Name)
+			if want := map[string]string{"selector": "a", rules.MissFewestBlocks: "c"}[placement]; want != "" {
+				if d.Tier != "selector:least-load" || d.Target.Name != want {
+					t.Fatalf("%s placement: tier %s target %s, want %s", placement, d.Tier, d.Target.Name, want)
 				}
 				return
 			}

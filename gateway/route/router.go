@@ -103,6 +103,13 @@ func New(cfg Config) (*Router, error) {
 			rt.admission = newAdmission(r.Admission.MaxInflightPerEndpoint, r.Admission.Mode == "shed", r.Admission.QueueDepth, time.Duration(r.Admission.MaxPark))
 		}
 	}
+	if ll, ok := sel.(*leastLoad); ok && r.KVExactMode == rules.KVExactPool && cfg.Index != nil && r.LoadLaw.MissPlacement == rules.MissFewestBlocks {
+		// A KV-exact miss falls to the selector: equally loaded engines are told apart by the
+		// blocks their GPU tier holds, so a new prefix does not overflow one engine while another
+		// has room. Opt-in: on the simulator it did not beat the plain round robin
+		// (docs/routing.md, Miss placement).
+		ll.room = func(e *Endpoint) int { return cfg.Index.Resident(e.ID) }
+	}
 	rt.ladder = rt.newLadder(sel)
 	return rt, nil
 }

@@ -89,13 +89,17 @@ func (s *weightedRR) Pick(_ *Request, cands []*Endpoint) *Endpoint {
 	return cands[0]
 }
 
-// leastLoad picks the lowest active + queued, round-robin among ties.
-type leastLoad struct{ tie atomic.Uint64 }
+// leastLoad picks the lowest active + queued; among ties the fewest blocks held when room is set
+// (a KV-exact rule's inventory under missPlacement fewest-blocks: Router.New), then round robin.
+type leastLoad struct {
+	tie  atomic.Uint64
+	room func(*Endpoint) int
+}
 
 func (s *leastLoad) Name() string { return "least-load" }
 
 func (s *leastLoad) Pick(_ *Request, cands []*Endpoint) *Endpoint {
-	return minLoad(cands, &s.tie)
+	return minLoadRoom(cands, &s.tie, s.room)
 }
 
 // chwbl is consistent hashing with bounded loads: a ring of virtual nodes per endpoint (weight ×

@@ -75,3 +75,38 @@ func TestCHWBLAffinityAndBound(t *testing.T) {
 		t.Fatal("affinity not restored")
 	}
 }
+
+// TestLeastLoadRoomTable: the least-load selector with room set picks the least-loaded candidate,
+// among equally loaded ones the one holding the fewest blocks, and round-robins what is still tied.
+// Each case lists the picks of successive calls.
+func TestLeastLoadRoomTable(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		load   []int64
+		blocks []int // nil: no room function (the selector of a rule without KV-exact)
+		want   []string
+	}{
+		{"tied load, fewest blocks wins", []int64{1, 1, 1}, []int{80, 20, 40}, []string{"e1", "e1", "e1"}},
+		{"untied, least load wins whatever it holds", []int64{2, 0, 1}, []int{0, 96, 0}, []string{"e1", "e1"}},
+		{"room only among the least loaded", []int64{0, 0, 1}, []int{60, 50, 0}, []string{"e1", "e1"}},
+		{"all equal: round robin", []int64{0, 0, 0}, []int{30, 30, 30}, []string{"e0", "e1", "e2", "e0"}},
+		{"equal rooms among the tied: round robin over those", []int64{0, 0, 0}, []int{10, 30, 10}, []string{"e0", "e2", "e0"}},
+		{"no room: round robin over the equally loaded", []int64{0, 0, 0}, nil, []string{"e0", "e1", "e2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := eps(len(tc.load))
+			for i, e := range all {
+				e.active.Store(tc.load[i])
+			}
+			s := &leastLoad{}
+			if tc.blocks != nil {
+				s.room = func(e *Endpoint) int { return tc.blocks[e.Index] }
+			}
+			for i, want := range tc.want {
+				if got := s.Pick(&Request{}, all); got.Name != want {
+					t.Fatalf("pick %d = %s, want %s", i, got.Name, want)
+				}
+			}
+		})
+	}
+}

@@ -450,7 +450,9 @@ type LoadLaw struct {
 	// its first minMatchTokens' blocks over the eligible endpoints — unless the home is at or
 	// over the hard law's load cap (⌈(1+epsilon)·(in flight + 1)·capacity share⌉, without the
 	// holder's capFloor), then it places by headroom; "selector" leaves it to the rule's
-	// selector. Default DefaultMissPlacement.
+	// selector; "fewest-blocks" leaves it to the rule's selector too, and a least-load selector
+	// then breaks its load ties by the blocks each endpoint's GPU tier holds (the inventory),
+	// fewest first, before its round robin. Default DefaultMissPlacement.
 	MissPlacement string `yaml:"missPlacement" json:"missPlacement,omitempty"`
 }
 
@@ -583,6 +585,10 @@ const DefaultPredictOnRoute = 2 * time.Second
 // DefaultMissPlacement is loadLaw.missPlacement's default (docs/routing.md, Miss placement).
 const DefaultMissPlacement = "selector"
 
+// MissFewestBlocks is the loadLaw.missPlacement that leaves a miss to the rule's selector and has
+// a least-load selector break its load ties by the blocks each endpoint holds.
+const MissFewestBlocks = "fewest-blocks"
+
 // PredictTTL is the rule's predict-on-route TTL, 0 when off (or before Normalize).
 func (r *Rule) PredictTTL() time.Duration {
 	if r.PredictOnRoute == nil {
@@ -623,7 +629,7 @@ var (
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
 	// MissPlacements are loadLaw.missPlacement's values.
-	MissPlacements = []string{"headroom", "home", "selector"}
+	MissPlacements = []string{"fewest-blocks", "headroom", "home", "selector"}
 	Modes          = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
