@@ -449,8 +449,10 @@ type LoadLaw struct {
 	// "home" sends it to the prompt's home endpoint — the highest rendezvous hash of the key of
 	// its first minMatchTokens' blocks over the eligible endpoints — unless the home is at or
 	// over the hard law's load cap (⌈(1+epsilon)·(in flight + 1)·capacity share⌉, without the
-	// holder's capFloor), then it places by headroom; "selector" leaves it to the rule's
-	// selector. Default DefaultMissPlacement.
+	// holder's capFloor), then it places by headroom; "last" sends it to the endpoint the
+	// prompt (the same key) was last routed to, remembered in a bounded LRU, unless that
+	// endpoint is not eligible or at or over the same cap, then to the rule's selector;
+	// "selector" leaves it to the rule's selector. Default DefaultMissPlacement.
 	MissPlacement string `yaml:"missPlacement" json:"missPlacement,omitempty"`
 }
 
@@ -623,7 +625,7 @@ var (
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
 	// MissPlacements are loadLaw.missPlacement's values.
-	MissPlacements = []string{"headroom", "home", "selector"}
+	MissPlacements = []string{"headroom", "home", "last", "selector"}
 	Modes          = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
