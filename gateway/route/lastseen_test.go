@@ -148,9 +148,12 @@ func TestMissPlacementLast(t *testing.T) {
 	if ex.Target != moved || ex.Tier != TierPlacement {
 		t.Fatalf("explain: tier %s target %s, want placement %s", ex.Tier, ex.Target.Name, moved.Name)
 	}
+	// first over its cap: the Explain goes by the selector elsewhere and must not remember it.
 	f.rt.last.put(k, first.Index)
-	if _, err := f.rt.Explain(ctx, &Request{Model: "m", Prompt: "other", AffinityText: "other"}); err != nil {
-		t.Fatal(err)
+	first.active.Add(2)
+	defer first.active.Add(-2)
+	if ex, err := f.rt.Explain(ctx, prompt); err != nil || ex.Target == first {
+		t.Fatalf("explain over the cap: %v, target %s", err, ex.Target.Name)
 	}
 	if ep, _ := f.rt.last.get(k); ep != first.Index || f.rt.last.len() != 1 {
 		t.Fatalf("explain changed the memory: %d, %d entries", ep, f.rt.last.len())
