@@ -39,10 +39,13 @@ func (t kvExactTier) pick(ctx context.Context, c *choice) (pick, error) {
 		rt.watch(s.confirmed, s.anyResident)
 	}
 	if m, reason := s.miss(rt.minBlocks(d.hit)); m != MissNone {
-		if !rt.law.MissHeadroom {
-			return passed(m, reason), nil
+		var w *Endpoint
+		switch {
+		case rt.law.MissLast:
+			w = rt.placeRemembered(&s, keys[:d.hit])
+		case rt.law.MissHeadroom:
+			w = rt.placeMiss(&s, keys[:d.hit], d)
 		}
-		w := rt.placeMiss(&s, keys[:d.hit], d)
 		if w == nil || (t.amongCands && !contains(c.cands, w)) {
 			return passed(m, reason), nil
 		}

@@ -74,6 +74,9 @@ type Law struct {
 	// MissHome sends a KV-exact miss to the prompt's home endpoint first (loadLaw.missPlacement
 	// "home", placement.go): a prompt evicted everywhere comes back where it lived.
 	MissHome bool
+	// MissLast sends a KV-exact miss to the endpoint its prompt was last routed to
+	// (loadLaw.missPlacement "last", lastseen.go), else leaves it to the rule's selector.
+	MissLast bool
 }
 
 // LawOf is the law a normalized rule's loadLaw configures: the router's, and the benchmark
@@ -92,6 +95,7 @@ func LawOf(l rules.LoadLaw) Law {
 	placed := law.Kind != LawTTFT
 	law.MissHeadroom = placed && (l.MissPlacement == "headroom" || l.MissPlacement == "home")
 	law.MissHome = placed && l.MissPlacement == "home"
+	law.MissLast = placed && l.MissPlacement == "last"
 	return law
 }
 

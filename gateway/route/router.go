@@ -59,6 +59,7 @@ type Router struct {
 	trie      *prefixTrie
 	admission *admission
 	predict   *predictions // nil when the rule's predictOnRoute is 0
+	last      *lastSeen    // where each prompt last went; nil unless missPlacement is "last"
 	pd        bool
 
 	tieDecode  atomic.Uint64
@@ -89,6 +90,9 @@ func New(cfg Config) (*Router, error) {
 	rt.law = LawOf(r.LoadLaw)
 	rt.law.BlockSize = r.BlockSize
 	rt.predict = newPredictions(r.PredictTTL(), cfg.Now)
+	if rt.law.MissLast {
+		rt.last = newLastSeen(lastSeenCap)
+	}
 	for _, e := range cfg.Endpoints {
 		if e.Role == RolePrefill || e.Role == RoleDecode {
 			rt.pd = true
@@ -154,6 +158,7 @@ func (rt *Router) decide(ctx context.Context, req *Request, retry inventory.Mask
 		// Predict-on-route learns from single-pool decisions.
 		rt.predict.routed(d)
 	}
+	rt.remember(d)
 	rt.take(d)
 	return d, nil
 }

@@ -449,10 +449,13 @@ type LoadLaw struct {
 	// "home" sends it to the prompt's home endpoint — the highest rendezvous hash of the key of
 	// its first minMatchTokens' blocks over the eligible endpoints — unless the home is at or
 	// over the hard law's load cap (⌈(1+epsilon)·(in flight + 1)·capacity share⌉, without the
-	// holder's capFloor), then it places by headroom; "selector" leaves it to the rule's
-	// selector; "fewest-blocks" leaves it to the rule's selector too, and a least-load selector
-	// then breaks its load ties by the blocks each endpoint's GPU tier holds (the inventory),
-	// fewest first, before its round robin. Default DefaultMissPlacement.
+	// holder's capFloor), then it places by headroom; "last" sends it to the endpoint the
+	// prompt (the same key) was last routed to, remembered in a bounded LRU, unless that
+	// endpoint is not eligible or at or over the same cap, then to the rule's selector;
+	// "selector" leaves it to the rule's selector; "fewest-blocks" leaves it to the rule's
+	// selector too, and a least-load selector then breaks its load ties by the blocks each
+	// endpoint's GPU tier holds (the inventory), fewest first, before its round robin.
+	// Default DefaultMissPlacement.
 	MissPlacement string `yaml:"missPlacement" json:"missPlacement,omitempty"`
 }
 
@@ -629,7 +632,7 @@ var (
 	Scorings  = []string{"overlap", "prefix"}
 	LoadLaws  = []string{"hard", "soft", "adaptive", "off", "ttft"}
 	// MissPlacements are loadLaw.missPlacement's values.
-	MissPlacements = []string{"fewest-blocks", "headroom", "home", "selector"}
+	MissPlacements = []string{"fewest-blocks", "headroom", "home", "last", "selector"}
 	Modes          = []int{KVExactOff, KVExactPD, KVExactPool}
 )
 
