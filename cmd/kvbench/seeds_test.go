@@ -16,6 +16,7 @@ func TestSeedsTablesInDocs(t *testing.T) {
 		files []string
 	}{
 		{"docs/benchmarks/offload.md", []string{raw + "offload-seed1.json", raw + "offload-seed2.json", raw + "offload-seed3.json"}},
+		{"docs/benchmarks/offload.md", []string{raw + "offload-quiet/results-seed1.json", raw + "offload-quiet/results-seed2.json", raw + "offload-quiet/results-seed3.json"}},
 		{"docs/benchmarks/lora-tenants.md", []string{raw + "lora-tenants/results-seed1.json", raw + "lora-tenants/results-seed2.json", raw + "lora-tenants/results-seed3.json"}},
 	} {
 		md, err := seedsTable(c.files)
