@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -110,6 +111,9 @@ type Cell struct {
 	Invalid  []string `json:"invalid,omitempty"`
 	// Error: the cell did not run to the end (its pool did not start, ...); it has no figures.
 	Error string `json:"error,omitempty"`
+	// Pool is the pool this cell ran on when it is not the report's (PoolShape.ShapeFor: the
+	// offload tier, small-pool's 3 engines of 96 blocks, lora-tenants' adapters).
+	Pool *PoolShape `json:"pool,omitempty"`
 }
 
 // RunCell drives one workload through one policy's pool at the workload's arrival times.
@@ -193,6 +197,9 @@ func RunCell(ctx context.Context, env *Env, w *Workload, pol Policy, load, rate 
 	wall := time.Since(wallStart)
 	after := pool.HitCounters()
 	c := summarize(env, w, pol, load, rate, results, start)
+	if !reflect.DeepEqual(shape, env.Pool) {
+		c.Pool = &shape
+	}
 	c.Wall = wall.Seconds()
 	c.Evidence.HitCounterDelta = map[string]float64{}
 	for ep, v := range after {

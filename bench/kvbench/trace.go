@@ -41,8 +41,13 @@ func writeTrace(dir string, pool *Pool, w *Workload, pol Policy, load float64, r
 		keys[i], _ = pool.Hasher.Keys(w.Requests[i].Tokens, w.Requests[i].extras(), nil)
 	}
 	name := fmt.Sprintf("%s-%g-%s.jsonl", w.Name, load, strings.NewReplacer(" ", "_", "/", "_", "(", "", ")", "").Replace(pol.Name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: KVBENCH_TRACE: %v\n", err)
+		return
+	}
 	f, err := os.Create(filepath.Join(dir, name))
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: KVBENCH_TRACE: %v\n", err)
 		return
 	}
 	defer f.Close()

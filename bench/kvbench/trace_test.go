@@ -14,7 +14,7 @@ import (
 // prefix with an earlier one, that request (earlier, with the most shared blocks) and where it went.
 func TestTraceLines(t *testing.T) {
 	env := sweepEnv(t)
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "traces") // not there yet: the trace makes it
 	t.Setenv("KVBENCH_TRACE", dir)
 	plan := sweepPlan()
 	plan.Policies = []Policy{KVExactDefault()}
@@ -24,6 +24,9 @@ func TestTraceLines(t *testing.T) {
 	}
 	if len(rep.Cells) != 1 || rep.Cells[0].Requests == 0 {
 		t.Fatalf("cells %+v", rep.Cells)
+	}
+	if p := rep.Cells[0].Pool; p != nil {
+		t.Errorf("a system-prompt cell records its pool %+v, the report's own", *p)
 	}
 	name := "system-prompt-0.6-kv-exact_default.jsonl" // the policy's spaces become underscores
 	if got, _ := filepath.Glob(filepath.Join(dir, "*")); len(got) != 1 || filepath.Base(got[0]) != name {
@@ -98,5 +101,25 @@ func TestTraceLines(t *testing.T) {
 	}
 	if decided == 0 {
 		t.Error("no line carries the gateway's tier and decision")
+	}
+}
+
+// A cell whose workload runs on a pool of its own (PoolShape.ShapeFor) records it: a small-pool
+// cell's results name its 3 engines of 96 blocks, not the report's default pool.
+func TestCellRecordsItsPool(t *testing.T) {
+	env := sweepEnv(t)
+	plan := sweepPlan()
+	plan.Workloads, plan.Loads = []string{WorkloadSmallPool}, []float64{0.6}
+	plan.Policies = []Policy{{Name: PolicyLeastLoad, Selector: "least-load"}}
+	plan.LawPolicies, plan.LawWorkloads, plan.LawLoads = nil, nil, nil
+	rep, err := Run(context.Background(), env, plan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 1 || rep.Cells[0].Pool == nil {
+		t.Fatalf("cells %+v: want one, with its pool", rep.Cells)
+	}
+	if p := rep.Cells[0].Pool; p.Endpoints != 3 || p.CapacityBlocks != 96 || rep.Pool.Endpoints != 4 {
+		t.Errorf("the small-pool cell records %d engines of %d blocks (report: %d), want 3 of 96 (report: 4)", p.Endpoints, p.CapacityBlocks, rep.Pool.Endpoints)
 	}
 }
