@@ -20,25 +20,24 @@ func minLoad(cands []*Endpoint, tie *atomic.Uint64) *Endpoint {
 
 // minLoadRoom returns the least-loaded candidate. With room (the blocks an endpoint holds) set,
 // equally loaded candidates go to the one holding the fewest blocks, so new prefixes land where
-// they evict least; remaining ties go round-robin. Room never overrides load.
+// they evict least; remaining ties go round-robin. Room never overrides load. Two passes read each
+// candidate twice rather than keep a buffer, which would allocate past a few candidates; a load
+// that moves between them falls back to the first candidate.
 func minLoadRoom(cands []*Endpoint, tie *atomic.Uint64, room func(*Endpoint) int) *Endpoint {
 	if len(cands) == 0 {
 		return nil
 	}
-	// Each candidate is read once, so both passes below see the same loads and rooms.
 	type rank struct{ load, blocks int }
-	var buf [16]rank
-	rs := buf[:0]
-	for _, c := range cands {
+	rankOf := func(c *Endpoint) rank {
 		r := rank{load: c.Load()}
 		if room != nil {
 			r.blocks = room(c)
 		}
-		rs = append(rs, r)
+		return r
 	}
-	best, n := rs[0], 0
-	for _, r := range rs {
-		switch {
+	best, n := rankOf(cands[0]), 0
+	for _, c := range cands {
+		switch r := rankOf(c); {
 		case r.load < best.load || r.load == best.load && r.blocks < best.blocks:
 			best, n = r, 1
 		case r == best:
@@ -46,10 +45,10 @@ func minLoadRoom(cands []*Endpoint, tie *atomic.Uint64, room func(*Endpoint) int
 		}
 	}
 	k := int((tie.Add(1) - 1) % uint64(n))
-	for i, r := range rs {
-		if r == best {
+	for _, c := range cands {
+		if rankOf(c) == best {
 			if k == 0 {
-				return cands[i]
+				return c
 			}
 			k--
 		}

@@ -110,3 +110,15 @@ func TestLeastLoadRoomTable(t *testing.T) {
 		})
 	}
 }
+
+// TestLeastLoadAllocatesNothing: the least-load pick runs on every miss of a default rule, so it
+// allocates nothing at any pool size, with or without room.
+func TestLeastLoadAllocatesNothing(t *testing.T) {
+	all := eps(64)
+	for _, room := range []func(*Endpoint) int{nil, func(e *Endpoint) int { return 64 - e.Index }} {
+		s := &leastLoad{room: room}
+		if n := testing.AllocsPerRun(100, func() { s.Pick(&Request{}, all) }); n != 0 {
+			t.Errorf("a pick over 64 candidates (room set: %v) allocates %.0f times, want 0", room != nil, n)
+		}
+	}
+}
