@@ -49,24 +49,26 @@ func (p *processIdentity) checkVersion(v string) string {
 
 // checkProcess reads the endpoint's process start time and reports a change since the last read
 // ("" when unchanged, first seen, or not readable: an engine without the metric is not a restart).
-func (p *processIdentity) checkProcess(ctx context.Context, hc *http.Client, address string) string {
+// answered is false when /metrics did not answer 200 (the engine's HTTP server is down or still
+// starting), so the read says nothing yet.
+func (p *processIdentity) checkProcess(ctx context.Context, hc *http.Client, address string) (why string, answered bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(address, "/")+"/metrics", nil)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return ""
+		return "", false
 	}
 	v, ok := scanGauge(io.LimitReader(resp.Body, 8<<20), processStartMetric)
 	if !ok {
-		return ""
+		return "", true
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -74,9 +76,9 @@ func (p *processIdentity) checkProcess(ctx context.Context, hc *http.Client, add
 	p.start = v
 	if old != 0 && v != old {
 		return fmt.Sprintf("the engine's %s changed from %s to %s (a new process)", processStartMetric,
-			strconv.FormatFloat(old, 'f', -1, 64), strconv.FormatFloat(v, 'f', -1, 64))
+			strconv.FormatFloat(old, 'f', -1, 64), strconv.FormatFloat(v, 'f', -1, 64)), true
 	}
-	return ""
+	return "", true
 }
 
 // scanGauge finds an unlabelled sample of name in Prometheus text exposition.
@@ -95,11 +97,47 @@ func scanGauge(r io.Reader, name string) (float64, bool) {
 }
 
 // probeProcess checks one endpoint's process identity and marks it unverified since restart on a
-// change. It runs on every event-stream reconnect (a restart's usual first sign) and with each
-// periodic re-probe.
-func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) {
-	if why := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.addr); why != "" {
+// change. It runs with each periodic re-probe; it reports whether /metrics answered.
+func (g *Gateway) probeProcess(ctx context.Context, ew *endpointWatch) bool {
+	why, answered := ew.proc.checkProcess(ctx, &http.Client{Transport: g.transport()}, ew.x.addr)
+	if why != "" {
 		ew.newProcess(why)
+	}
+	return answered
+}
+
+// Reconnect identity waits: an engine's event sockets answer before its HTTP server (vLLM binds
+// its publisher while its API server still loads the model), so on a restart the stream
+// reconnects first, and one read at that instant finds nothing to read. The check is retried
+// until /metrics answers, for as long as a slow engine takes to start; a newer reconnect
+// replaces it.
+const (
+	processWaitFirst = 100 * time.Millisecond
+	processWaitMax   = 5 * time.Second // the backoff's ceiling
+	processWaitFor   = 15 * time.Minute
+)
+
+// awaitProcess is the reconnect's identity check: it reads the process identity as soon as the
+// engine's HTTP server answers, so a restart the event stream did not show (its sequence
+// happened to continue, or the reconnect's clear carried no restart sign) is still seen, and
+// verified, without waiting for the next periodic re-probe.
+func (g *Gateway) awaitProcess(ctx context.Context, ew *endpointWatch) {
+	ctx, cancel := context.WithTimeout(ctx, processWaitFor)
+	ew.mu.Lock()
+	if ew.stopWait != nil {
+		ew.stopWait()
+	}
+	ew.stopWait = cancel
+	ew.mu.Unlock()
+	defer cancel()
+	for wait := processWaitFirst; !g.probeProcess(ctx, ew); wait = min(2*wait, processWaitMax) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 }
 

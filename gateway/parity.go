@@ -40,6 +40,7 @@ type endpointWatch struct {
 
 	proc      processIdentity
 	reconnect func() // on every reconnect after the first: re-check the process identity
+	stopWait  func() // ends the last reconnect's identity wait (nil: none running)
 	verify    func() // after a restart: send the verification probes (nil: none can be sent)
 	// drop empties the endpoint's inventory at once when a new process is seen before its events
 	// (the process identity, /version): the old process's blocks are gone with it, and predicting
@@ -63,7 +64,7 @@ type endpointWatch struct {
 func (g *Gateway) newEndpointWatch(x *endpointExact, family string, blockSize int, hasher *hashcore.Hasher, tagged bool) (*endpointWatch, error) {
 	ew := &endpointWatch{x: x, log: g.log.With("rule", x.rule, "endpoint", x.name), blockSize: blockSize}
 	ew.reconnect = func() {
-		go g.probeProcess(g.ctx, ew)
+		go g.awaitProcess(g.ctx, ew)
 	}
 	ew.verify = func() {
 		g.adm.restarted(x.rule, x.name, x.now())

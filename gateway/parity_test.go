@@ -218,3 +218,56 @@ func identityWatch(t *testing.T, url string) (*endpointExact, *Gateway, *endpoin
 	ew.drop = func() { *drops++ }
 	return x, g, ew, drops
 }
+
+// TestReconnectIdentityWaitsForHTTP: on a restart the event stream reconnects before the engine's
+// HTTP server answers, and the reconnect's clear carries no restart sign. The reconnect's identity
+// check keeps reading /metrics until it answers, then sees the new process and raises the restart
+// with no periodic re-probe; a newer reconnect ends the older wait.
+func TestReconnectIdentityWaitsForHTTP(t *testing.T) {
+	var start atomic.Int64
+	start.Store(time.Now().Add(-time.Hour).UnixMicro())
+	var up atomic.Bool
+	up.Store(true)
+	var reads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		if !up.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %f\n", float64(start.Load())/1e6)
+	}))
+	defer srv.Close()
+	x, g, ew, _ := identityWatch(t, srv.URL)
+	g.probeProcess(t.Context(), ew) // the process as the rule starts
+	restarts := func() uint64 { x.mu.Lock(); defer x.mu.Unlock(); return x.restarts }
+
+	up.Store(false)
+	start.Store(time.Now().UnixMicro())
+	older := make(chan struct{})
+	go func() { g.awaitProcess(t.Context(), ew); close(older) }()
+	for deadline := time.Now().Add(10 * time.Second); reads.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the identity wait read /metrics %d times in 10s while the engine started; it must retry", reads.Load()-1)
+		}
+	}
+	if n := restarts(); n != 0 {
+		t.Fatalf("%d restarts before the engine's HTTP server answered", n)
+	}
+	newer := make(chan struct{})
+	go func() { g.awaitProcess(t.Context(), ew); close(newer) }()
+	select {
+	case <-older:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a newer reconnect did not end the older identity wait")
+	}
+	up.Store(true)
+	select {
+	case <-newer:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the identity wait did not end once /metrics answered")
+	}
+	if n := restarts(); n != 1 || !x.held(exactness.Restart) {
+		t.Fatalf("the new process seen once /metrics answered: %d restarts, held %v", n, x.held(exactness.Restart))
+	}
+}
